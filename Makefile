@@ -1,0 +1,37 @@
+# spark-barriered: every target creates/updates the virtualenv it needs first.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+
+.PHONY: install demo test test-fast lint bench docs
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test,plot]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)  ## the main job: a local demo on real Spark
+	$(PY) -m barriered demo --out $(or $(OUT),out/demo) --duration $(or $(DURATION),40)
+
+test: $(STAMP)  ## the whole suite: lint, types, unit, Spark integration and recovery tests
+	$(VENV)/bin/ruff check python tests
+	$(VENV)/bin/mypy
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)  ## pure-Python tests only (no Spark)
+	$(PY) -m pytest -q -m "not spark"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check python tests
+	$(VENV)/bin/ruff format --check python tests
+	$(VENV)/bin/mypy
+
+docs: $(STAMP)
+	$(PY) -m barriered.config

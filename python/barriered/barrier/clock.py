@@ -1,0 +1,55 @@
+"""Injectable clocks for the barrier handler (only the alignment timeout reads time)."""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol, runtime_checkable
+
+__all__ = ["Clock", "ManualClock", "MonotonicClock"]
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """A source of the current time in milliseconds; it must never go backwards."""
+
+    def now_ms(self) -> int:
+        """Return the current time in milliseconds."""
+        ...
+
+
+class MonotonicClock:
+    """Wall-clock-independent clock backed by :func:`time.monotonic_ns`."""
+
+    def now_ms(self) -> int:
+        """Return the monotonic time in milliseconds."""
+        return time.monotonic_ns() // 1_000_000
+
+
+class ManualClock:
+    """A clock that only moves when told to, for tests and scenario replay.
+
+    Parameters
+    ----------
+    start_ms : int, default 0
+        The initial time.
+    """
+
+    def __init__(self, start_ms: int = 0) -> None:
+        self._now = start_ms
+
+    def now_ms(self) -> int:
+        """Return the current logical time in milliseconds."""
+        return self._now
+
+    def advance(self, ms: int) -> int:
+        """Move the clock forward by ``ms`` milliseconds and return the new time.
+
+        Raises
+        ------
+        ValueError
+            If ``ms`` is negative.
+        """
+        if ms < 0:
+            raise ValueError(f"a clock cannot go backwards (advance by {ms} ms)")
+        self._now += ms
+        return self._now

@@ -1,0 +1,1055 @@
+"""Every ``spark.sql.streaming.barriered.*`` configuration key, declared once.
+
+Like Spark's ``SQLConf``/``ConfigBuilder``, each key is declared exactly once as a
+:class:`ConfigKey` (name, type, default, doc, bounds, whether it may change when a query
+is restored and whether a per-source ``.option()`` may override it). Everything else is
+derived from these declarations: parsing and validation (:func:`resolve`), the typed
+:class:`BarrieredConf`, the restore check (:func:`check_restore_compatible`) and the
+reference table in ``docs/configuration.md`` (:func:`config_table_markdown`; regenerate
+it with ``python -m barriered.config``).
+
+Values are strings, as in Spark's conf:
+
+* durations: a number and a unit, ``500ms``, ``10s``, ``1.5s``, ``2min`` (or ``2m``),
+  ``1h``, ``1d``; a bare number is milliseconds (``1500`` = 1.5 s); the result must be a
+  whole number of milliseconds;
+* booleans: ``true`` / ``false`` (any case);
+* integers: decimal digits with an optional sign;
+* enums: one of the choices, any case (the canonical spelling is kept).
+
+This module does not import PySpark: the Spark adapter passes
+``{k: v for k, v in spark.conf.getAll.items() if k.startswith(PREFIX)}``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Literal
+
+from barriered.errors import ConfigError
+
+__all__ = [
+    "ALIGNED_CHECKPOINT_TIMEOUT",
+    "BUFFER_PER_CHANNEL",
+    "CHECKPOINT_INTERVAL",
+    "CHECKPOINT_TIMEOUT",
+    "DOC_MARKER_END",
+    "DOC_MARKER_START",
+    "INFLIGHT_CAPTURE",
+    "KEYS",
+    "KEYS_BY_NAME",
+    "MAX_CONCURRENT_CHECKPOINTS",
+    "MAX_PARALLELISM",
+    "MIN_PAUSE_BETWEEN_CHECKPOINTS",
+    "MODE",
+    "PREFIX",
+    "RETAINED_CHECKPOINTS",
+    "SNAPSHOT_PATH",
+    "TOLERABLE_CHECKPOINT_FAILURES",
+    "UNALIGNED_ENABLED",
+    "BarrieredConf",
+    "ConfigKey",
+    "ConfigValue",
+    "ValueType",
+    "check_restore_compatible",
+    "config_table_markdown",
+    "format_duration",
+    "key",
+    "main",
+    "parse_duration_ms",
+    "render_configuration_doc",
+    "resolve",
+    "split_options",
+    "write_configuration_doc",
+]
+
+#: Prefix of every session configuration key of spark-barriered.
+PREFIX = "spark.sql.streaming.barriered."
+
+ValueType = Literal["duration", "int", "bool", "enum", "str", "path"]
+"""The type of a configuration value (durations are parsed to milliseconds)."""
+
+ConfigValue = int | bool | str | None
+"""A parsed value: ``int`` (ints, durations in ms), ``bool``, ``str`` (enums, paths)."""
+
+DOC_MARKER_START = "<!-- config-table:start -->"
+DOC_MARKER_END = "<!-- config-table:end -->"
+
+_DURATION_FORMS = (
+    "a number with a unit: '500ms', '10s', '1.5s', '2min' (or '2m'), '1h', '1d'; "
+    "a bare number is milliseconds ('1500')"
+)
+_DURATION_RE = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*([a-z]*)$")
+_UNIT_MS: dict[str, int] = {}
+for _names, _ms in (
+    (("", "ms", "milli", "millis", "millisecond", "milliseconds"), 1),
+    (("s", "sec", "secs", "second", "seconds"), 1000),
+    (("m", "min", "mins", "minute", "minutes"), 60_000),
+    (("h", "hour", "hours"), 3_600_000),
+    (("d", "day", "days"), 86_400_000),
+):
+    for _name in _names:
+        _UNIT_MS[_name] = _ms
+_INT_RE = re.compile(r"^[+-]?\d+$")
+
+
+def _duration_ms(text: str) -> int:
+    """Parse a duration to ms; ``ValueError(reason)`` without the accepted forms."""
+    match = _DURATION_RE.match(text.strip().lower())
+    if match is None or match.group(2) not in _UNIT_MS:
+        raise ValueError("not a duration")
+    ms = Decimal(match.group(1)) * _UNIT_MS[match.group(2)]
+    if ms != ms.to_integral_value():
+        raise ValueError(f"{ms.normalize():f}ms is not a whole number of milliseconds")
+    return int(ms)
+
+
+def parse_duration_ms(text: str) -> int:
+    """Parse a duration such as ``"10s"``, ``"1.5s"``, ``"2min"`` or ``"1500"`` (ms).
+
+    Parameters
+    ----------
+    text : str
+        A number with an optional unit (``ms``, ``s``, ``m``/``min``, ``h``, ``d``, any
+        case, optional space; long forms such as ``seconds`` are also accepted).
+        Without a unit the number is milliseconds.
+
+    Returns
+    -------
+    int
+        The duration in milliseconds.
+
+    Raises
+    ------
+    ValueError
+        If ``text`` is not such a duration or is not a whole number of milliseconds
+        (:meth:`ConfigKey.parse` turns this into a :class:`~barriered.errors.ConfigError`
+        naming the key).
+
+    Examples
+    --------
+    >>> parse_duration_ms("1.5s"), parse_duration_ms("2min"), parse_duration_ms("1500")
+    (1500, 120000, 1500)
+    """
+    try:
+        return _duration_ms(text)
+    except ValueError as exc:
+        raise ValueError(f"{exc}; expected {_DURATION_FORMS}") from None
+
+
+def format_duration(ms: int) -> str:
+    """Format milliseconds with the largest unit that divides them exactly.
+
+    Parameters
+    ----------
+    ms : int
+        A duration in milliseconds.
+
+    Returns
+    -------
+    str
+        E.g. ``"10s"``, ``"10min"``, ``"1500ms"``, ``"0s"``; parsed back by
+        :func:`parse_duration_ms` to the same value.
+    """
+    if ms == 0:
+        return "0s"
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """The declaration of one ``spark.sql.streaming.barriered.*`` key.
+
+    Parameters
+    ----------
+    name : str
+        The key without :data:`PREFIX`, e.g. ``"checkpointInterval"``; also the name of
+        the per-source option.
+    type : {"duration", "int", "bool", "enum", "str", "path"}
+        How the string value is parsed (durations to milliseconds).
+    default : str or None
+        The default as a string, like Spark's ``createWithDefaultString``; ``None`` if
+        the key has no default (the component that needs it says so).
+    doc : str
+        One or two sentences for the reference table.
+    field : str
+        The :class:`BarrieredConf` field that holds the parsed value.
+    choices : tuple of str, default ()
+        The canonical spellings of an ``enum``.
+    min_value, max_value : int or None, default None
+        Inclusive bounds of an ``int``, or of a ``duration`` in milliseconds.
+    restore_may_change : bool, default True
+        Whether a restore may use another value than the snapshot was taken with.
+    source_option : bool, default True
+        Whether ``.option(name, value)`` on the barriered source may override the
+        session value.
+    """
+
+    name: str
+    type: ValueType
+    default: str | None
+    doc: str
+    field: str
+    choices: tuple[str, ...] = ()
+    min_value: int | None = None
+    max_value: int | None = None
+    restore_may_change: bool = True
+    source_option: bool = True
+
+    def __post_init__(self) -> None:
+        if self.type == "enum" and not self.choices:
+            raise ValueError(f"enum key {self.name} declares no choices")
+        if self.default is not None:
+            self.parse(self.default)  # a declaration with a bad default is a bug
+
+    @property
+    def key(self) -> str:
+        """The full session key, e.g. ``spark.sql.streaming.barriered.checkpointInterval``."""
+        return PREFIX + self.name
+
+    @property
+    def default_value(self) -> ConfigValue:
+        """The parsed default (``None`` if the key has no default)."""
+        return None if self.default is None else self.parse(self.default)
+
+    def accepted_forms(self) -> str:
+        """Describe the values this key accepts, for error messages.
+
+        Returns
+        -------
+        str
+            E.g. ``"one of exactlyOnce, atLeastOnce (any case)"``.
+        """
+        if self.type == "duration":
+            return _DURATION_FORMS + self._range_text()
+        if self.type == "int":
+            return "an integer" + self._range_text()
+        if self.type == "bool":
+            return "true or false"
+        if self.type == "enum":
+            return f"one of {', '.join(self.choices)} (any case)"
+        return "a non-empty path" if self.type == "path" else "a non-empty string"
+
+    def _range_text(self) -> str:
+        fmt = format_duration if self.type == "duration" else str
+        lo, hi = self.min_value, self.max_value
+        if lo is not None and hi is not None:
+            return f", from {fmt(lo)} to {fmt(hi)}"
+        if lo is not None:
+            return f", at least {fmt(lo)}"
+        if hi is not None:
+            return f", at most {fmt(hi)}"
+        return ""
+
+    def parse(self, raw: object, origin: str | None = None) -> ConfigValue:
+        """Parse and validate one value of this key.
+
+        Parameters
+        ----------
+        raw : object
+            The value, normally a string; ``bool`` and ``int`` are accepted too.
+        origin : str, optional
+            How the value was set, for the error message; the full key by default,
+            e.g. ``"source option 'checkpointInterval'"``.
+
+        Returns
+        -------
+        int, bool or str
+            Milliseconds for durations, ``int``, ``bool``, the canonical enum spelling,
+            or the stripped string/path.
+
+        Raises
+        ------
+        ConfigError
+            Naming ``origin``, the bad value and the accepted forms.
+        """
+        where = origin or self.key
+        text = (str(raw).lower() if isinstance(raw, bool) else str(raw)).strip()
+
+        def bad(reason: str) -> ConfigError:
+            return ConfigError(
+                f"{where}: invalid value {raw!r} ({reason}); expected {self.accepted_forms()}"
+            )
+
+        if self.type == "duration":
+            try:
+                ms = _duration_ms(text)
+            except ValueError as exc:
+                raise bad(str(exc)) from None
+            self._check_range(ms, raw, where)
+            return ms
+        if self.type == "int":
+            if not _INT_RE.match(text):
+                raise bad("not an integer")
+            number = int(text)
+            self._check_range(number, raw, where)
+            return number
+        if self.type == "bool":
+            if text.lower() not in ("true", "false"):
+                raise bad("not a boolean")
+            return text.lower() == "true"
+        if self.type == "enum":
+            for choice in self.choices:
+                if choice.lower() == text.lower():
+                    return choice
+            raise bad("not one of the choices")
+        if not text:
+            raise bad("empty")
+        return text
+
+    def _check_range(self, value: int, raw: object, where: str) -> None:
+        lo, hi = self.min_value, self.max_value
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise ConfigError(
+                f"{where}: value {raw!r} is out of range; expected {self.accepted_forms()}"
+            )
+
+    def format(self, value: ConfigValue) -> str:
+        """Format a parsed value as a string that :meth:`parse` reads back.
+
+        Parameters
+        ----------
+        value : int, bool, str or None
+            A parsed value of this key.
+
+        Returns
+        -------
+        str
+            E.g. ``"10s"``, ``"true"``, ``"exactlyOnce"``; ``""`` for ``None``.
+        """
+        if value is None:
+            return ""
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if self.type == "duration" and isinstance(value, int):
+            return format_duration(value)
+        return str(value)
+
+
+#: Every declared key by short name (filled by the declarations below).
+KEYS_BY_NAME: dict[str, ConfigKey] = {}
+
+
+def _declare(config_key: ConfigKey) -> ConfigKey:
+    if config_key.name in KEYS_BY_NAME:
+        raise ValueError(f"config key {config_key.name} declared twice")
+    KEYS_BY_NAME[config_key.name] = config_key
+    return config_key
+
+
+CHECKPOINT_INTERVAL = _declare(
+    ConfigKey(
+        "checkpointInterval",
+        "duration",
+        "10s",
+        "How often the coordinator triggers a periodic checkpoint, measured between "
+        "triggers. A checkpoint is cut at a micro-batch boundary, so the effective "
+        "interval is never shorter than one micro-batch.",
+        field="checkpoint_interval_ms",
+        min_value=10,
+    )
+)
+CHECKPOINT_TIMEOUT = _declare(
+    ConfigKey(
+        "checkpointTimeout",
+        "duration",
+        "10min",
+        "A checkpoint that is not completed (every key group and in-flight writer "
+        "acknowledged, one Delta commit) this long after its trigger is aborted and "
+        "counts as a failed checkpoint.",
+        field="checkpoint_timeout_ms",
+        min_value=10,
+    )
+)
+MIN_PAUSE_BETWEEN_CHECKPOINTS = _declare(
+    ConfigKey(
+        "minPauseBetweenCheckpoints",
+        "duration",
+        "0s",
+        "The least time between the end of one checkpoint and the trigger of the next, "
+        "so that a slow checkpoint cannot make checkpoints back to back. A value above "
+        "0s implies at most one checkpoint in progress, as in Flink.",
+        field="min_pause_ms",
+        min_value=0,
+    )
+)
+MAX_CONCURRENT_CHECKPOINTS = _declare(
+    ConfigKey(
+        "maxConcurrentCheckpoints",
+        "int",
+        "1",
+        "How many checkpoints may be in progress (triggered, neither completed nor "
+        "aborted) at the same time; a trigger that falls due at the limit waits.",
+        field="max_concurrent_checkpoints",
+        min_value=1,
+    )
+)
+TOLERABLE_CHECKPOINT_FAILURES = _declare(
+    ConfigKey(
+        "tolerableCheckpointFailures",
+        "int",
+        "3",
+        "How many consecutive checkpoint failures (expired, or a write or commit error) "
+        "are tolerated; one more fails the query with CheckpointFailureLimitExceeded. "
+        "0 fails the query on the first failure.",
+        field="tolerable_checkpoint_failures",
+        min_value=0,
+    )
+)
+MODE = _declare(
+    ConfigKey(
+        "mode",
+        "enum",
+        "exactlyOnce",
+        "exactlyOnce aligns barriers (or captures in-flight records) so that after a "
+        "restore every record affects the keyed state exactly once; atLeastOnce never "
+        "blocks a channel nor captures in-flight records, so a restore may apply "
+        "records again.",
+        field="exactly_once",
+        choices=("exactlyOnce", "atLeastOnce"),
+    )
+)
+UNALIGNED_ENABLED = _declare(
+    ConfigKey(
+        "unaligned.enabled",
+        "bool",
+        "false",
+        "Allow unaligned checkpoints: the barrier overtakes each channel's backlog, "
+        "which is saved with the snapshot as in-flight records, so no channel is "
+        "blocked. Needs mode=exactlyOnce; savepoints are always aligned.",
+        field="unaligned_enabled",
+    )
+)
+ALIGNED_CHECKPOINT_TIMEOUT = _declare(
+    ConfigKey(
+        "alignedCheckpointTimeout",
+        "duration",
+        "0s",
+        "With unaligned.enabled, how long a checkpoint may stay aligned before it "
+        "switches to unaligned (Flink's alignedCheckpointTimeout); 0s starts every "
+        "checkpoint unaligned. Ignored when unaligned.enabled is false.",
+        field="aligned_checkpoint_timeout_ms",
+        min_value=0,
+    )
+)
+MAX_PARALLELISM = _declare(
+    ConfigKey(
+        "maxParallelism",
+        "int",
+        "128",
+        "The number of key groups, pmod(hash(key), maxParallelism): the most partitions "
+        "that can own keyed state. Fixed for the life of the snapshot path, and a "
+        "session key only because barriered.keyed() must use the same value as the "
+        "source.",
+        field="max_parallelism",
+        min_value=1,
+        max_value=1 << 15,
+        restore_may_change=False,
+        source_option=False,
+    )
+)
+SNAPSHOT_PATH = _declare(
+    ConfigKey(
+        "snapshotPath",
+        "path",
+        None,
+        "Directory (local path or URI such as s3://, abfss://, dbfs:/) of the Delta "
+        "tables holding the checkpoints, keyed state and in-flight records of one "
+        "query; required by the barriered source.",
+        field="snapshot_path",
+    )
+)
+RETAINED_CHECKPOINTS = _declare(
+    ConfigKey(
+        "retainedCheckpoints",
+        "int",
+        "3",
+        "How many completed checkpoints are kept for restore; older ones are removed "
+        "with the files that no retained checkpoint references. Savepoints are never "
+        "removed.",
+        field="retained_checkpoints",
+        min_value=1,
+    )
+)
+INFLIGHT_CAPTURE = _declare(
+    ConfigKey(
+        "inflight.capture",
+        "enum",
+        "value",
+        "How an unaligned checkpoint saves in-flight records: value copies them into "
+        "the inflight Delta table; reference saves only each channel's position range "
+        "and re-reads the records from the upstream on restore, so the upstream must "
+        "keep them until the checkpoint is subsumed.",
+        field="inflight_capture",
+        choices=("value", "reference"),
+    )
+)
+BUFFER_PER_CHANNEL = _declare(
+    ConfigKey(
+        "bufferPerChannel",
+        "int",
+        "10000",
+        "Read-ahead per channel, in rows: how far the source may read past what it has "
+        "delivered on a channel. It bounds B_n(c) - D(c), hence one channel's in-flight "
+        "records in an unaligned checkpoint and its alignment backlog.",
+        field="buffer_per_channel",
+        min_value=1,
+    )
+)
+
+#: Every declared key, in declaration (and documentation) order.
+KEYS: tuple[ConfigKey, ...] = tuple(KEYS_BY_NAME.values())
+_KEYS_BY_LOWER: dict[str, ConfigKey] = {k.name.lower(): k for k in KEYS}
+_KEYS_BY_FIELD: dict[str, ConfigKey] = {k.field: k for k in KEYS}
+
+
+def key(name: str) -> ConfigKey:
+    """Look up a declared key by short name, full key or :class:`BarrieredConf` field.
+
+    Parameters
+    ----------
+    name : str
+        ``"checkpointInterval"``, ``"spark.sql.streaming.barriered.checkpointInterval"``
+        or ``"checkpoint_interval_ms"``.
+
+    Returns
+    -------
+    ConfigKey
+        The declaration.
+
+    Raises
+    ------
+    ConfigError
+        If no key has that name (with a "did you mean" suggestion).
+    """
+    short = name[len(PREFIX) :] if name.startswith(PREFIX) else name
+    found = KEYS_BY_NAME.get(short) or _KEYS_BY_FIELD.get(short)
+    if found is None:
+        raise ConfigError(f"unknown configuration key {name!r}{_suggestion(short)}")
+    return found
+
+
+def _suggestion(short_name: str, *, full: bool = True) -> str:
+    lower = short_name.lower()
+    if lower in _KEYS_BY_LOWER:
+        match = _KEYS_BY_LOWER[lower].name
+    else:
+        close = difflib.get_close_matches(lower, list(_KEYS_BY_LOWER), n=1, cutoff=0.6)
+        if not close:
+            return f"; known keys: {', '.join(k.name for k in KEYS)}"
+        match = _KEYS_BY_LOWER[close[0]].name
+    return f"; did you mean {(PREFIX + match) if full else match!r}?"
+
+
+def _field_value(config_key: ConfigKey, value: ConfigValue) -> ConfigValue:
+    """Convert a parsed key value to its :class:`BarrieredConf` field value."""
+    if config_key is MODE:
+        return value == "exactlyOnce"
+    return value
+
+
+def _key_value(config_key: ConfigKey, field_value: object) -> ConfigValue:
+    """Convert a :class:`BarrieredConf` field value back to the key's parsed value."""
+    if config_key is MODE and isinstance(field_value, bool):
+        return "exactlyOnce" if field_value else "atLeastOnce"
+    if field_value is None or isinstance(field_value, (bool, int, str)):
+        return field_value
+    raise ConfigError(f"{config_key.key}: unsupported value {field_value!r}")
+
+
+def _default(name: str) -> ConfigValue:
+    return _field_value(KEYS_BY_NAME[name], KEYS_BY_NAME[name].default_value)
+
+
+def _default_int(name: str) -> int:
+    value = _default(name)
+    assert isinstance(value, int)
+    return value
+
+
+def _default_bool(name: str) -> bool:
+    value = _default(name)
+    assert isinstance(value, bool)
+    return value
+
+
+def _default_str(name: str) -> str:
+    value = _default(name)
+    assert isinstance(value, str)
+    return value
+
+
+@dataclass(frozen=True)
+class BarrieredConf:
+    """The validated, typed configuration of one barriered query.
+
+    Build it with :func:`resolve`; the defaults below come from the key declarations.
+    Constructing it directly validates every field the same way.
+
+    Attributes
+    ----------
+    checkpoint_interval_ms : int
+        ``checkpointInterval`` in milliseconds.
+    checkpoint_timeout_ms : int
+        ``checkpointTimeout`` in milliseconds.
+    min_pause_ms : int
+        ``minPauseBetweenCheckpoints`` in milliseconds.
+    max_concurrent_checkpoints : int
+        ``maxConcurrentCheckpoints``.
+    tolerable_checkpoint_failures : int
+        ``tolerableCheckpointFailures``.
+    exactly_once : bool
+        ``mode == exactlyOnce`` (see :attr:`mode`).
+    unaligned_enabled : bool
+        ``unaligned.enabled``.
+    aligned_checkpoint_timeout_ms : int
+        ``alignedCheckpointTimeout`` in milliseconds.
+    max_parallelism : int
+        ``maxParallelism``, the number of key groups.
+    snapshot_path : str or None
+        ``snapshotPath`` (see :meth:`require_snapshot_path`).
+    retained_checkpoints : int
+        ``retainedCheckpoints``.
+    inflight_capture : str
+        ``inflight.capture``: ``"value"`` or ``"reference"``.
+    buffer_per_channel : int
+        ``bufferPerChannel``, in rows.
+
+    Raises
+    ------
+    ConfigError
+        If a field is out of range, or ``unaligned_enabled`` is set without
+        ``exactly_once``.
+    """
+
+    checkpoint_interval_ms: int = _default_int("checkpointInterval")
+    checkpoint_timeout_ms: int = _default_int("checkpointTimeout")
+    min_pause_ms: int = _default_int("minPauseBetweenCheckpoints")
+    max_concurrent_checkpoints: int = _default_int("maxConcurrentCheckpoints")
+    tolerable_checkpoint_failures: int = _default_int("tolerableCheckpointFailures")
+    exactly_once: bool = _default_bool("mode")
+    unaligned_enabled: bool = _default_bool("unaligned.enabled")
+    aligned_checkpoint_timeout_ms: int = _default_int("alignedCheckpointTimeout")
+    max_parallelism: int = _default_int("maxParallelism")
+    snapshot_path: str | None = None
+    retained_checkpoints: int = _default_int("retainedCheckpoints")
+    inflight_capture: str = _default_str("inflight.capture")
+    buffer_per_channel: int = _default_int("bufferPerChannel")
+
+    def __post_init__(self) -> None:
+        for config_key in KEYS:
+            value = getattr(self, config_key.field)
+            if value is None and config_key.default is None:
+                continue
+            expected: type = (
+                bool
+                if config_key.type == "bool" or config_key is MODE
+                else (int if config_key.type in ("int", "duration") else str)
+            )
+            if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+                raise ConfigError(
+                    f"{config_key.key}: field {config_key.field} must be "
+                    f"{expected.__name__}, got {value!r}"
+                )
+            # Round-trip through the parser: the same bounds and choices as resolve().
+            parsed = config_key.parse(config_key.format(_key_value(config_key, value)))
+            if _field_value(config_key, parsed) != value:
+                raise ConfigError(
+                    f"{config_key.key}: invalid value {value!r}; expected "
+                    f"{config_key.accepted_forms()}"
+                )
+        if self.unaligned_enabled and not self.exactly_once:
+            raise ConfigError(
+                f"{UNALIGNED_ENABLED.key}=true needs {MODE.key}=exactlyOnce, but mode is "
+                "atLeastOnce (an at-least-once checkpoint never aligns, so there is "
+                "nothing to unalign); set unaligned.enabled=false or mode=exactlyOnce"
+            )
+
+    @property
+    def mode(self) -> str:
+        """The ``mode`` key: ``"exactlyOnce"`` or ``"atLeastOnce"``."""
+        return "exactlyOnce" if self.exactly_once else "atLeastOnce"
+
+    def require_snapshot_path(self) -> str:
+        """Return ``snapshot_path``, or fail with a message that says how to set it.
+
+        Returns
+        -------
+        str
+            The snapshot path.
+
+        Raises
+        ------
+        ConfigError
+            If no snapshot path is configured.
+        """
+        if self.snapshot_path is None:
+            raise ConfigError(
+                f"no snapshot path: set {SNAPSHOT_PATH.key} in the session conf or "
+                ".option('snapshotPath', ...) on the barriered source (a directory for "
+                "the Delta tables of this query's checkpoints)"
+            )
+        return self.snapshot_path
+
+    def to_dict(self) -> dict[str, ConfigValue]:
+        """The fields as a plain, JSON-serialisable dict (field name -> value).
+
+        Returns
+        -------
+        dict
+            E.g. ``{"checkpoint_interval_ms": 10000, ..., "exactly_once": True, ...}``;
+            :func:`check_restore_compatible` accepts it as ``previous``.
+        """
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def to_conf(self) -> dict[str, str]:
+        """The configuration as session keys and canonical strings.
+
+        Returns
+        -------
+        dict of str to str
+            Full key -> value string (``"10s"``, ``"exactlyOnce"``, ...), without keys
+            whose value is ``None``; ``resolve(conf.to_conf()) == conf``.
+        """
+        out: dict[str, str] = {}
+        for config_key in KEYS:
+            value = _key_value(config_key, getattr(self, config_key.field))
+            if value is not None:
+                out[config_key.key] = config_key.format(value)
+        return out
+
+
+def _option_key(name: str) -> tuple[ConfigKey | None, str | None]:
+    """Classify a source option name: (barriered key, None), (None, error) or (None, None)."""
+    lower = name.lower()
+    if lower.startswith(PREFIX.lower()):
+        short = lower[len(PREFIX) :]
+        if short not in _KEYS_BY_LOWER:
+            return None, (
+                f"unknown source option {name!r}{_suggestion(name[len(PREFIX) :], full=False)}"
+            )
+        return _KEYS_BY_LOWER[short], None
+    return _KEYS_BY_LOWER.get(lower), None
+
+
+def split_options(options: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Split a source's options into barriered overrides and the source's own options.
+
+    Option names are case-insensitive (PySpark lower-cases them); an option named after
+    a key (``checkpointInterval``) or its full session key overrides that key.
+
+    Parameters
+    ----------
+    options : Mapping[str, str]
+        The options given to the barriered source.
+
+    Returns
+    -------
+    overrides : dict of str to str
+        Short key name (canonical spelling) -> raw value, for :func:`resolve`.
+    rest : dict of str to str
+        Every other option, unchanged.
+
+    Raises
+    ------
+    ConfigError
+        For a key that cannot be set per source (``maxParallelism``), or an unknown
+        option under the ``spark.sql.streaming.barriered.`` prefix.
+    """
+    overrides: dict[str, str] = {}
+    rest: dict[str, str] = {}
+    problems: list[str] = []
+    for name, value in options.items():
+        config_key, error = _option_key(name)
+        if error is not None:
+            problems.append(error)
+        elif config_key is None:
+            rest[name] = value
+        elif not config_key.source_option:
+            problems.append(
+                f"source option {name!r} is not allowed: {config_key.name} can only be set "
+                f"in the session, spark.conf.set({config_key.key!r}, {str(value)!r}), so "
+                "that barriered.keyed() and the source agree"
+            )
+        else:
+            overrides[config_key.name] = value
+    _raise(problems)
+    return overrides, rest
+
+
+def _raise(problems: Sequence[str]) -> None:
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    if problems:
+        raise ConfigError(
+            f"{len(problems)} configuration problems:\n" + "\n".join(f"- {p}" for p in problems)
+        )
+
+
+def resolve(
+    session_conf: Mapping[str, str], options: Mapping[str, str] | None = None
+) -> BarrieredConf:
+    """Validate the session keys and source options into a :class:`BarrieredConf`.
+
+    Parameters
+    ----------
+    session_conf : Mapping[str, str]
+        Session configuration, e.g. ``spark.conf.getAll``; keys outside
+        :data:`PREFIX` are ignored, keys under it must be declared (exact case, as in
+        Spark).
+    options : Mapping[str, str], optional
+        The barriered source's options; those named after a key with
+        ``source_option=True`` override the session value (see :func:`split_options`),
+        the others are ignored here.
+
+    Returns
+    -------
+    BarrieredConf
+        Defaults, overridden by the session, overridden by the options.
+
+    Raises
+    ------
+    ConfigError
+        Listing every unknown key (with a "did you mean" suggestion) and every bad value
+        (naming the full key or option, the value and the accepted forms).
+    """
+    problems: list[str] = []
+    raw: dict[str, tuple[object, str]] = {}
+    for name, value in session_conf.items():
+        if not name.startswith(PREFIX):
+            continue
+        short = name[len(PREFIX) :]
+        config_key = KEYS_BY_NAME.get(short)
+        if config_key is None:
+            problems.append(f"unknown configuration key {name!r}{_suggestion(short)}")
+        else:
+            raw[config_key.name] = (value, config_key.key)
+    if options:
+        try:
+            overrides, _ = split_options(options)
+        except ConfigError as exc:
+            problems.append(str(exc))
+        else:
+            for short, value in overrides.items():
+                where = f"source option {short!r} (overrides {KEYS_BY_NAME[short].key})"
+                raw[short] = (value, where)
+
+    values: dict[str, ConfigValue] = {}
+    for config_key in KEYS:
+        if config_key.name not in raw:
+            continue
+        raw_value, origin = raw[config_key.name]
+        try:
+            parsed = config_key.parse(raw_value, origin)
+            values[config_key.field] = _field_value(config_key, parsed)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    _raise(problems)
+    return BarrieredConf(**values)  # type: ignore[arg-type]
+
+
+def _previous_values(previous: Mapping[str, object]) -> dict[ConfigKey, object]:
+    found: dict[ConfigKey, object] = {}
+    for name, value in previous.items():
+        short = name[len(PREFIX) :] if name.startswith(PREFIX) else name
+        config_key = KEYS_BY_NAME.get(short) or _KEYS_BY_FIELD.get(short)
+        if config_key is not None:
+            found[config_key] = value
+    return found
+
+
+def check_restore_compatible(previous: Mapping[str, object], current: BarrieredConf) -> None:
+    """Fail if a key that is fixed for the life of a snapshot path has changed.
+
+    Parameters
+    ----------
+    previous : Mapping[str, object]
+        The configuration the snapshot was taken with: :meth:`BarrieredConf.to_dict`
+        (field names), :meth:`BarrieredConf.to_conf` (full keys) or short key names,
+        with typed or string values. Keys it does not contain are not checked.
+    current : BarrieredConf
+        The configuration of the restoring query.
+
+    Raises
+    ------
+    ConfigError
+        Naming every key with ``restore_may_change=False`` whose value differs, both
+        values and what to do.
+    """
+    problems: list[str] = []
+    for config_key, old in _previous_values(previous).items():
+        if config_key.restore_may_change:
+            continue
+        old_value = (
+            config_key.parse(old, f"{config_key.key} recorded in the snapshot")
+            if isinstance(old, str)
+            else _key_value(config_key, old)
+        )
+        new_value = _key_value(config_key, getattr(current, config_key.field))
+        if old_value == new_value:
+            continue
+        old_text, new_text = config_key.format(old_value), config_key.format(new_value)
+        hint = (
+            " (to change the number of partitions, change spark.sql.shuffle.partitions and "
+            "restore into a new checkpointLocation: that is free)"
+            if config_key is MAX_PARALLELISM
+            else ""
+        )
+        problems.append(
+            f"{config_key.name} is fixed for the life of the snapshot path: the snapshot "
+            f"was taken with {config_key.name}={old_text}, this query has "
+            f"{config_key.key}={new_text}; restore with {config_key.name}={old_text} or "
+            f"start a new snapshotPath{hint}"
+        )
+    _raise(problems)
+
+
+# --------------------------------------------------------------------------------------
+# Reference documentation
+# --------------------------------------------------------------------------------------
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _type_cell(config_key: ConfigKey) -> str:
+    if config_key.type == "enum":
+        return "enum: " + " \\| ".join(f"`{c}`" for c in config_key.choices)
+    fmt = format_duration if config_key.type == "duration" else str
+    lo, hi = config_key.min_value, config_key.max_value
+    bounds = ""
+    if lo is not None and hi is not None:
+        bounds = f" in [{fmt(lo)}, {fmt(hi)}]"
+    elif lo is not None:
+        bounds = f" ≥ {fmt(lo)}"
+    unit = " (rows)" if config_key is BUFFER_PER_CHANNEL else ""
+    return f"{config_key.type}{bounds}{unit}"
+
+
+def config_table_markdown() -> str:
+    """The reference table of every key, as Markdown.
+
+    Returns
+    -------
+    str
+        A table with one row per key: key, type (with bounds or choices), default,
+        whether a per-source option may override it, whether it may change on
+        restore, and its doc. Ends with a newline.
+    """
+    lines = [
+        "| Key | Type | Default | Per-source option | May change on restore | Meaning |",
+        "|---|---|---|---|---|---|",
+    ]
+    for config_key in KEYS:
+        default = f"`{config_key.default}`" if config_key.default is not None else "(none)"
+        option = f"yes, `{config_key.name}`" if config_key.source_option else "no"
+        restore = "yes" if config_key.restore_may_change else "**no**"
+        lines.append(
+            f"| `{config_key.key}` | {_type_cell(config_key)} | {default} | {option} | "
+            f"{restore} | {_md(config_key.doc)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def render_configuration_doc(text: str) -> str:
+    """Replace the table between the config-table markers of a document.
+
+    Parameters
+    ----------
+    text : str
+        The document; it must contain :data:`DOC_MARKER_START` and
+        :data:`DOC_MARKER_END` once each, in that order.
+
+    Returns
+    -------
+    str
+        The document with the current :func:`config_table_markdown` between them.
+
+    Raises
+    ------
+    ConfigError
+        If the markers are missing or out of order.
+    """
+    start, end = text.find(DOC_MARKER_START), text.find(DOC_MARKER_END)
+    if start < 0 or end < start:
+        raise ConfigError(
+            f"the configuration document has no {DOC_MARKER_START} ... {DOC_MARKER_END} "
+            "section; add both markers where the table goes"
+        )
+    head = text[: start + len(DOC_MARKER_START)]
+    return f"{head}\n{config_table_markdown()}{text[end:]}"
+
+
+def _default_doc_path() -> Path:
+    return Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+
+
+def write_configuration_doc(path: str | Path | None = None, *, check: bool = False) -> bool:
+    """Regenerate the table in ``docs/configuration.md`` (or check that it is current).
+
+    Parameters
+    ----------
+    path : str or Path, optional
+        The document; ``docs/configuration.md`` of the source checkout by default.
+    check : bool, default False
+        Only compare, do not write.
+
+    Returns
+    -------
+    bool
+        ``True`` if the document was already current.
+    """
+    doc = Path(path) if path is not None else _default_doc_path()
+    text = doc.read_text(encoding="utf-8")
+    rendered = render_configuration_doc(text)
+    if rendered == text:
+        return True
+    if not check:
+        doc.write_text(rendered, encoding="utf-8")
+    return False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m barriered.config [--check] [PATH]``.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        Command-line arguments (``sys.argv[1:]`` by default).
+
+    Returns
+    -------
+    int
+        0 if the document is (now) current; 1 with ``--check`` if it is stale.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m barriered.config",
+        description="Regenerate the configuration table in docs/configuration.md.",
+    )
+    parser.add_argument("path", nargs="?", help="the document (default: docs/configuration.md)")
+    parser.add_argument("--check", action="store_true", help="fail if the table is stale")
+    args = parser.parse_args(argv)
+    current = write_configuration_doc(args.path, check=args.check)
+    doc = args.path or _default_doc_path()
+    if args.check and not current:
+        print(f"{doc} is stale: run python -m barriered.config", file=sys.stderr)
+        return 1
+    print(f"{doc}: {'up to date' if current else 'regenerated'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,74 @@
+"""The checkpoint coordinator: pure core (no Spark import), driven by a query listener.
+
+Mirrors Flink's ``CheckpointCoordinator``, ``PendingCheckpoint``, ``CompletedCheckpoint``,
+``CheckpointFailureManager`` and ``CheckpointStatsTracker``, plus a mode policy that picks
+aligned or unaligned per checkpoint from measured channel signals. See
+:mod:`barriered.coordinator.coordinator` for the rules and the order of events.
+"""
+
+from __future__ import annotations
+
+from barriered.coordinator.clock import Clock, ManualClock, SystemClock
+from barriered.coordinator.coordinator import CheckpointCoordinator, Committer, Participants
+from barriered.coordinator.failures import CheckpointFailureManager
+from barriered.coordinator.model import (
+    ALIGNED,
+    ALIGNED_WITH_TIMEOUT,
+    AT_LEAST_ONCE,
+    CHECKPOINT,
+    MODES,
+    SAVEPOINT,
+    UNALIGNED,
+    AckResult,
+    AckStats,
+    CheckpointKind,
+    CheckpointStatus,
+    CompletedCheckpoint,
+    Mode,
+    TriggerRequest,
+)
+from barriered.coordinator.pending import PendingCheckpoint
+from barriered.coordinator.policy import (
+    AlignmentPrediction,
+    ChannelSignals,
+    ModeDecision,
+    decide_mode,
+    predict,
+)
+from barriered.coordinator.settings import SETTING_KEYS, CoordinatorSettings
+from barriered.coordinator.stats import STATS_COLUMNS, CheckpointStats, CheckpointStatsTracker
+
+__all__ = [
+    "ALIGNED",
+    "ALIGNED_WITH_TIMEOUT",
+    "AT_LEAST_ONCE",
+    "CHECKPOINT",
+    "MODES",
+    "SAVEPOINT",
+    "SETTING_KEYS",
+    "STATS_COLUMNS",
+    "UNALIGNED",
+    "AckResult",
+    "AckStats",
+    "AlignmentPrediction",
+    "ChannelSignals",
+    "CheckpointCoordinator",
+    "CheckpointFailureManager",
+    "CheckpointKind",
+    "CheckpointStats",
+    "CheckpointStatsTracker",
+    "CheckpointStatus",
+    "Clock",
+    "Committer",
+    "CompletedCheckpoint",
+    "CoordinatorSettings",
+    "ManualClock",
+    "Mode",
+    "ModeDecision",
+    "Participants",
+    "PendingCheckpoint",
+    "SystemClock",
+    "TriggerRequest",
+    "decide_mode",
+    "predict",
+]

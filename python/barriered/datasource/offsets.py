@@ -1,0 +1,158 @@
+"""The source offset: the planner's whole state, written by Spark to its offset log.
+
+Spark persists every end offset before it runs the batch, so the offset doubles as the
+*barrier log*: it holds the delivered position of every channel, the checkpoint being
+aligned (its barrier positions ``B_n(c)`` and which channels already delivered their
+barrier), and the events of the batch it ends (barrier positions fixed, cut, abort).
+The planner rebuilds everything it needs from the start offset alone, so a restarted
+driver plans exactly as before. The format is documented in datasource/README.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ActiveCheckpoint:
+    """A checkpoint whose barriers are fixed but whose cut has not happened yet."""
+
+    id: int
+    kind: str
+    mode: str
+    barrier: tuple[int, ...]
+    arrived: tuple[int, ...]
+    started_ms: int
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "mode": self.mode,
+            "barrier": list(self.barrier),
+            "arrived": list(self.arrived),
+            "started_ms": self.started_ms,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ActiveCheckpoint:
+        """Parse the JSON form."""
+        return cls(
+            id=int(d["id"]),
+            kind=str(d["kind"]),
+            mode=str(d["mode"]),
+            barrier=tuple(int(x) for x in d["barrier"]),
+            arrived=tuple(int(x) for x in d["arrived"]),
+            started_ms=int(d["started_ms"]),
+            reason=str(d.get("reason", "")),
+        )
+
+
+@dataclass(frozen=True)
+class Cut:
+    """The checkpoint whose snapshot is taken at the end of this batch."""
+
+    id: int
+    kind: str
+    mode: str
+    barrier: tuple[int, ...]
+    inflight: tuple[tuple[int, int, int], ...]
+    base: int | None
+    at_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "mode": self.mode,
+            "barrier": list(self.barrier),
+            "inflight": [list(x) for x in self.inflight],
+            "base": self.base,
+            "at_ms": self.at_ms,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Cut:
+        """Parse the JSON form."""
+        return cls(
+            id=int(d["id"]),
+            kind=str(d["kind"]),
+            mode=str(d["mode"]),
+            barrier=tuple(int(x) for x in d["barrier"]),
+            inflight=tuple((int(a), int(b), int(c)) for a, b, c in d["inflight"]),
+            base=None if d.get("base") is None else int(d["base"]),
+            at_ms=int(d["at_ms"]),
+        )
+
+
+@dataclass(frozen=True)
+class SourceOffset:
+    """The end offset of a micro-batch of the "barriered" source.
+
+    Attributes
+    ----------
+    positions : tuple[int, ...]
+        Delivered position ``D(c)`` of every channel after the batch.
+    last_id : int
+        Highest checkpoint id the source started or saw aborted.
+    last_cut : tuple[int, ...] or None
+        Barrier positions of the latest cut (used to skip an empty final checkpoint).
+    active : ActiveCheckpoint or None
+        The checkpoint still aligning after this batch.
+    cut : Cut or None
+        The checkpoint cut at the end of this batch (markers are in this batch).
+    started : list of dict
+        Checkpoints whose barrier positions were fixed while planning this batch.
+    aborted : list of dict
+        Checkpoints aborted while planning this batch (``id``, ``reason``).
+    restore : dict or None
+        On the first batch of a restored query: what it was restored from.
+    """
+
+    positions: tuple[int, ...]
+    last_id: int = 0
+    last_cut: tuple[int, ...] | None = None
+    active: ActiveCheckpoint | None = None
+    cut: Cut | None = None
+    started: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    aborted: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    restore: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form that Spark stores in its offset log."""
+        return {
+            "v": FORMAT_VERSION,
+            "positions": list(self.positions),
+            "last_id": self.last_id,
+            "last_cut": None if self.last_cut is None else list(self.last_cut),
+            "active": None if self.active is None else self.active.to_dict(),
+            "cut": None if self.cut is None else self.cut.to_dict(),
+            "started": list(self.started),
+            "aborted": list(self.aborted),
+            "restore": self.restore,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SourceOffset:
+        """Parse an offset written by :meth:`to_dict`."""
+        return cls(
+            positions=tuple(int(x) for x in d["positions"]),
+            last_id=int(d.get("last_id", 0)),
+            last_cut=None if d.get("last_cut") is None else tuple(d["last_cut"]),
+            active=None if d.get("active") is None else ActiveCheckpoint.from_dict(d["active"]),
+            cut=None if d.get("cut") is None else Cut.from_dict(d["cut"]),
+            started=tuple(d.get("started", ())),
+            aborted=tuple(d.get("aborted", ())),
+            restore=d.get("restore"),
+        )
+
+    def carried(self) -> SourceOffset:
+        """Return the state carried into the next batch (per-batch events dropped)."""
+        return replace(self, cut=None, started=(), aborted=(), restore=None)

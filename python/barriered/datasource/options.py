@@ -1,0 +1,99 @@
+"""The options of the "barriered" source, validated at query start.
+
+Three kinds of options reach the source: its own (``upstream``, ``maxRowsPerChannel``,
+``rowsPerPartition``, ``restoreFrom``), the upstream's (see each upstream), and the
+``spark.sql.streaming.barriered.*`` keys. Session keys reach the Python worker through
+the hidden option ``barriered.sessionConf`` that :func:`barriered.install` adds on
+``load()`` (a Python data source cannot read the session configuration itself); an
+option named after a key overrides the session value. Any other option is an error
+naming it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from barriered.config import BarrieredConf, resolve, split_options
+from barriered.datasource.upstreams.options import Options, int_option
+from barriered.errors import ConfigError
+
+SESSION_CONF_OPTION = "barriered.sessionconf"
+
+#: The source's own options (lower case, as PySpark passes them) and their docs.
+SOURCE_OPTIONS: dict[str, str] = {
+    "upstream": "Where records come from: rate (default), files or delta.",
+    "maxrowsperchannel": "Admission control: most rows one micro-batch takes from a "
+    "channel (default: no limit). A channel whose upstream grows faster lags.",
+    "rowsperpartition": "Largest range of one channel read by one Spark task "
+    "(default 100000).",
+    "restorefrom": "Restore from 'latest', a checkpoint id or a savepoint path.",
+}
+
+#: Options of each upstream (lower case); ``storageoptions.*`` is a prefix.
+UPSTREAM_OPTIONS: dict[str, frozenset[str]] = {
+    "rate": frozenset({"channels", "rowspersecond", "rowsperchannel", "keys", "skew"}),
+    "files": frozenset(
+        {"path", "format", "channels", "channelby", "schema", "archiveto"}
+    ),
+    "delta": frozenset({"path", "channels", "channelby", "startingversion"}),
+}
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    """The validated options of one barriered source."""
+
+    conf: BarrieredConf
+    upstream_options: Options
+    upstream: str
+    max_rows_per_channel: int | None
+    rows_per_partition: int
+    restore_from: str | None
+
+
+def parse_source_options(options: Mapping[str, str]) -> SourceSettings:
+    """Validate the options given to ``spark.readStream.format("barriered")``.
+
+    Raises
+    ------
+    ConfigError
+        Naming every unknown option (with a suggestion) or bad value.
+    """
+    opts = {str(k).lower(): str(v) for k, v in options.items()}
+    session = json.loads(opts.pop(SESSION_CONF_OPTION, "{}") or "{}")
+    _, rest = split_options(opts)
+    conf = resolve(session, opts)
+    upstream = rest.get("upstream", "rate").lower()
+    if upstream not in UPSTREAM_OPTIONS:
+        raise ConfigError(
+            f"option 'upstream' must be one of {sorted(UPSTREAM_OPTIONS)}, got {upstream!r}"
+        )
+    known = set(SOURCE_OPTIONS) | UPSTREAM_OPTIONS[upstream]
+    unknown = [
+        k for k in rest if k not in known and not k.startswith("storageoptions.")
+    ]
+    if unknown:
+        hints = []
+        for name in sorted(unknown):
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ConfigError(
+            f"unknown option(s) for the barriered source with upstream {upstream!r}: "
+            f"{', '.join(hints)}. Known options: {', '.join(sorted(known))}, plus the "
+            "spark.sql.streaming.barriered.* keys (see docs/configuration.md)"
+        )
+    max_rows = int_option(rest, "maxrowsperchannel", 0, minimum=1) if rest.get(
+        "maxrowsperchannel"
+    ) else None
+    conf.require_snapshot_path()
+    return SourceSettings(
+        conf=conf,
+        upstream_options=Options({k: v for k, v in rest.items() if k not in SOURCE_OPTIONS}),
+        upstream=upstream,
+        max_rows_per_channel=max_rows,
+        rows_per_partition=int_option(rest, "rowsperpartition", 100_000, minimum=1),
+        restore_from=rest.get("restorefrom") or None,
+    )

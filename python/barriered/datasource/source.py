@@ -1,0 +1,89 @@
+"""The "barriered" data source: ``spark.readStream.format("barriered")``."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructField, StructType
+
+from barriered.config import check_restore_compatible
+from barriered.datasource.columns import (
+    BARRIER,
+    META_MAX_PARALLELISM,
+    META_SNAPSHOT_PATH,
+    output_schema,
+)
+from barriered.datasource.options import parse_source_options
+from barriered.datasource.reader import BarrieredStreamReader
+from barriered.datasource.upstreams import make_upstream
+from barriered.statestore.fileio import ensure_dir, read_json, write_json
+from barriered.statestore.layout import SnapshotLayout
+
+log = logging.getLogger(__name__)
+
+
+class BarrieredDataSource(DataSource):  # type: ignore[misc]
+    """A streaming source that takes Flink-style barrier checkpoints.
+
+    Options are documented in datasource/README.md; invalid ones fail the query at
+    start with a :class:`~barriered.errors.ConfigError` naming them.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "barriered"
+
+    def _setup(self) -> tuple[Any, Any, SnapshotLayout]:
+        settings = parse_source_options(self.options)
+        layout = SnapshotLayout.at(settings.conf.require_snapshot_path())
+        upstream = make_upstream(settings.upstream_options | {"upstream": settings.upstream}, layout.source_dir)
+        return settings, upstream, layout
+
+    def schema(self) -> StructType:
+        settings, upstream, layout = self._setup()
+        spark_schema = from_arrow_schema(output_schema(upstream.schema()))
+        fields = [
+            StructField(
+                f.name,
+                f.dataType,
+                True,
+                {
+                    META_SNAPSHOT_PATH: layout.root,
+                    META_MAX_PARALLELISM: settings.conf.max_parallelism,
+                }
+                if f.name == BARRIER
+                else None,
+            )
+            for f in spark_schema.fields
+        ]
+        return StructType(fields)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        settings, upstream, layout = self._setup()
+        ensure_dir(layout.root)
+        previous = read_json(layout.config_file, default=None)
+        if previous is not None:
+            check_restore_compatible(previous.get("conf", {}), settings.conf)
+            if int(previous.get("channels", upstream.channel_count())) != upstream.channel_count():
+                from barriered.errors import ConfigError
+
+                raise ConfigError(
+                    f"the snapshot path {layout.root!r} was written by a source with "
+                    f"{previous['channels']} channels, this one has "
+                    f"{upstream.channel_count()}; channels are fixed for the life of a "
+                    "snapshot path (use a new snapshotPath)"
+                )
+        write_json(
+            layout.config_file,
+            {
+                "conf": settings.conf.to_dict(),
+                "channels": upstream.channel_count(),
+                "upstream": dict(upstream.describe()),
+                "written_ms": int(time.time() * 1000),
+            },
+        )
+        return BarrieredStreamReader(settings, upstream, layout)

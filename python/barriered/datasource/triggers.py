@@ -1,0 +1,93 @@
+"""Trigger requests: how the coordinator asks the source planner for a checkpoint.
+
+The coordinator (in the driver process, fed by the query listener) writes one small JSON
+file, ``_coordinator/triggers.json``, atomically; the source planner reads it before
+planning every micro-batch. Requests carry the checkpoint id the coordinator allocated;
+the planner starts each id at most once (ids at or below the offset's ``last_id`` are
+stale) and reports what it did in the offset. The file also carries the ids to cancel
+(expired or aborted by the coordinator) and the id of the latest completed checkpoint,
+which the keyed operator uses as the base of incremental snapshots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from barriered.statestore.fileio import read_json, write_json
+
+#: How many recent requests/cancellations the file keeps.
+_KEEP = 32
+
+
+@dataclass(frozen=True)
+class TriggerRequest:
+    """One checkpoint the coordinator wants the source to start."""
+
+    id: int
+    kind: str = "checkpoint"
+    mode: str = "aligned"
+    reason: str = ""
+    requested_ms: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "mode": self.mode,
+            "reason": self.reason,
+            "requested_ms": self.requested_ms,
+        }
+
+
+@dataclass(frozen=True)
+class TriggerLog:
+    """The content of ``triggers.json``."""
+
+    requests: tuple[TriggerRequest, ...] = ()
+    cancelled: frozenset[int] = field(default_factory=frozenset)
+    last_completed: int | None = None
+
+    @classmethod
+    def read(cls, uri: str) -> TriggerLog:
+        """Read the log at ``uri``; an absent file is an empty log."""
+        raw = read_json(uri, default=None)
+        if not raw:
+            return cls()
+        return cls(
+            requests=tuple(TriggerRequest(**r) for r in raw.get("requests", [])),
+            cancelled=frozenset(int(x) for x in raw.get("cancelled", [])),
+            last_completed=raw.get("last_completed"),
+        )
+
+    def write(self, uri: str) -> None:
+        """Write the log to ``uri`` atomically, keeping only recent entries."""
+        write_json(
+            uri,
+            {
+                "requests": [r.to_dict() for r in sorted(self.requests, key=lambda r: r.id)][
+                    -_KEEP:
+                ],
+                "cancelled": sorted(self.cancelled)[-_KEEP:],
+                "last_completed": self.last_completed,
+            },
+        )
+
+    def with_request(self, request: TriggerRequest) -> TriggerLog:
+        """Return the log with ``request`` added."""
+        return TriggerLog((*self.requests, request), self.cancelled, self.last_completed)
+
+    def with_cancelled(self, ids: Sequence[int]) -> TriggerLog:
+        """Return the log with ``ids`` marked cancelled."""
+        return TriggerLog(self.requests, self.cancelled | set(ids), self.last_completed)
+
+    def with_completed(self, checkpoint_id: int) -> TriggerLog:
+        """Return the log with ``checkpoint_id`` as the latest completed checkpoint."""
+        last = self.last_completed
+        return TriggerLog(
+            self.requests,
+            self.cancelled,
+            checkpoint_id if last is None else max(last, checkpoint_id),
+        )

@@ -1,0 +1,67 @@
+"""The upstream protocol: what the "barriered" source needs from a data producer.
+
+An upstream is split into *channels* (a file group, a table partition, a generator
+lane). Each channel is an ordered sequence of records addressed by a *position* (the
+0-based index of a record within its channel) that only grows. The source planner, on
+the driver, asks :meth:`Upstream.available` how far each channel reaches right now; the
+readers, on executors, ask :meth:`Upstream.read` for a range of positions. Reads must be
+deterministic: the same range always returns the same records, so a checkpoint can be
+restored by re-reading from its barrier positions.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+
+import pyarrow as pa
+
+
+class Upstream(ABC):
+    """A replayable, multi-channel record producer.
+
+    Instances are created on the driver from the source options and pickled to the
+    executors, so they must hold only picklable configuration (open handles are created
+    lazily inside the methods).
+    """
+
+    #: Name used in ``.option("upstream", NAME)``.
+    name: str = ""
+
+    @abstractmethod
+    def schema(self) -> pa.Schema:
+        """Return the Arrow schema of the user columns (without ``_channel``/``_seq``)."""
+
+    @abstractmethod
+    def channel_count(self) -> int:
+        """Return the number of channels (fixed for the life of a snapshot path)."""
+
+    @abstractmethod
+    def available(self) -> list[int]:
+        """Return, per channel, the end (exclusive) of the positions that exist now.
+
+        Called on the driver before every micro-batch: it must be cheap, and it must never
+        return a smaller value for a channel than an earlier call did.
+        """
+
+    @abstractmethod
+    def read(self, channel: int, start: int, end: int) -> pa.Table:
+        """Return the records of ``channel`` at positions ``[start, end)`` in order.
+
+        Runs on executors. The table has exactly :meth:`schema` and ``end - start`` rows.
+        """
+
+    def is_finite(self) -> bool:
+        """Return True when the channels will never grow past :meth:`available`."""
+        return False
+
+    def release(self, channel: int, before: int) -> None:  # noqa: B027 - optional hook
+        """Let the upstream drop or archive what lies before ``before`` on ``channel``.
+
+        Called after a checkpoint whose barrier position on ``channel`` is ``before``
+        completed and is the oldest retained one. The default keeps everything.
+        """
+
+    def describe(self) -> Mapping[str, object]:
+        """Return a small JSON-able description for logs and the ``_checkpoints`` table."""
+        return {"upstream": self.name, "channels": self.channel_count()}

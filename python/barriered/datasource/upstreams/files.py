@@ -1,0 +1,983 @@
+"""The ``files`` upstream: a directory of JSON-lines, CSV or Parquet files as channels.
+
+Files are grouped into channels either by sub-folder (``channelBy=folder``: each
+immediate sub-folder of ``path`` is one channel) or by a hash of their relative path
+(``channelBy=hash``). A channel's records are the concatenation of its files in
+*discovery order*: every :meth:`FilesUpstream.available` lists the directory and appends
+the files it has not seen yet (sorted by relative path) to the end of their channel. The
+order is kept in a manifest under the upstream's ``state_dir`` (``files_manifest.jsonl``),
+so positions never move, not even after a driver restart.
+
+Producers must write files under a hidden or ``.tmp`` name and rename them into place
+when complete, and must never modify a file once it is visible: the manifest records each
+file's size, and reading a file whose size changed fails instead of returning other
+records. With ``archiveTo`` set, :meth:`FilesUpstream.release` moves files whose records
+are all before the oldest retained checkpoint into that folder; they stay readable there.
+
+The module also holds the helpers that the ``delta`` upstream shares (atomic manifest
+files, per-channel position index, casting to a fixed schema).
+"""
+
+from __future__ import annotations
+
+import base64
+import bisect
+import errno
+import json
+import os
+import shutil
+import zlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+import pyarrow.json as pjson
+import pyarrow.parquet as pq
+
+from barriered.datasource.upstreams.base import Upstream
+from barriered.datasource.upstreams.options import (
+    choice_option,
+    int_option,
+    schema_option,
+)
+from barriered.errors import ConfigError, SnapshotStoreError
+
+MANIFEST_NAME = "files_manifest.jsonl"
+MANIFEST_VERSION = 1
+FORMATS = ("json", "csv", "parquet")
+CHANNEL_BY = ("folder", "hash")
+EXTENSIONS = {
+    ".json": "json",
+    ".jsonl": "json",
+    ".ndjson": "json",
+    ".csv": "csv",
+    ".parquet": "parquet",
+}
+DEFAULT_CHANNELS = 4
+#: Manifests with at most this many files travel inside the pickled upstream; larger
+#: ones are re-read from ``state_dir`` on the executor.
+PICKLE_MANIFEST_LIMIT = 2000
+
+_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+_OFFSET_RE = r"(?:[Zz]|[+-]\d\d(?::?\d\d)?)$"
+
+
+# --------------------------------------------------------------------------------------
+# Helpers shared with the delta upstream
+# --------------------------------------------------------------------------------------
+
+
+def write_lines_atomic(path: str, lines: Iterable[str]) -> None:
+    """Write ``lines`` (one JSON document each) to ``path`` via a temp file + rename.
+
+    Raises
+    ------
+    SnapshotStoreError
+        When the folder cannot be written (the message names the file).
+    """
+    folder = os.path.dirname(path) or "."
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as f:
+            for line in lines:
+                f.write(line)
+                f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise SnapshotStoreError(
+            f"cannot write upstream manifest {path!r}: {exc}. The upstream's state folder "
+            "must be writable by the driver"
+        ) from exc
+
+
+def read_records(path: str) -> list[dict[str, Any]] | None:
+    """Return the JSON documents of manifest ``path``, one per line; None if missing.
+
+    Raises
+    ------
+    SnapshotStoreError
+        When the file cannot be read or a line is not a JSON object.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SnapshotStoreError(f"cannot read upstream manifest {path!r}: {exc}") from exc
+    out: list[dict[str, Any]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise SnapshotStoreError(
+                f"upstream manifest {path!r} is corrupt at line {number} ({exc}); restore "
+                "it from a backup, or start the stream on a new snapshot path"
+            ) from exc
+        if not isinstance(record, dict):
+            raise SnapshotStoreError(
+                f"upstream manifest {path!r} is corrupt at line {number} (not an object); "
+                "restore it from a backup, or start the stream on a new snapshot path"
+            )
+        out.append(record)
+    return out
+
+
+def file_signature(path: str) -> tuple[int, int, int] | None:
+    """Return (inode, mtime_ns, size) of ``path`` (None if missing): detects rewrites."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def dumps(record: Mapping[str, Any]) -> str:
+    """Serialize one manifest record (compact, stable key order)."""
+    return json.dumps(record, sort_keys=True, separators=(",", ":"))
+
+
+def schema_to_text(schema: pa.Schema) -> str:
+    """Serialize an Arrow schema for a manifest (base64 of its IPC form)."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def schema_from_text(text: str, where: str) -> pa.Schema:
+    """Inverse of :func:`schema_to_text`; ``where`` names the manifest in errors."""
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+    except (ValueError, TypeError, *_ARROW_ERRORS) as exc:
+        raise SnapshotStoreError(
+            f"upstream manifest {where!r} holds an unreadable schema ({exc}); restore it "
+            "from a backup, or start the stream on a new snapshot path"
+        ) from exc
+
+
+def describe_schema(schema: pa.Schema) -> list[str]:
+    """Return ``["name type", ...]`` for a manifest header (human-readable copy)."""
+    return [f"{field.name} {field.type}" for field in schema]
+
+
+def check_range(channel: int, start: int, end: int, channels: int) -> None:
+    """Reject a channel or position range that no upstream can serve."""
+    if not 0 <= channel < channels:
+        raise ValueError(f"channel {channel} is out of range [0, {channels})")
+    if start < 0 or end < start:
+        raise ValueError(f"position range [{start}, {end}) is invalid")
+
+
+def _strings_to_timestamps(values: pa.ChunkedArray, target: pa.TimestampType) -> pa.ChunkedArray:
+    """Parse ISO-8601 strings into ``target``; strings without offset are taken as UTC."""
+    try:
+        return values.cast(target)
+    except _ARROW_ERRORS:
+        pass
+    aware = pa.timestamp(target.unit, tz="UTC")
+    naive = pa.timestamp(target.unit)
+    has_offset = pc.match_substring_regex(values, _OFFSET_RE)
+    nothing = pa.scalar(None, pa.string())
+    with_offset = pc.if_else(has_offset, values, nothing).cast(aware)
+    without_offset = pc.if_else(has_offset, nothing, values).cast(naive).cast(aware)
+    return pc.coalesce(with_offset, without_offset).cast(target)
+
+
+def cast_column(values: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
+    """Cast one column to ``target`` (strings to timestamps accept any ISO-8601 form)."""
+    if values.type.equals(target):
+        return values
+    if pa.types.is_dictionary(values.type):
+        values = values.cast(values.type.value_type)
+        if values.type.equals(target):
+            return values
+    if pa.types.is_timestamp(target) and (
+        pa.types.is_string(values.type) or pa.types.is_large_string(values.type)
+    ):
+        return _strings_to_timestamps(values, target)
+    return values.cast(target)
+
+
+def conform(table: pa.Table, schema: pa.Schema, num_rows: int | None = None) -> pa.Table:
+    """Return ``table`` with exactly ``schema``: columns by name, cast, nulls if absent.
+
+    Raises the Arrow error of the first column that cannot be cast (callers name the file).
+    """
+    rows = table.num_rows if num_rows is None else num_rows
+    names = set(table.column_names)
+    columns: list[pa.ChunkedArray | pa.Array] = []
+    for field in schema:
+        if field.name in names:
+            try:
+                columns.append(cast_column(table.column(field.name), field.type))
+            except _ARROW_ERRORS as exc:
+                raise type(exc)(f"column {field.name!r}: {exc}") from exc
+        else:
+            columns.append(pa.nulls(rows, field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def normalize_schema(schema: pa.Schema) -> pa.Schema:
+    """Make an inferred schema usable as a fixed one.
+
+    Null-typed columns (all values null in the first file) become strings, dictionary
+    columns become their value type, every column is nullable, metadata is dropped.
+    """
+    fields = []
+    for field in schema:
+        data_type = field.type
+        if pa.types.is_dictionary(data_type):
+            data_type = data_type.value_type
+        if pa.types.is_null(data_type):
+            data_type = pa.string()
+        fields.append(pa.field(field.name, data_type, nullable=True))
+    return pa.schema(fields)
+
+
+def read_parquet_rows(
+    parquet: pq.ParquetFile, lo: int, hi: int, columns: Sequence[str]
+) -> pa.Table:
+    """Read rows ``[lo, hi)`` of a Parquet file, touching only the row groups needed."""
+    meta = parquet.metadata
+    groups: list[int] = []
+    first = 0
+    offset = 0
+    for index in range(meta.num_row_groups):
+        count = meta.row_group(index).num_rows
+        if offset + count > lo and offset < hi:
+            if not groups:
+                first = offset
+            groups.append(index)
+        offset += count
+    present = [c for c in columns if c in parquet.schema_arrow.names]
+    if not groups:
+        return parquet.schema_arrow.empty_table().select(present)
+    table = parquet.read_row_groups(groups, columns=present, use_threads=False)
+    return table.slice(lo - first, hi - lo)
+
+
+class _Positioned(Protocol):
+    @property
+    def channel(self) -> int: ...
+
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def rows(self) -> int: ...
+
+
+E = TypeVar("E", bound=_Positioned)
+
+
+class ChannelIndex(Generic[E]):
+    """Per channel, the files in position order, with the end of the last one.
+
+    Parameters
+    ----------
+    channels : int
+        Number of channels.
+    """
+
+    def __init__(self, channels: int) -> None:
+        self.ends = [0] * channels
+        self.items: list[list[E]] = [[] for _ in range(channels)]
+        self._starts: list[list[int]] = [[] for _ in range(channels)]
+
+    def add(self, entry: E, where: str) -> None:
+        """Append ``entry``; its start must be the channel's current end."""
+        if not 0 <= entry.channel < len(self.ends) or entry.start != self.ends[entry.channel]:
+            raise SnapshotStoreError(
+                f"upstream manifest {where!r} is inconsistent: an entry of channel "
+                f"{entry.channel} starts at {entry.start}, expected "
+                f"{self.ends[entry.channel] if 0 <= entry.channel < len(self.ends) else '?'}. "
+                "Restore it from a backup, or start the stream on a new snapshot path"
+            )
+        self.items[entry.channel].append(entry)
+        self._starts[entry.channel].append(entry.start)
+        self.ends[entry.channel] += entry.rows
+
+    def locate(self, channel: int, start: int, end: int) -> Iterator[tuple[E, int, int]]:
+        """Yield ``(entry, lo, hi)``: the rows ``[lo, hi)`` of each file covering the range.
+
+        The caller checks that ``end`` is at most ``ends[channel]``.
+        """
+        items = self.items[channel]
+        index = max(0, bisect.bisect_right(self._starts[channel], start) - 1)
+        while index < len(items) and items[index].start < end:
+            entry = items[index]
+            lo = max(start, entry.start) - entry.start
+            hi = min(end, entry.start + entry.rows) - entry.start
+            if hi > lo:
+                yield entry, lo, hi
+            index += 1
+
+
+# --------------------------------------------------------------------------------------
+# The files upstream
+# --------------------------------------------------------------------------------------
+
+
+def _ignored(name: str) -> bool:
+    return name.startswith((".", "_")) or name.endswith(".tmp")
+
+
+def _listing(root: str) -> tuple[list[str], list[str]]:
+    """Return the visible sub-folders of ``root`` and the visible files in ``root`` and in
+    those sub-folders (relative posix paths), both sorted by name."""
+    folders: list[str] = []
+    files: list[str] = []
+    with os.scandir(root) as top:
+        for entry in top:
+            if _ignored(entry.name):
+                continue
+            if entry.is_dir():
+                folders.append(entry.name)
+                try:
+                    with os.scandir(entry.path) as sub:
+                        files.extend(
+                            f"{entry.name}/{f.name}"
+                            for f in sub
+                            if not _ignored(f.name) and f.is_file()
+                        )
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+            elif entry.is_file():
+                files.append(entry.name)
+    return sorted(folders), sorted(files)
+
+
+def _infer_format(first_file: str) -> str:
+    lower = first_file.lower()
+    for ext, fmt in EXTENSIONS.items():
+        if lower.endswith(ext):
+            return fmt
+    raise ConfigError(
+        f"option 'format' is not set and cannot be inferred from the first file "
+        f"{first_file!r} (known extensions: {', '.join(EXTENSIONS)}); set option 'format' "
+        f"to one of {', '.join(FORMATS)}"
+    )
+
+
+def _infer_schema(file_path: str, fmt: str) -> pa.Schema:
+    try:
+        if fmt == "parquet":
+            schema = pq.read_schema(file_path)
+        elif os.path.getsize(file_path) == 0:
+            raise ConfigError(
+                f"cannot infer the schema from the first file {file_path!r}: it is empty; "
+                "set option 'schema' (e.g. 'id long, name string')"
+            )
+        elif fmt == "json":
+            schema = pjson.read_json(file_path).schema
+        else:
+            schema = pcsv.read_csv(file_path).schema
+    except (OSError, *_ARROW_ERRORS) as exc:
+        raise ConfigError(
+            f"cannot infer the schema from the first file {file_path!r} as {fmt} ({exc}); "
+            "check option 'format' or set option 'schema'"
+        ) from exc
+    if len(schema) == 0:
+        raise ConfigError(
+            f"the first file {file_path!r} has no columns; set option 'schema' "
+            "(e.g. 'id long, name string')"
+        )
+    return normalize_schema(schema)
+
+
+def _parse_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema given to the JSON/CSV readers: timestamps are parsed by us, as strings."""
+    return pa.schema(
+        [
+            pa.field(f.name, pa.string()) if pa.types.is_timestamp(f.type) else f
+            for f in schema
+        ]
+    )
+
+
+def _read_text_file(file_path: str, fmt: str, schema: pa.Schema) -> pa.Table:
+    """Read a whole JSON-lines or CSV file conformed to ``schema``."""
+    if os.path.getsize(file_path) == 0:
+        return schema.empty_table()
+    parse_schema = _parse_schema(schema)
+    if fmt == "csv":
+        convert = pcsv.ConvertOptions(
+            column_types={f.name: f.type for f in parse_schema},
+            include_columns=parse_schema.names,
+            include_missing_columns=True,
+        )
+        return conform(pcsv.read_csv(file_path, convert_options=convert), schema)
+    try:
+        options = pjson.ParseOptions(
+            explicit_schema=parse_schema, unexpected_field_behavior="ignore"
+        )
+        table = pjson.read_json(file_path, parse_options=options)
+    except _ARROW_ERRORS:
+        # Values of another JSON type than the schema's (e.g. numbers in a string
+        # column): let Arrow infer the file, then cast column by column.
+        table = pjson.read_json(file_path)
+    return conform(table, schema)
+
+
+@dataclass
+class FileEntry:
+    """One file of the manifest: where its records sit in its channel."""
+
+    channel: int
+    path: str
+    rows: int
+    start: int
+    size: int
+    mtime: float
+    archived_to: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        """Return the manifest line of this file."""
+        return {
+            "kind": "file",
+            "channel": self.channel,
+            "path": self.path,
+            "rows": self.rows,
+            "start": self.start,
+            "size": self.size,
+            "mtime": self.mtime,
+            "archivedTo": self.archived_to,
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any], where: str) -> FileEntry:
+        """Parse a manifest line (``where`` names the manifest in errors)."""
+        try:
+            return cls(
+                channel=int(record["channel"]),
+                path=str(record["path"]),
+                rows=int(record["rows"]),
+                start=int(record["start"]),
+                size=int(record["size"]),
+                mtime=float(record.get("mtime", 0.0)),
+                archived_to=record.get("archivedTo"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SnapshotStoreError(
+                f"upstream manifest {where!r} has a malformed file entry {dict(record)!r} "
+                f"({exc}); restore it from a backup, or start on a new snapshot path"
+            ) from exc
+
+
+class FilesUpstream(Upstream):
+    """Records of the JSON-lines, CSV or Parquet files of a directory.
+
+    Build it with :meth:`from_options`, which validates the options, infers what is not
+    given and creates (or continues) the manifest in ``state_dir``.
+
+    Parameters
+    ----------
+    path : str
+        Absolute path of the directory to read.
+    fmt : str
+        ``json`` (JSON lines), ``csv`` (with a header line) or ``parquet``.
+    channels : int
+        Number of channels.
+    channel_by : str
+        ``folder`` (channel = index of the sub-folder in ``folders``) or ``hash``
+        (channel = ``zlib.crc32(relative path) % channels``).
+    folders : Sequence[str]
+        The channel sub-folders, sorted (``folder`` mode only).
+    schema : pyarrow.Schema
+        The fixed schema every file is cast to.
+    archive_to : str or None
+        Folder to move released files to; None keeps them in place.
+    state_dir : str
+        Folder holding ``files_manifest.jsonl``.
+    """
+
+    name = "files"
+
+    def __init__(
+        self,
+        path: str,
+        fmt: str,
+        channels: int,
+        channel_by: str,
+        folders: Sequence[str],
+        schema: pa.Schema,
+        archive_to: str | None,
+        state_dir: str,
+    ) -> None:
+        self.path = path
+        self.format = fmt
+        self.channels = channels
+        self.channel_by = channel_by
+        self.folders = list(folders)
+        self._schema = schema
+        self.archive_to = archive_to
+        self.state_dir = state_dir
+        self.manifest_path = os.path.join(state_dir, MANIFEST_NAME)
+        self._index: ChannelIndex[FileEntry] | None = None
+        self._known: dict[str, FileEntry] = {}
+        self._signature: tuple[int, int, int] | None = None
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str], state_dir: str) -> FilesUpstream:
+        """Build from source options (``path``, ``format``, ``channels``, ``channelBy``,
+        ``schema``, ``archiveTo``), continuing the manifest found in ``state_dir``."""
+        raw_path = options.get("path")
+        if raw_path is None or not str(raw_path).strip():
+            raise ConfigError(
+                "option 'path' is required by upstream 'files': set it to the directory "
+                "the files are written to"
+            )
+        path = os.path.abspath(os.path.expanduser(str(raw_path).strip()))
+        if not os.path.exists(path):
+            raise ConfigError(f"option 'path': directory {path!r} does not exist; create it")
+        if not os.path.isdir(path):
+            raise ConfigError(f"option 'path': {path!r} is not a directory")
+        fmt = choice_option(options, "format", FORMATS)
+        channel_by = choice_option(options, "channelBy", CHANNEL_BY)
+        channels = (
+            int_option(options, "channels", DEFAULT_CHANNELS, minimum=1)
+            if str(options.get("channels") or "").strip()
+            else None
+        )
+        schema = schema_option(options, "schema")
+        archive_to = _archive_option(options, path)
+        state_dir = os.path.abspath(state_dir)
+        os.makedirs(state_dir, exist_ok=True)
+        manifest_path = os.path.join(state_dir, MANIFEST_NAME)
+        signature = file_signature(manifest_path)
+        records = read_records(manifest_path)
+        if records:
+            upstream = cls._continue(
+                records, manifest_path, path, fmt, channels, channel_by, schema, archive_to
+            )
+            upstream._signature = signature
+            return upstream
+
+        folders, files = _listing(path)
+        if not files and (fmt is None or schema is None):
+            raise ConfigError(
+                f"option 'path': directory {path!r} has no data files yet, so the format "
+                "and schema cannot be inferred; set options 'format' and 'schema' "
+                "(e.g. 'id long, name string') to start on an empty directory"
+            )
+        top_files = [f for f in files if "/" not in f]
+        if channel_by is None:
+            channel_by = "folder" if folders and not top_files else "hash"
+        if channel_by == "folder":
+            if not folders:
+                raise ConfigError(
+                    f"option 'channelBy' is 'folder' but {path!r} has no sub-folders; "
+                    "create one sub-folder per channel or use channelBy 'hash'"
+                )
+            if top_files:
+                raise ConfigError(
+                    f"option 'channelBy' is 'folder' but file {top_files[0]!r} lies directly "
+                    f"in {path!r}; put every file in a channel sub-folder or use "
+                    "channelBy 'hash'"
+                )
+            if channels is not None and channels != len(folders):
+                raise ConfigError(
+                    f"option 'channels' is {channels} but channelBy 'folder' found "
+                    f"{len(folders)} sub-folders in {path!r} ({', '.join(folders)}); omit "
+                    "'channels' or make them equal"
+                )
+            channels = len(folders)
+        else:
+            folders = []
+            channels = channels or DEFAULT_CHANNELS
+        if fmt is None:
+            fmt = _infer_format(files[0])
+        if schema is None:
+            schema = _infer_schema(os.path.join(path, files[0]), fmt)
+        upstream = cls(path, fmt, channels, channel_by, folders, schema, archive_to, state_dir)
+        upstream._save(fresh=True)
+        return upstream
+
+    @classmethod
+    def _continue(
+        cls,
+        records: list[dict[str, Any]],
+        manifest_path: str,
+        path: str,
+        fmt: str | None,
+        channels: int | None,
+        channel_by: str | None,
+        schema: pa.Schema | None,
+        archive_to: str | None,
+    ) -> FilesUpstream:
+        header = _header(records, manifest_path)
+        saved_schema = schema_from_text(str(header["schema"]), manifest_path)
+
+        def differs(option: str, given: object, saved: object) -> None:
+            raise ConfigError(
+                f"option {option!r} is {given!r} but this stream's files upstream was "
+                f"started with {saved!r} (manifest {manifest_path!r}); positions depend on "
+                f"it, so it cannot change: use {saved!r} again, or start the stream on a "
+                "new snapshot path"
+            )
+
+        if header["path"] != path:
+            differs("path", path, header["path"])
+        if fmt is not None and fmt != header["format"]:
+            differs("format", fmt, header["format"])
+        if channel_by is not None and channel_by != header["channelBy"]:
+            differs("channelBy", channel_by, header["channelBy"])
+        if channels is not None and channels != header["channels"]:
+            differs("channels", channels, header["channels"])
+        if schema is not None and not schema.equals(saved_schema):
+            differs(
+                "schema",
+                ", ".join(describe_schema(schema)),
+                ", ".join(describe_schema(saved_schema)),
+            )
+        upstream = cls(
+            path,
+            str(header["format"]),
+            int(header["channels"]),
+            str(header["channelBy"]),
+            [str(f) for f in header.get("folders", [])],
+            saved_schema,
+            archive_to,
+            os.path.dirname(manifest_path),
+        )
+        upstream._adopt(records)
+        return upstream
+
+    # ------------------------------------------------------------------ manifest
+
+    def _header_record(self) -> dict[str, Any]:
+        return {
+            "kind": "header",
+            "manifest": MANIFEST_VERSION,
+            "upstream": self.name,
+            "path": self.path,
+            "format": self.format,
+            "channels": self.channels,
+            "channelBy": self.channel_by,
+            "folders": self.folders,
+            "schema": schema_to_text(self._schema),
+            "columns": describe_schema(self._schema),
+        }
+
+    def _adopt(self, records: list[dict[str, Any]]) -> None:
+        """Rebuild the in-memory index from manifest records."""
+        header = _header(records, self.manifest_path)
+        if (
+            header["path"] != self.path
+            or header["channels"] != self.channels
+            or header["format"] != self.format
+        ):
+            raise SnapshotStoreError(
+                f"upstream manifest {self.manifest_path!r} belongs to another stream "
+                f"(path {header['path']!r}, {header['channels']} channels, format "
+                f"{header['format']!r}); the upstream state folder must not be shared"
+            )
+        index: ChannelIndex[FileEntry] = ChannelIndex(self.channels)
+        known: dict[str, FileEntry] = {}
+        for record in records[1:]:
+            if record.get("kind") != "file":
+                continue
+            entry = FileEntry.from_record(record, self.manifest_path)
+            index.add(entry, self.manifest_path)
+            known[entry.path] = entry
+        self._index = index
+        self._known = known
+
+    def _load(self, force: bool = False) -> ChannelIndex[FileEntry]:
+        """Return the index, (re)reading the manifest when it changed on disk (driver) or
+        when ``force`` is set (an executor whose copy does not cover a range)."""
+        signature = file_signature(self.manifest_path)
+        if self._index is not None and not force and signature == self._signature:
+            return self._index
+        if self._index is not None and signature is None:
+            raise SnapshotStoreError(
+                f"upstream manifest {self.manifest_path!r} disappeared; the upstream state "
+                "folder must be kept for the life of the snapshot path"
+            )
+        records = read_records(self.manifest_path)
+        if records is None:
+            if self._index is None:
+                self._index = ChannelIndex(self.channels)
+                self._known = {}
+            return self._index
+        self._adopt(records)
+        self._signature = signature
+        assert self._index is not None
+        return self._index
+
+    def _save(self, fresh: bool = False) -> None:
+        if fresh:
+            self._index = ChannelIndex(self.channels)
+            self._known = {}
+        assert self._index is not None
+        lines = [dumps(self._header_record())]
+        lines.extend(dumps(entry.record()) for entry in self._known.values())
+        write_lines_atomic(self.manifest_path, lines)
+        self._signature = file_signature(self.manifest_path)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        if len(self._known) > PICKLE_MANIFEST_LIMIT:
+            state["_index"] = None
+            state["_known"] = {}
+            state["_signature"] = None
+        return state
+
+    # ------------------------------------------------------------------ protocol
+
+    def schema(self) -> pa.Schema:
+        return self._schema
+
+    def channel_count(self) -> int:
+        return self.channels
+
+    def is_finite(self) -> bool:
+        return False
+
+    def _channel_of(self, rel: str) -> int:
+        if self.channel_by == "folder":
+            folder = rel.split("/", 1)[0]
+            if "/" not in rel or folder not in self.folders:
+                raise ConfigError(
+                    f"channelBy 'folder': {os.path.join(self.path, rel)!r} is not in one of "
+                    f"the channel sub-folders {self.folders} fixed when the stream started; "
+                    "the channels of a stream cannot change: move it into an existing "
+                    "sub-folder, or start the stream on a new snapshot path"
+                )
+            return self.folders.index(folder)
+        return zlib.crc32(rel.encode("utf-8")) % self.channels
+
+    def _count_rows(self, file_path: str) -> int:
+        """Learn a new file's row count, checking that it can be cast to the schema."""
+        try:
+            if self.format == "parquet":
+                parquet = pq.ParquetFile(file_path)
+                present = [f for f in self._schema if f.name in parquet.schema_arrow.names]
+                conform(
+                    parquet.schema_arrow.empty_table().select([f.name for f in present]),
+                    pa.schema(present),
+                )
+                return int(parquet.metadata.num_rows)
+            return int(_read_text_file(file_path, self.format, self._schema).num_rows)
+        except (OSError, *_ARROW_ERRORS) as exc:
+            raise ConfigError(
+                f"file {file_path!r} cannot be read as {self.format} with the stream's "
+                f"schema ({', '.join(describe_schema(self._schema))}): {exc}. Fix or remove "
+                "the file (before it is picked up), or set option 'schema' on a new "
+                "snapshot path"
+            ) from exc
+
+    def available(self) -> list[int]:
+        index = self._load()
+        try:
+            folders, files = _listing(self.path)
+        except FileNotFoundError:
+            raise ConfigError(
+                f"option 'path': directory {self.path!r} no longer exists; the files "
+                "upstream needs it for the life of the stream"
+            ) from None
+        if self.channel_by == "folder":
+            extra = [f for f in folders if f not in self.folders]
+            if extra:
+                raise ConfigError(
+                    f"channelBy 'folder': new sub-folder {os.path.join(self.path, extra[0])!r}"
+                    f" appeared, but the channels {self.folders} are fixed for the life of "
+                    "the stream; move its files into an existing sub-folder, or start the "
+                    "stream on a new snapshot path"
+                )
+        new = [rel for rel in files if rel not in self._known]
+        if not new:
+            return list(index.ends)
+        for rel in new:
+            file_path = os.path.join(self.path, rel)
+            channel = self._channel_of(rel)
+            try:
+                st = os.stat(file_path)
+            except FileNotFoundError:
+                continue  # renamed or removed since the listing: seen next time, if ever
+            rows = self._count_rows(file_path)
+            entry = FileEntry(
+                channel=channel,
+                path=rel,
+                rows=rows,
+                start=index.ends[channel],
+                size=st.st_size,
+                mtime=st.st_mtime,
+            )
+            index.add(entry, self.manifest_path)
+            self._known[rel] = entry
+        self._save()
+        return list(index.ends)
+
+    def _locations(self, entry: FileEntry) -> list[str]:
+        original = os.path.join(self.path, entry.path)
+        archived = [
+            os.path.join(root, entry.path)
+            for root in (entry.archived_to, self.archive_to)
+            if root is not None
+        ]
+        if entry.archived_to is not None:
+            return [*archived, original]
+        return [original, *archived]
+
+    def _open(self, entry: FileEntry) -> str:
+        """Return where ``entry`` can be read, checking that it was not modified."""
+        for location in self._locations(entry):
+            try:
+                size = os.path.getsize(location)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if size != entry.size:
+                raise SnapshotStoreError(
+                    f"file {location!r} changed size ({entry.size} -> {size} bytes) after the "
+                    f"files upstream read it; its records' positions are recorded in "
+                    f"{self.manifest_path!r}. The upstream must not modify files in place: "
+                    "write new files (under a .tmp or hidden name, renamed when complete)"
+                )
+            return location
+        raise SnapshotStoreError(
+            f"file {os.path.join(self.path, entry.path)!r} (records {entry.start}.."
+            f"{entry.start + entry.rows} of channel {entry.channel}) disappeared before it "
+            f"was released. The upstream must not modify or delete files in place; set "
+            "option 'archiveTo' to let the source move files it no longer needs"
+        )
+
+    def _read_entry(self, entry: FileEntry, lo: int, hi: int) -> pa.Table:
+        location = self._open(entry)
+        try:
+            if self.format == "parquet":
+                parquet = pq.ParquetFile(location)
+                total = int(parquet.metadata.num_rows)
+                if total == entry.rows:
+                    rows = read_parquet_rows(parquet, lo, hi, self._schema.names)
+                    return conform(rows, self._schema, num_rows=hi - lo)
+            else:
+                table = _read_text_file(location, self.format, self._schema)
+                total = table.num_rows
+                if total == entry.rows:
+                    return table.slice(lo, hi - lo)
+        except (OSError, *_ARROW_ERRORS) as exc:
+            raise SnapshotStoreError(
+                f"file {location!r} cannot be read any more ({exc}); it was readable when "
+                "the files upstream discovered it. The upstream must not modify files in "
+                "place"
+            ) from exc
+        raise SnapshotStoreError(
+            f"file {location!r} now has {total} records, {entry.rows} when the files "
+            "upstream discovered it. The upstream must not modify files in place: write "
+            "new files (under a .tmp or hidden name, renamed when complete)"
+        )
+
+    def read(self, channel: int, start: int, end: int) -> pa.Table:
+        check_range(channel, start, end, self.channels)
+        if start == end:
+            return self._schema.empty_table()
+        # On executors: trust the pickled copy when it covers the range (its "archived"
+        # flags may be stale, _locations() looks in both places), else re-read the manifest.
+        index = self._index
+        if index is None or end > index.ends[channel]:
+            index = self._load(force=True)
+        if end > index.ends[channel]:
+            raise SnapshotStoreError(
+                f"channel {channel} of the files upstream has {index.ends[channel]} records "
+                f"in {self.manifest_path!r}, but records [{start}, {end}) were asked for: the "
+                "upstream state folder does not belong to this stream or was lost"
+            )
+        pieces = [self._read_entry(e, lo, hi) for e, lo, hi in index.locate(channel, start, end)]
+        table = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+        if table.num_rows != end - start:  # pragma: no cover - guarded by the checks above
+            raise SnapshotStoreError(
+                f"channel {channel}: read {table.num_rows} records for [{start}, {end})"
+            )
+        return table
+
+    def release(self, channel: int, before: int) -> None:
+        if self.archive_to is None:
+            return
+        index = self._load()
+        changed = False
+        for entry in index.items[channel]:
+            if entry.start + entry.rows > before:
+                break
+            if entry.archived_to is not None:
+                continue
+            source = os.path.join(self.path, entry.path)
+            target = os.path.join(self.archive_to, entry.path)
+            if os.path.exists(source):
+                _move(source, target)
+            if os.path.exists(target):
+                entry.archived_to = self.archive_to
+                changed = True
+        if changed:
+            self._save()
+
+    def describe(self) -> Mapping[str, object]:
+        return {
+            "upstream": self.name,
+            "path": self.path,
+            "format": self.format,
+            "channels": self.channels,
+            "channelBy": self.channel_by,
+            "files": self._file_count(),
+            "archiveTo": self.archive_to,
+        }
+
+    def _file_count(self) -> int:
+        self._load()
+        return len(self._known)
+
+
+def _header(records: list[dict[str, Any]], where: str) -> dict[str, Any]:
+    header = records[0] if records else {}
+    required = ("path", "format", "channels", "channelBy", "schema")
+    if header.get("kind") != "header" or any(k not in header for k in required):
+        raise SnapshotStoreError(
+            f"upstream manifest {where!r} has no valid header line; restore it from a "
+            "backup, or start the stream on a new snapshot path"
+        )
+    if header.get("manifest", MANIFEST_VERSION) > MANIFEST_VERSION:
+        raise SnapshotStoreError(
+            f"upstream manifest {where!r} was written by a newer spark-barriered "
+            f"(manifest version {header.get('manifest')}); upgrade spark-barriered"
+        )
+    return header
+
+
+def _archive_option(options: Mapping[str, str], path: str) -> str | None:
+    raw = options.get("archiveTo")
+    if raw is None or not str(raw).strip():
+        return None
+    archive = os.path.abspath(os.path.expanduser(str(raw).strip()))
+    inside = os.path.relpath(archive, path)
+    if inside == "." or (
+        not inside.startswith("..") and not _ignored(inside.split(os.sep, 1)[0])
+    ):
+        raise ConfigError(
+            f"option 'archiveTo' ({archive!r}) lies inside option 'path' ({path!r}), so "
+            "archived files would be discovered again; use a folder outside 'path' (or a "
+            "hidden one, e.g. '_archive')"
+        )
+    try:
+        os.makedirs(archive, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"option 'archiveTo': cannot create folder {archive!r}: {exc}") from exc
+    return archive
+
+
+def _move(source: str, target: str) -> None:
+    """Move a file, creating the target's folder; copies across file systems."""
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    try:
+        os.replace(source, target)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        shutil.move(source, target)

@@ -1,0 +1,40 @@
+"""Typed errors of spark-barriered, all in one place.
+
+Every error the package raises on purpose derives from :class:`BarrieredError`, so
+callers can catch one type. Messages name the option, key, file or checkpoint at fault
+and say what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class BarrieredError(Exception):
+    """Base class of every error raised on purpose by spark-barriered."""
+
+
+class ConfigError(BarrieredError, ValueError):
+    """A configuration key or source option is unknown, malformed or out of range."""
+
+
+class KeyGroupError(BarrieredError, ValueError):
+    """Invalid parallelism / maxParallelism or a key group outside its range."""
+
+
+class BarrierProtocolError(BarrieredError, RuntimeError):
+    """An event violates the barrier protocol (e.g. an event on a closed channel)."""
+
+
+class CheckpointError(BarrieredError, RuntimeError):
+    """A checkpoint could not be triggered, acknowledged or completed."""
+
+
+class CheckpointFailureLimitExceeded(CheckpointError):
+    """More consecutive checkpoint failures than ``tolerableCheckpointFailures`` allows."""
+
+
+class SnapshotStoreError(BarrieredError, OSError):
+    """The snapshot path is missing, unwritable, corrupt or belongs to another query."""
+
+
+class RestoreError(BarrieredError, RuntimeError):
+    """A snapshot cannot be restored into this query (missing, incompatible, corrupt)."""

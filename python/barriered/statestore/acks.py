@@ -1,0 +1,126 @@
+"""Acknowledgements: what each participant of a checkpoint reports to the coordinator.
+
+A participant is a key group of a keyed operator (``state/<operator>/<key group>``) or
+an in-flight writer of a channel (``inflight/<channel>``). When it has written its part
+of checkpoint ``n`` it writes one JSON file under ``_acks/<n>/``, listing the data files
+it wrote (ready to be added to a Delta table in the coordinator's single commit) and its
+sizes. Rewriting an ack (a retried task) replaces it whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from barriered.statestore.fileio import filesystem, join, list_names, read_json, write_json
+from barriered.statestore.layout import SnapshotLayout
+
+
+def state_participant(operator: str, key_group: int) -> str:
+    """Participant name of one key group of a keyed operator."""
+    return f"state/{operator}/{key_group}"
+
+
+def inflight_participant(channel: int) -> str:
+    """Participant name of the in-flight writer of one channel."""
+    return f"inflight/{channel}"
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """A Parquet file written for a Delta table, not yet committed."""
+
+    path: str  # relative to the table root
+    size: int
+    rows: int
+    partition_values: dict[str, str | None]
+    modification_time: int
+
+    def stats_json(self) -> str:
+        """Delta ``stats`` of the file (record count)."""
+        return json.dumps({"numRecords": self.rows})
+
+
+@dataclass(frozen=True)
+class Ack:
+    """One participant's acknowledgement of one checkpoint."""
+
+    checkpoint_id: int
+    participant: str
+    changed: bool
+    files: tuple[DataFile, ...] = ()
+    rows: int = 0
+    bytes: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        d = asdict(self)
+        d["files"] = [asdict(f) for f in self.files]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Ack:
+        """Parse the JSON form."""
+        return cls(
+            checkpoint_id=int(d["checkpoint_id"]),
+            participant=str(d["participant"]),
+            changed=bool(d["changed"]),
+            files=tuple(DataFile(**f) for f in d.get("files", [])),
+            rows=int(d.get("rows", 0)),
+            bytes=int(d.get("bytes", 0)),
+            extra=dict(d.get("extra", {})),
+        )
+
+
+def write_ack(layout: SnapshotLayout, ack: Ack) -> None:
+    """Publish ``ack`` (atomically) for the coordinator."""
+    write_json(layout.ack_file(ack.checkpoint_id, ack.participant), ack.to_dict())
+
+
+def read_acks(layout: SnapshotLayout, checkpoint_id: int) -> dict[str, Ack]:
+    """Return every acknowledgement of ``checkpoint_id`` published so far, by participant."""
+    folder = layout.acks_dir(checkpoint_id)
+    acks: dict[str, Ack] = {}
+    for name in list_names(folder):
+        if name.endswith(".json"):
+            ack = Ack.from_dict(read_json(join(folder, name)))
+            acks[ack.participant] = ack
+    return acks
+
+
+def write_data_file(
+    table_uri: str, partition_values: dict[str, str], prefix: str, table: pa.Table
+) -> DataFile:
+    """Write ``table`` as one Parquet data file in a Hive-style partition folder.
+
+    The partition columns are not stored in the file (Delta takes them from the add
+    action). The file name is unique, so a retried task never overwrites a committed file.
+    """
+    fs, root = filesystem(table_uri)
+    folder = "/".join(f"{k}={v}" for k, v in partition_values.items())
+    rel = f"{folder}/{prefix}-{uuid.uuid4().hex}.parquet"
+    fs.create_dir(f"{root}/{folder}", recursive=True)
+    with fs.open_output_stream(f"{root}/{rel}") as out:
+        pq.write_table(table, out, compression="zstd")
+    info = fs.get_file_info(f"{root}/{rel}")
+    mtime = int(info.mtime.timestamp() * 1000) if info.mtime else int(time.time() * 1000)
+    return DataFile(
+        path=rel,
+        size=int(info.size or 0),
+        rows=table.num_rows,
+        partition_values=dict(partition_values),
+        modification_time=mtime,
+    )
+
+
+def writer_id() -> str:
+    """A short id of the writing process, for file names in logs."""
+    return f"{os.getpid()}"

@@ -1,0 +1,198 @@
+"""The Delta tables under a snapshot path: schemas, creation, single-commit checkpoints.
+
+Executors write data files; the coordinator commits them here, one checkpoint at a time.
+Each commit carries a Delta *app transaction* ``(barriered.<table>, checkpoint id)``, so
+committing the same checkpoint twice (a retried completion after a crash) changes
+nothing. The ``state`` table's commit is the completion point of a checkpoint: its
+version is the checkpoint's restore point (time travel), and its commit metadata holds
+the barrier positions, so a checkpoint can be rebuilt from the state table alone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+from deltalake.transaction import (
+    AddAction,
+    CommitProperties,
+    RemoveAction,
+    Transaction,
+    create_table_with_add_actions,
+)
+
+from barriered.errors import SnapshotStoreError
+from barriered.statestore.acks import Ack, DataFile
+
+log = logging.getLogger(__name__)
+
+STATE_SCHEMA = pa.schema(
+    [
+        ("operator", pa.string()),
+        ("key_group", pa.int32()),
+        ("key", pa.string()),
+        ("value", pa.string()),
+        ("checkpoint_id", pa.int64()),
+    ]
+)
+STATE_PARTITIONS = ["operator", "key_group"]
+INFLIGHT_PARTITIONS = ["checkpoint_id"]
+APP_ID_PREFIX = "barriered."
+
+
+def open_table(uri: str, version: int | None = None) -> DeltaTable | None:
+    """Return the Delta table at ``uri`` (at ``version``), or None if there is none."""
+    try:
+        return DeltaTable(uri, version=version) if version is not None else DeltaTable(uri)
+    except TableNotFoundError:
+        return None
+
+
+def _adds(files: Iterable[DataFile]) -> list[AddAction]:
+    return [
+        AddAction(
+            path=f.path,
+            size=f.size,
+            partition_values=dict(f.partition_values),
+            modification_time=f.modification_time,
+            data_change=True,
+            stats=f.stats_json(),
+        )
+        for f in files
+    ]
+
+
+def commit_files(
+    uri: str,
+    schema: pa.Schema,
+    partition_by: Sequence[str],
+    checkpoint_id: int,
+    adds: Sequence[DataFile],
+    replace_partitions: Sequence[Mapping[str, str]] = (),
+    metadata: Mapping[str, Any] | None = None,
+) -> int:
+    """Commit one checkpoint's files to one table in one transaction; return the version.
+
+    Parameters
+    ----------
+    uri : str
+        The table.
+    schema : pyarrow.Schema
+        The table schema (used to create the table on its first commit).
+    partition_by : sequence of str
+        Partition columns.
+    checkpoint_id : int
+        Also the app transaction version: a checkpoint already committed is not
+        committed again (its version is returned).
+    adds : sequence of DataFile
+        Files to add.
+    replace_partitions : sequence of mapping
+        Partitions whose current files this commit removes (key groups rewritten).
+    metadata : mapping, optional
+        Custom commit metadata.
+    """
+    app_id = APP_ID_PREFIX + uri.rstrip("/").rsplit("/", 1)[-1]
+    props = CommitProperties(
+        custom_metadata={"barriered.checkpoint_id": checkpoint_id, **(metadata or {})},
+        app_transactions=[Transaction(app_id, checkpoint_id, int(time.time() * 1000))],
+    )
+    table = open_table(uri)
+    try:
+        if table is None:
+            create_table_with_add_actions(
+                uri,
+                schema,  # type: ignore[arg-type]
+                _adds(adds),
+                mode="error",
+                partition_by=list(partition_by),
+                commit_properties=props,
+            )
+            created = DeltaTable(uri)
+            return created.version()
+        done = table.transaction_version(app_id)
+        if done is not None and done >= checkpoint_id:
+            log.info("checkpoint %d already committed to %s; skipped", checkpoint_id, uri)
+            return committed_version(table, checkpoint_id)
+        removes: list[RemoveAction] = []
+        if replace_partitions:
+            wanted = {tuple(p.get(c) for c in partition_by) for p in replace_partitions}
+            now = int(time.time() * 1000)
+            for action in current_files(table):
+                pv = action["partition_values"]
+                if tuple(pv.get(c) for c in partition_by) in wanted:
+                    removes.append(
+                        RemoveAction(
+                            path=action["path"],
+                            data_change=True,
+                            deletion_timestamp=now,
+                            size=action["size"],
+                            partition_values=pv,
+                        )
+                    )
+        table.create_write_transaction(
+            [*_adds(adds), *removes],
+            mode="append",
+            schema=schema,  # type: ignore[arg-type]
+            partition_by=list(partition_by),
+            commit_properties=props,
+        )
+        table.update_incremental()
+        return table.version()
+    except OSError as exc:
+        raise SnapshotStoreError(
+            f"cannot commit checkpoint {checkpoint_id} to {uri!r}: {exc}"
+        ) from exc
+
+
+def current_files(table: DeltaTable) -> list[dict[str, Any]]:
+    """Return the table's live files: path, size, partition_values."""
+    actions = table.get_add_actions(flatten=False).to_pylist()
+    out = []
+    for a in actions:
+        pv = a.get("partition_values") or {}
+        out.append(
+            {
+                "path": a["path"],
+                "size": a["size_bytes"],
+                "partition_values": {k: (None if v is None else str(v)) for k, v in pv.items()},
+            }
+        )
+    return out
+
+
+def committed_version(table: DeltaTable, checkpoint_id: int) -> int:
+    """Return the table version whose commit carries ``checkpoint_id``."""
+    for entry in table.history():
+        if entry.get("barriered.checkpoint_id") == checkpoint_id:
+            return int(entry["version"])
+    raise SnapshotStoreError(
+        f"{table.table_uri!r} says checkpoint {checkpoint_id} was committed, but no commit "
+        "carries it in the retained Delta history"
+    )
+
+
+def state_replacements(acks: Iterable[Ack]) -> list[dict[str, str]]:
+    """Partitions (operator, key_group) that the changed key groups of ``acks`` replace."""
+    out = []
+    for ack in acks:
+        if ack.changed and ack.participant.startswith("state/"):
+            _, operator, key_group = ack.participant.split("/")
+            out.append({"operator": operator, "key_group": key_group})
+    return out
+
+
+def append_rows(uri: str, rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> None:
+    """Append plain rows to a (small) Delta table, creating it when needed."""
+    table = pa.Table.from_pylist([dict(r) for r in rows], schema=schema)
+    write_deltalake(uri, table, mode="append", schema_mode="merge")
+
+
+def as_json(value: Any) -> str:
+    """Serialize ``value`` compactly (for commit metadata and table cells)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,112 @@
+"""Small JSON files under the snapshot path, written atomically.
+
+The trigger/ack handshake between the coordinator (driver), the source planner (a
+Python worker on the driver) and the keyed operator (executors) uses small JSON files:
+each is written whole to a temporary name and renamed into place, so a reader sees the
+old file or the new one, never half of one, and a crash of any party leaves nothing
+half-written behind. Paths may be local folders, mounted volumes (``/Volumes/...``) or
+URIs that :mod:`pyarrow.fs` understands.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from barriered.errors import SnapshotStoreError
+
+
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """Return the pyarrow filesystem and the path inside it for ``uri``."""
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), os.path.abspath(uri)
+    try:
+        return pafs.FileSystem.from_uri(uri)
+    except (pafs.ArrowInvalid, OSError) as exc:  # type: ignore[attr-defined]
+        raise SnapshotStoreError(f"cannot open storage for {uri!r}: {exc}") from exc
+
+
+def join(base: str, *parts: str) -> str:
+    """Join path parts with '/', for local paths and URIs alike."""
+    return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
+
+
+def write_json(uri: str, payload: Any) -> None:
+    """Write ``payload`` as JSON to ``uri`` atomically (temp file + rename)."""
+    fs, path = filesystem(uri)
+    parent = path.rsplit("/", 1)[0]
+    data = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    try:
+        fs.create_dir(parent, recursive=True)
+        tmp = f"{parent}/.{path.rsplit('/', 1)[1]}.{uuid.uuid4().hex}.tmp"
+        with fs.open_output_stream(tmp) as out:
+            out.write(data)
+        fs.move(tmp, path)
+    except OSError as exc:
+        raise SnapshotStoreError(
+            f"cannot write {uri!r}: {exc}. Check that the snapshot path exists and is "
+            "writable by the driver and the executors"
+        ) from exc
+
+
+def read_json(uri: str, default: Any = None) -> Any:
+    """Read a JSON file; return ``default`` when it does not exist.
+
+    Raises
+    ------
+    SnapshotStoreError
+        When the file exists but is not valid JSON (the message names the file).
+    """
+    fs, path = filesystem(uri)
+    try:
+        with fs.open_input_stream(path) as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return default
+    except OSError as exc:
+        if "not found" in str(exc).lower() or "no such file" in str(exc).lower():
+            return default
+        raise SnapshotStoreError(f"cannot read {uri!r}: {exc}") from exc
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise SnapshotStoreError(
+            f"{uri!r} is corrupt (not valid JSON: {exc}); it was not changed. Restore it "
+            "from a backup or remove the snapshot path's damaged checkpoint"
+        ) from exc
+
+
+def list_names(uri: str) -> list[str]:
+    """Return the names of the (non-temporary) files directly under folder ``uri``."""
+    fs, path = filesystem(uri)
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    except OSError as exc:
+        raise SnapshotStoreError(f"cannot list {uri!r}: {exc}") from exc
+    return sorted(
+        i.base_name
+        for i in infos
+        if i.type == pafs.FileType.File and not i.base_name.startswith(".")
+    )
+
+
+def ensure_dir(uri: str) -> None:
+    """Create folder ``uri`` (and parents); fail clearly when that is impossible."""
+    fs, path = filesystem(uri)
+    try:
+        fs.create_dir(path, recursive=True)
+    except OSError as exc:
+        raise SnapshotStoreError(
+            f"snapshot path {uri!r} cannot be created or written: {exc}. Set "
+            "spark.sql.streaming.barriered.snapshotPath (or the source option "
+            "'snapshotPath') to a folder the driver and executors can write"
+        ) from exc
+
+
+def to_local_or_uri(uri: str) -> str:
+    """Return ``uri`` unchanged for URIs, or an absolute path for local paths."""
+    return uri if "://" in uri else os.path.abspath(uri)

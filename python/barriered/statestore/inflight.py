@@ -1,0 +1,76 @@
+"""In-flight capture: the records a barrier overtook, persisted with their checkpoint.
+
+For an unaligned cut the planner knows each lagging channel's backlog ``[D(c), B_n(c))``.
+In the cut batch one extra Spark task per such channel writes it to the ``inflight``
+table (``inflight.capture = value``: the records themselves, partitioned by checkpoint
+id) or only its range (``reference``: the upstream is replayable, nothing is copied),
+then acknowledges as participant ``inflight/<channel>``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pyarrow as pa
+
+from barriered.datasource.columns import data_batch
+from barriered.datasource.upstreams.base import Upstream
+from barriered.statestore.acks import Ack, inflight_participant, write_ack, write_data_file
+from barriered.statestore.layout import SnapshotLayout
+
+log = logging.getLogger(__name__)
+
+
+def inflight_file_schema(user: pa.Schema) -> pa.Schema:
+    """Schema of the ``inflight`` table's files: the user columns, ``_channel``, ``_seq``."""
+    return pa.schema([*user, pa.field("_channel", pa.int32()), pa.field("_seq", pa.int64())])
+
+
+def capture(
+    layout: SnapshotLayout,
+    upstream: Upstream,
+    checkpoint_id: int,
+    channel: int,
+    start: int,
+    end: int,
+    mode: str,
+) -> Ack:
+    """Persist the in-flight range of one channel and acknowledge it.
+
+    Parameters
+    ----------
+    mode : str
+        ``"value"`` copies the records, ``"reference"`` records only the range.
+    """
+    files = ()
+    if mode == "value" and end > start:
+        table = data_batch(upstream.read(channel, start, end), channel, start)
+        table = table.select([*upstream.schema().names, "_channel", "_seq"])
+        files = (
+            write_data_file(
+                layout.inflight_table,
+                {"checkpoint_id": str(checkpoint_id)},
+                f"ch{channel}",
+                table,
+            ),
+        )
+    ack = Ack(
+        checkpoint_id,
+        inflight_participant(channel),
+        changed=True,
+        files=files,
+        rows=end - start,
+        bytes=sum(f.size for f in files),
+        extra={"channel": channel, "start": start, "end": end, "capture": mode},
+    )
+    write_ack(layout, ack)
+    log.info(
+        "checkpoint %d: in-flight channel %d [%d, %d) captured (%s, %d bytes)",
+        checkpoint_id,
+        channel,
+        start,
+        end,
+        mode,
+        ack.bytes,
+    )
+    return ack

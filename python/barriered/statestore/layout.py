@@ -1,0 +1,79 @@
+"""Where things live under one snapshot path (see statestore/README.md).
+
+::
+
+    <snapshotPath>/
+      _checkpoints/            Delta: one row per finished checkpoint (coordinator)
+      state/                   Delta: keyed state, partitioned by operator, key_group
+      inflight/                Delta: in-flight records, partitioned by checkpoint_id
+      _coordinator/config.json the resolved configuration the source started with
+      _coordinator/triggers.json  trigger requests and cancellations for the source
+      _coordinator/operators/<op>.json  keyed operators registered on this path
+      _acks/<id>/<participant>.json   acknowledgements of checkpoint <id>
+      _source/                 the upstream's own manifest (positions of files)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from barriered.statestore.fileio import join, to_local_or_uri
+
+
+@dataclass(frozen=True)
+class SnapshotLayout:
+    """Paths of the tables and handshake files under one snapshot path."""
+
+    root: str
+
+    @classmethod
+    def at(cls, root: str) -> SnapshotLayout:
+        """Return the layout rooted at ``root`` (made absolute when local)."""
+        return cls(to_local_or_uri(root))
+
+    @property
+    def checkpoints_table(self) -> str:
+        """The ``_checkpoints`` Delta table."""
+        return join(self.root, "_checkpoints")
+
+    @property
+    def state_table(self) -> str:
+        """The ``state`` Delta table."""
+        return join(self.root, "state")
+
+    @property
+    def inflight_table(self) -> str:
+        """The ``inflight`` Delta table."""
+        return join(self.root, "inflight")
+
+    @property
+    def config_file(self) -> str:
+        """The configuration the source resolved at query start."""
+        return join(self.root, "_coordinator", "config.json")
+
+    @property
+    def triggers_file(self) -> str:
+        """Trigger requests from the coordinator to the source planner."""
+        return join(self.root, "_coordinator", "triggers.json")
+
+    def operator_file(self, operator: str) -> str:
+        """Registration of keyed operator ``operator``."""
+        return join(self.root, "_coordinator", "operators", f"{operator}.json")
+
+    @property
+    def operators_dir(self) -> str:
+        """Folder of operator registrations."""
+        return join(self.root, "_coordinator", "operators")
+
+    def acks_dir(self, checkpoint_id: int) -> str:
+        """Folder of the acknowledgements of one checkpoint."""
+        return join(self.root, "_acks", str(checkpoint_id))
+
+    def ack_file(self, checkpoint_id: int, participant: str) -> str:
+        """The acknowledgement of ``participant`` for one checkpoint."""
+        return join(self.acks_dir(checkpoint_id), participant.replace("/", "~") + ".json")
+
+    @property
+    def source_dir(self) -> str:
+        """Folder where the upstream keeps its manifest."""
+        return join(self.root, "_source")
