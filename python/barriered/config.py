@@ -430,6 +430,19 @@ UNALIGNED_ENABLED = _declare(
         field="unaligned_enabled",
     )
 )
+
+UNALIGNED_ADAPTIVE = _declare(
+    ConfigKey(
+        "unaligned.adaptive",
+        "bool",
+        "true",
+        "With unaligned checkpoints enabled: start a checkpoint unaligned at once when "
+        "the measured backlog (or recent alignments) predicts that aligning would take "
+        "alignedCheckpointTimeout or longer. false: always start aligned and switch at "
+        "the timeout, as Flink does.",
+        field="unaligned_adaptive",
+    )
+)
 ALIGNED_CHECKPOINT_TIMEOUT = _declare(
     ConfigKey(
         "alignedCheckpointTimeout",
@@ -612,6 +625,8 @@ class BarrieredConf:
         ``mode == exactlyOnce`` (see :attr:`mode`).
     unaligned_enabled : bool
         ``unaligned.enabled``.
+    unaligned_adaptive : bool
+        ``unaligned.adaptive``.
     aligned_checkpoint_timeout_ms : int
         ``alignedCheckpointTimeout`` in milliseconds.
     max_parallelism : int
@@ -639,6 +654,7 @@ class BarrieredConf:
     tolerable_checkpoint_failures: int = _default_int("tolerableCheckpointFailures")
     exactly_once: bool = _default_bool("mode")
     unaligned_enabled: bool = _default_bool("unaligned.enabled")
+    unaligned_adaptive: bool = _default_bool("unaligned.adaptive")
     aligned_checkpoint_timeout_ms: int = _default_int("alignedCheckpointTimeout")
     max_parallelism: int = _default_int("maxParallelism")
     snapshot_path: str | None = None

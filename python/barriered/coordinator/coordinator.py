@@ -72,6 +72,7 @@ from barriered.coordinator.model import (
     AckStats,
     CheckpointKind,
     CompletedCheckpoint,
+    Mode,
     TriggerRequest,
 )
 from barriered.coordinator.pending import PendingCheckpoint
@@ -350,6 +351,52 @@ class CheckpointCoordinator:
                 self._raise_if_stopped()
                 pending = self._trigger(SAVEPOINT, self._clock.now_ms(), effects, target)
                 return pending.checkpoint_id
+        finally:
+            effects.run()
+
+    def adopt(self, checkpoint_id: int, mode: Mode, reason: str, at_ms: int | None = None) -> bool:
+        """Register a checkpoint the source started on its own (the final checkpoint of a
+        Trigger.AvailableNow run), so that it is acknowledged and committed like any other.
+
+        Parameters
+        ----------
+        checkpoint_id : int
+            The id the source used; ids at or below one already known are ignored.
+        mode : str
+            The mode the source used.
+        reason : str
+            Why the source started it.
+        at_ms : int, optional
+            When it was started (default: now).
+
+        Returns
+        -------
+        bool
+            True if the checkpoint is new to the coordinator.
+        """
+        effects = _Effects()
+        try:
+            with self._lock:
+                if checkpoint_id < self._next_id:
+                    return False
+                now = self._at(at_ms)
+                expected = self._expected()
+                self._next_id = checkpoint_id + 1
+                pending = PendingCheckpoint(
+                    checkpoint_id,
+                    CHECKPOINT,
+                    mode,
+                    reason,
+                    now,
+                    expected,
+                    trigger_batch_id=self._last_batch_id,
+                )
+                self._pending[checkpoint_id] = pending
+                logger.info(
+                    "checkpoint %d started by the source (%s): %s", checkpoint_id, mode, reason
+                )
+                self._notify_stats(pending.to_stats(), effects)
+                return True
         finally:
             effects.run()
 

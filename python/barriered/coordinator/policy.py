@@ -286,6 +286,12 @@ def decide_mode(
             "unaligned checkpoints are enabled with alignedCheckpointTimeout=0: barriers "
             "overtake the backlog at once",
         )
+    if not settings.adaptive:
+        return ModeDecision(
+            ALIGNED_WITH_TIMEOUT,
+            f"adaptive policy off ({SETTING_KEYS['adaptive']}=false): start aligned, switch "
+            f"to unaligned after alignedCheckpointTimeout={timeout} ms",
+        )
     prediction = None if signals is None else predict(signals, settings.buffer_per_channel_rows)
     p50 = (
         float(statistics.median(recent)) if len(recent) >= settings.alignment_min_samples else None

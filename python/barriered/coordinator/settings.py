@@ -24,6 +24,7 @@ SETTING_KEYS: dict[str, str] = {
     "tolerable_failures": _PREFIX + "tolerableCheckpointFailures",
     "exactly_once": _PREFIX + "mode",
     "unaligned_enabled": _PREFIX + "unaligned.enabled",
+    "adaptive": _PREFIX + "unaligned.adaptive",
     "aligned_timeout_ms": _PREFIX + "alignedCheckpointTimeout",
     "buffer_per_channel_rows": _PREFIX + "bufferPerChannel",
 }
@@ -53,6 +54,9 @@ class CoordinatorSettings:
         ``False`` selects at-least-once mode (barriers never block, no in-flight capture).
     unaligned_enabled : bool, default False
         Whether checkpoints may be unaligned (barriers overtake the backlog).
+    adaptive : bool, default True
+        Whether the policy may start a checkpoint unaligned at once from measured
+        signals (else it always starts aligned with the timeout).
     aligned_timeout_ms : int, default 0
         With unaligned enabled: how long an alignment may last before the checkpoint
         switches to unaligned; ``0`` means unaligned straight away (>= 0).
@@ -82,6 +86,7 @@ class CoordinatorSettings:
     tolerable_failures: int = 0
     exactly_once: bool = True
     unaligned_enabled: bool = False
+    adaptive: bool = True
     aligned_timeout_ms: int = 0
     buffer_per_channel_rows: int | None = None
     alignment_history_size: int = 5
@@ -96,6 +101,7 @@ class CoordinatorSettings:
         _check_int(self, "tolerable_failures", 0)
         _check_bool(self, "exactly_once")
         _check_bool(self, "unaligned_enabled")
+        _check_bool(self, "adaptive")
         _check_int(self, "aligned_timeout_ms", 0)
         if self.buffer_per_channel_rows is not None:
             _check_int(self, "buffer_per_channel_rows", 1)

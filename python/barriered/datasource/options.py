@@ -27,17 +27,14 @@ SOURCE_OPTIONS: dict[str, str] = {
     "upstream": "Where records come from: rate (default), files or delta.",
     "maxrowsperchannel": "Admission control: most rows one micro-batch takes from a "
     "channel (default: no limit). A channel whose upstream grows faster lags.",
-    "rowsperpartition": "Largest range of one channel read by one Spark task "
-    "(default 100000).",
+    "rowsperpartition": "Largest range of one channel read by one Spark task (default 100000).",
     "restorefrom": "Restore from 'latest', a checkpoint id or a savepoint path.",
 }
 
 #: Options of each upstream (lower case); ``storageoptions.*`` is a prefix.
 UPSTREAM_OPTIONS: dict[str, frozenset[str]] = {
     "rate": frozenset({"channels", "rowspersecond", "rowsperchannel", "keys", "skew"}),
-    "files": frozenset(
-        {"path", "format", "channels", "channelby", "schema", "archiveto"}
-    ),
+    "files": frozenset({"path", "format", "channels", "channelby", "schema", "archiveto"}),
     "delta": frozenset({"path", "channels", "channelby", "startingversion"}),
 }
 
@@ -72,9 +69,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceSettings:
             f"option 'upstream' must be one of {sorted(UPSTREAM_OPTIONS)}, got {upstream!r}"
         )
     known = set(SOURCE_OPTIONS) | UPSTREAM_OPTIONS[upstream]
-    unknown = [
-        k for k in rest if k not in known and not k.startswith("storageoptions.")
-    ]
+    unknown = [k for k in rest if k not in known and not k.startswith("storageoptions.")]
     if unknown:
         hints = []
         for name in sorted(unknown):
@@ -85,9 +80,11 @@ def parse_source_options(options: Mapping[str, str]) -> SourceSettings:
             f"{', '.join(hints)}. Known options: {', '.join(sorted(known))}, plus the "
             "spark.sql.streaming.barriered.* keys (see docs/configuration.md)"
         )
-    max_rows = int_option(rest, "maxrowsperchannel", 0, minimum=1) if rest.get(
-        "maxrowsperchannel"
-    ) else None
+    max_rows = (
+        int_option(rest, "maxrowsperchannel", 0, minimum=1)
+        if rest.get("maxrowsperchannel")
+        else None
+    )
     conf.require_snapshot_path()
     return SourceSettings(
         conf=conf,

@@ -145,9 +145,10 @@ class _Step:
         if self.active is not None:
             self._abort_active(AbortReason.SUBSUMED.value)
         now = self.inp.now_ms
+        reach = self.inp.available if self.inp.target is None else self.inp.target
         barrier = tuple(
-            max(p, min(a, p + self.inp.buffer_per_channel))
-            for p, a in zip(self.positions, self.inp.available, strict=True)
+            max(p, min(a, r, p + self.inp.buffer_per_channel))
+            for p, a, r in zip(self.positions, self.inp.available, reach, strict=True)
         )
         mode = Mode.ALIGNED.value if request.kind == "savepoint" else request.mode
         self.active = ActiveCheckpoint(
@@ -214,8 +215,9 @@ class _Step:
         if active is None or handler is None or ctl is None:
             self.positions = end
             return
-        if self.inp.now_ms > self.clock.now_ms():
-            self.clock.advance(self.inp.now_ms - self.clock.now_ms())
+        # Data and barriers of this batch arrive at the checkpoint's start time, so the
+        # alignment timeout counts from when the barrier positions were fixed (Flink's
+        # alignedCheckpointTimeout does the same); then the clock moves to now.
         for c in range(self.channels):
             if end[c] > self.positions[c]:
                 handler.on_data(c, (c, self.positions[c], end[c]))
@@ -225,8 +227,15 @@ class _Step:
             if c not in arrived and (overtake or end[c] >= active.barrier[c]):
                 arrived.append(c)
                 handler.on_barrier(c, active.id)
+        if self.inp.now_ms > self.clock.now_ms():
+            self.clock.advance(self.inp.now_ms - self.clock.now_ms())
         handler.on_time_advanced()
-        if ctl.triggered and ctl.triggered[-1][1] is CheckpointMode.UNALIGNED:
+        timed_out = (
+            not ctl.triggered
+            and active.mode == Mode.ALIGNED_WITH_TIMEOUT.value
+            and self.inp.now_ms - active.started_ms >= self.inp.aligned_timeout_ms
+        )
+        if timed_out or (ctl.triggered and ctl.triggered[-1][1] is CheckpointMode.UNALIGNED):
             # Switched (or started) unaligned: the remaining barriers overtake the backlog.
             for c in range(self.channels):
                 if c not in arrived:
@@ -234,7 +243,7 @@ class _Step:
                     handler.on_barrier(c, active.id)
         self.positions = end
         if ctl.triggered:
-            mode = ctl.triggered[-1][1].value
+            mode = CheckpointMode.UNALIGNED.value if timed_out else ctl.triggered[-1][1].value
             self._cut(active, mode)
         else:
             self.active = replace(active, arrived=tuple(arrived))
@@ -258,9 +267,7 @@ class _Step:
         )
         self.last_cut = active.barrier
         self.active, self.handler, self.ctl = None, None, None
-        log.info(
-            "checkpoint %d cut (%s), in-flight ranges %s", active.id, mode, list(inflight)
-        )
+        log.info("checkpoint %d cut (%s), in-flight ranges %s", active.id, mode, list(inflight))
 
     def result(self, restore: dict[str, object] | None = None) -> SourceOffset:
         return SourceOffset(

@@ -29,6 +29,7 @@ from barriered.datasource.options import SourceSettings
 from barriered.datasource.planner import PlanInput, plan
 from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams.base import Upstream
+from barriered.errors import CheckpointFailureLimitExceeded
 from barriered.statestore.inflight import capture
 from barriered.statestore.layout import SnapshotLayout
 
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class RangePartition(InputPartition):  # type: ignore[misc]
+class RangePartition(InputPartition):
     """Records ``[start, end)`` of one channel."""
 
     channel: int
@@ -45,7 +46,7 @@ class RangePartition(InputPartition):  # type: ignore[misc]
 
 
 @dataclass(frozen=True)
-class MarkerPartition(InputPartition):  # type: ignore[misc]
+class MarkerPartition(InputPartition):
     """The marker rows of a cut: one per key group."""
 
     checkpoint_id: int
@@ -54,7 +55,7 @@ class MarkerPartition(InputPartition):  # type: ignore[misc]
 
 
 @dataclass(frozen=True)
-class InflightPartition(InputPartition):  # type: ignore[misc]
+class InflightPartition(InputPartition):
     """Capture of one channel's in-flight range; yields no rows."""
 
     checkpoint_id: int
@@ -64,7 +65,7 @@ class InflightPartition(InputPartition):  # type: ignore[misc]
     capture: str
 
 
-class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Reads an upstream's channels and injects checkpoint barriers."""
 
     def __init__(self, settings: SourceSettings, upstream: Upstream, layout: SnapshotLayout):
@@ -99,6 +100,8 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         else:
             admission = [self.settings.max_rows_per_channel] * self.channels
         triggers = TriggerLog.read(self.layout.triggers_file)
+        if triggers.fatal:
+            raise CheckpointFailureLimitExceeded(triggers.fatal)
         conf = self.settings.conf
         end = plan(
             begin,
@@ -162,7 +165,10 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             yield from data_batch(table, partition.channel, partition.start).to_batches()
         elif isinstance(partition, MarkerPartition):
             table = marker_batch(
-                self.user_schema, partition.checkpoint_id, partition.key_groups, dict(partition.meta)
+                self.user_schema,
+                partition.checkpoint_id,
+                partition.key_groups,
+                dict(partition.meta),
             )
             yield from table.to_batches()
         elif isinstance(partition, InflightPartition):

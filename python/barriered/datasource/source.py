@@ -19,14 +19,16 @@ from barriered.datasource.columns import (
 )
 from barriered.datasource.options import parse_source_options
 from barriered.datasource.reader import BarrieredStreamReader
+from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams import make_upstream
+from barriered.datasource.upstreams.options import Options
 from barriered.statestore.fileio import ensure_dir, read_json, write_json
 from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)
 
 
-class BarrieredDataSource(DataSource):  # type: ignore[misc]
+class BarrieredDataSource(DataSource):
     """A streaming source that takes Flink-style barrier checkpoints.
 
     Options are documented in datasource/README.md; invalid ones fail the query at
@@ -40,7 +42,10 @@ class BarrieredDataSource(DataSource):  # type: ignore[misc]
     def _setup(self) -> tuple[Any, Any, SnapshotLayout]:
         settings = parse_source_options(self.options)
         layout = SnapshotLayout.at(settings.conf.require_snapshot_path())
-        upstream = make_upstream(settings.upstream_options | {"upstream": settings.upstream}, layout.source_dir)
+        upstream = make_upstream(
+            Options({**settings.upstream_options, "upstream": settings.upstream}),
+            layout.source_dir,
+        )
         return settings, upstream, layout
 
     def schema(self) -> StructType:
@@ -86,4 +91,8 @@ class BarrieredDataSource(DataSource):  # type: ignore[misc]
                 "written_ms": int(time.time() * 1000),
             },
         )
+        triggers = TriggerLog.read(layout.triggers_file)
+        if triggers.fatal:
+            log.warning("a previous run failed: %s; starting a new run", triggers.fatal)
+            triggers.with_fatal(None).write(layout.triggers_file)
         return BarrieredStreamReader(settings, upstream, layout)

@@ -12,7 +12,7 @@ which the keyed operator uses as the base of incremental snapshots.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from barriered.statestore.fileio import read_json, write_json
@@ -49,6 +49,7 @@ class TriggerLog:
     requests: tuple[TriggerRequest, ...] = ()
     cancelled: frozenset[int] = field(default_factory=frozenset)
     last_completed: int | None = None
+    fatal: str | None = None
 
     @classmethod
     def read(cls, uri: str) -> TriggerLog:
@@ -60,6 +61,7 @@ class TriggerLog:
             requests=tuple(TriggerRequest(**r) for r in raw.get("requests", [])),
             cancelled=frozenset(int(x) for x in raw.get("cancelled", [])),
             last_completed=raw.get("last_completed"),
+            fatal=raw.get("fatal"),
         )
 
     def write(self, uri: str) -> None:
@@ -72,22 +74,25 @@ class TriggerLog:
                 ],
                 "cancelled": sorted(self.cancelled)[-_KEEP:],
                 "last_completed": self.last_completed,
+                "fatal": self.fatal,
             },
         )
 
     def with_request(self, request: TriggerRequest) -> TriggerLog:
         """Return the log with ``request`` added."""
-        return TriggerLog((*self.requests, request), self.cancelled, self.last_completed)
+        return replace(self, requests=(*self.requests, request))
 
     def with_cancelled(self, ids: Sequence[int]) -> TriggerLog:
         """Return the log with ``ids`` marked cancelled."""
-        return TriggerLog(self.requests, self.cancelled | set(ids), self.last_completed)
+        return replace(self, cancelled=self.cancelled | set(ids))
 
     def with_completed(self, checkpoint_id: int) -> TriggerLog:
         """Return the log with ``checkpoint_id`` as the latest completed checkpoint."""
         last = self.last_completed
-        return TriggerLog(
-            self.requests,
-            self.cancelled,
-            checkpoint_id if last is None else max(last, checkpoint_id),
+        return replace(
+            self, last_completed=checkpoint_id if last is None else max(last, checkpoint_id)
         )
+
+    def with_fatal(self, message: str | None) -> TriggerLog:
+        """Return the log with a fatal error the source must fail the query with (or none)."""
+        return replace(self, fatal=message)

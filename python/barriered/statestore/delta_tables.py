@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
+from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import (
     AddAction,
@@ -107,7 +108,7 @@ def commit_files(
         if table is None:
             create_table_with_add_actions(
                 uri,
-                schema,  # type: ignore[arg-type]
+                DeltaSchema.from_arrow(schema),
                 _adds(adds),
                 mode="error",
                 partition_by=list(partition_by),
@@ -138,7 +139,7 @@ def commit_files(
         table.create_write_transaction(
             [*_adds(adds), *removes],
             mode="append",
-            schema=schema,  # type: ignore[arg-type]
+            schema=DeltaSchema.from_arrow(schema),
             partition_by=list(partition_by),
             commit_properties=props,
         )
@@ -151,11 +152,12 @@ def commit_files(
 
 
 def current_files(table: DeltaTable) -> list[dict[str, Any]]:
-    """Return the table's live files: path, size, partition_values."""
-    actions = table.get_add_actions(flatten=False).to_pylist()
+    """Return the table's live files: path, size, partition_values (as strings)."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    prefix = "partition."
     out = []
-    for a in actions:
-        pv = a.get("partition_values") or {}
+    for a in actions.to_pylist():
+        pv = {k[len(prefix) :]: v for k, v in a.items() if k.startswith(prefix)}
         out.append(
             {
                 "path": a["path"],

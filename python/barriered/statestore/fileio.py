@@ -15,6 +15,7 @@ import os
 import uuid
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from barriered.errors import SnapshotStoreError
@@ -25,8 +26,9 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     if "://" not in uri:
         return pafs.LocalFileSystem(), os.path.abspath(uri)
     try:
-        return pafs.FileSystem.from_uri(uri)
-    except (pafs.ArrowInvalid, OSError) as exc:  # type: ignore[attr-defined]
+        result: tuple[pafs.FileSystem, str] = pafs.FileSystem.from_uri(uri)
+        return result
+    except (pa.ArrowInvalid, OSError) as exc:
         raise SnapshotStoreError(f"cannot open storage for {uri!r}: {exc}") from exc
 
 

@@ -15,7 +15,13 @@ import pyarrow as pa
 
 from barriered.datasource.columns import data_batch
 from barriered.datasource.upstreams.base import Upstream
-from barriered.statestore.acks import Ack, inflight_participant, write_ack, write_data_file
+from barriered.statestore.acks import (
+    Ack,
+    DataFile,
+    inflight_participant,
+    write_ack,
+    write_data_file,
+)
 from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)
@@ -42,7 +48,7 @@ def capture(
     mode : str
         ``"value"`` copies the records, ``"reference"`` records only the range.
     """
-    files = ()
+    files: tuple[DataFile, ...] = ()
     if mode == "value" and end > start:
         table = data_batch(upstream.read(channel, start, end), channel, start)
         table = table.select([*upstream.schema().names, "_channel", "_seq"])

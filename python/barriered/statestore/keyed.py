@@ -17,7 +17,7 @@ import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import pandas as pd
 import pyarrow as pa
@@ -28,12 +28,20 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from barriered.datasource.columns import BARRIER, BARRIER_META, CHANNEL, KEY_GROUP, SEQ
-from barriered.statestore.acks import Ack, state_participant, write_ack, write_data_file
+from barriered.statestore.acks import (
+    Ack,
+    DataFile,
+    state_participant,
+    write_ack,
+    write_data_file,
+)
 from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)
 
 #: Schema of the files of the ``state`` table (partition columns are in the path).
+_META = (CHANNEL, SEQ, BARRIER, BARRIER_META, KEY_GROUP)
+
 STATE_FILE_SCHEMA = pa.schema(
     [("key", pa.string()), ("value", pa.string()), ("checkpoint_id", pa.int64())]
 )
@@ -110,12 +118,14 @@ class OperatorSpec:
     state_schema: str
     output_schema: str
     max_parallelism: int
+    input_columns: tuple[str, ...] = ()
 
     def state_fields(self) -> list[str]:
         """Names of the state fields, in DDL order."""
-        from pyspark.sql.types import _parse_datatype_string
+        from pyspark.sql.types import StructType, _parse_datatype_string
 
-        return [f.name for f in _parse_datatype_string(self.state_schema).fields]
+        schema = cast(StructType, _parse_datatype_string(self.state_schema))
+        return [f.name for f in schema.fields]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form, as registered under ``_coordinator/operators``."""
@@ -154,11 +164,13 @@ class KeyedStatefulProcessor(StatefulProcessor):
 
     # -- the batch -----------------------------------------------------------------------
 
-    def handleInputRows(
+    def handleInputRows(  # type: ignore[override]
         self, key: tuple[Any, ...], rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         key_group = int(key[0])
         batch = pd.concat(list(rows), ignore_index=True)
+        # PySpark renames columns that start with "_" (namedtuple rules): restore names.
+        batch.columns = list(self.spec.input_columns)
         is_marker = batch[BARRIER].notna()
         data = batch[~is_marker]
         mod_count, snapshots = self._load_meta()
@@ -166,12 +178,16 @@ class KeyedStatefulProcessor(StatefulProcessor):
         if len(data):
             changed = False
             data = data.sort_values([CHANNEL, SEQ], kind="stable")
-            user_cols = [c for c in data.columns if c not in (CHANNEL, SEQ, BARRIER, BARRIER_META, KEY_GROUP)]
+            user_cols = [c for c in data.columns if c not in _META]
             cols = list(self.spec.key_columns)
             for user_key, group in data.groupby(cols, sort=False, dropna=False):
-                key_tuple = tuple(_plain(v) for v in (user_key if isinstance(user_key, tuple) else (user_key,)))
+                key_tuple = tuple(
+                    _plain(v) for v in (user_key if isinstance(user_key, tuple) else (user_key,))
+                )
                 state = KeyState(self.values, key_tuple, self._fields)
-                out = self.processor.process(key_tuple, group[user_cols].reset_index(drop=True), state)
+                out = self.processor.process(
+                    key_tuple, group[user_cols].reset_index(drop=True), state
+                )
                 changed = changed or state.changed
                 if out is not None and len(out):
                     outputs.append(out)
@@ -179,7 +195,9 @@ class KeyedStatefulProcessor(StatefulProcessor):
                 mod_count += 1
         markers = batch[is_marker].sort_values(BARRIER)
         for checkpoint_id, meta_json in zip(markers[BARRIER], markers[BARRIER_META], strict=True):
-            self._snapshot(key_group, int(checkpoint_id), json.loads(meta_json), mod_count, snapshots)
+            self._snapshot(
+                key_group, int(checkpoint_id), json.loads(meta_json), mod_count, snapshots
+            )
         self._save_meta(mod_count, snapshots)
         yield from outputs
 
@@ -203,7 +221,7 @@ class KeyedStatefulProcessor(StatefulProcessor):
             for k, v in self.values.iterator():
                 keys.append(json.dumps(dict(zip(key_names, map(_plain, k), strict=True))))
                 values.append(json.dumps(dict(zip(self._fields, map(_plain, v), strict=True))))
-            files = ()
+            files: tuple[DataFile, ...] = ()
             if keys:
                 table = pa.table(
                     {"key": keys, "value": values, "checkpoint_id": [checkpoint_id] * len(keys)},
@@ -238,7 +256,7 @@ class KeyedStatefulProcessor(StatefulProcessor):
             ack.rows,
         )
 
-    def handleInitialState(
+    def handleInitialState(  # type: ignore[override]
         self, key: tuple[Any, ...], initialState: pd.DataFrame, timerValues: TimerValues
     ) -> None:
         """Load a key group's state from a restored snapshot (rows: key, value JSON)."""

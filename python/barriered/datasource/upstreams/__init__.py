@@ -31,9 +31,7 @@ def make_upstream(options: Mapping[str, str], state_dir: str) -> Upstream:
         from barriered.datasource.upstreams.delta import DeltaUpstream
 
         return DeltaUpstream.from_options(options, state_dir)
-    raise ConfigError(
-        f"option 'upstream' must be one of 'rate', 'files', 'delta', got {name!r}"
-    )
+    raise ConfigError(f"option 'upstream' must be one of 'rate', 'files', 'delta', got {name!r}")
 
 
 __all__ = ["Upstream", "make_upstream"]

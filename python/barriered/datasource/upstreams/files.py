@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 
 from barriered.datasource.upstreams.base import Upstream
 from barriered.datasource.upstreams.options import (
+    Options,
     choice_option,
     int_option,
     schema_option,
@@ -62,6 +63,8 @@ DEFAULT_CHANNELS = 4
 PICKLE_MANIFEST_LIMIT = 2000
 
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+#: What reading a malformed data file can raise (JSON errors are ValueErrors).
+_READ_ERRORS = (OSError, ValueError, TypeError, UnicodeDecodeError, *_ARROW_ERRORS)
 _OFFSET_RE = r"(?:[Zz]|[+-]\d\d(?::?\d\d)?)$"
 
 
@@ -201,6 +204,9 @@ def cast_column(values: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray
         pa.types.is_string(values.type) or pa.types.is_large_string(values.type)
     ):
         return _strings_to_timestamps(values, target)
+    if pa.types.is_timestamp(target) and pa.types.is_timestamp(values.type):
+        # Spark keeps microseconds: truncating nanoseconds is expected, not an error.
+        return values.cast(target, safe=False)
     return values.cast(target)
 
 
@@ -227,7 +233,8 @@ def normalize_schema(schema: pa.Schema) -> pa.Schema:
     """Make an inferred schema usable as a fixed one.
 
     Null-typed columns (all values null in the first file) become strings, dictionary
-    columns become their value type, every column is nullable, metadata is dropped.
+    columns become their value type, timestamps are in microseconds (Spark's unit), every
+    column is nullable, metadata is dropped.
     """
     fields = []
     for field in schema:
@@ -236,6 +243,8 @@ def normalize_schema(schema: pa.Schema) -> pa.Schema:
             data_type = data_type.value_type
         if pa.types.is_null(data_type):
             data_type = pa.string()
+        if pa.types.is_timestamp(data_type) and data_type.unit != "us":
+            data_type = pa.timestamp("us", tz=data_type.tz)
         fields.append(pa.field(field.name, data_type, nullable=True))
     return pa.schema(fields)
 
@@ -366,19 +375,19 @@ def _infer_format(first_file: str) -> str:
 
 
 def _infer_schema(file_path: str, fmt: str) -> pa.Schema:
+    if os.path.getsize(file_path) == 0:
+        raise ConfigError(
+            f"cannot infer the schema from the first file {file_path!r}: it is empty; "
+            "set option 'schema' (e.g. 'id long, name string')"
+        )
     try:
         if fmt == "parquet":
             schema = pq.read_schema(file_path)
-        elif os.path.getsize(file_path) == 0:
-            raise ConfigError(
-                f"cannot infer the schema from the first file {file_path!r}: it is empty; "
-                "set option 'schema' (e.g. 'id long, name string')"
-            )
         elif fmt == "json":
             schema = pjson.read_json(file_path).schema
         else:
             schema = pcsv.read_csv(file_path).schema
-    except (OSError, *_ARROW_ERRORS) as exc:
+    except _READ_ERRORS as exc:
         raise ConfigError(
             f"cannot infer the schema from the first file {file_path!r} as {fmt} ({exc}); "
             "check option 'format' or set option 'schema'"
@@ -394,10 +403,7 @@ def _infer_schema(file_path: str, fmt: str) -> pa.Schema:
 def _parse_schema(schema: pa.Schema) -> pa.Schema:
     """The schema given to the JSON/CSV readers: timestamps are parsed by us, as strings."""
     return pa.schema(
-        [
-            pa.field(f.name, pa.string()) if pa.types.is_timestamp(f.type) else f
-            for f in schema
-        ]
+        [pa.field(f.name, pa.string()) if pa.types.is_timestamp(f.type) else f for f in schema]
     )
 
 
@@ -420,9 +426,23 @@ def _read_text_file(file_path: str, fmt: str, schema: pa.Schema) -> pa.Table:
         table = pjson.read_json(file_path, parse_options=options)
     except _ARROW_ERRORS:
         # Values of another JSON type than the schema's (e.g. numbers in a string
-        # column): let Arrow infer the file, then cast column by column.
-        table = pjson.read_json(file_path)
+        # column, as Spark accepts): parse in Python, then convert column by column.
+        table = _read_json_leniently(file_path, parse_schema)
     return conform(table, schema)
+
+
+def _read_json_leniently(file_path: str, parse_schema: pa.Schema) -> pa.Table:
+    """Read JSON lines with :mod:`json`; non-string values of string columns are kept as
+    their JSON text (``7`` becomes ``"7"``)."""
+    with open(file_path, encoding="utf-8") as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    columns = []
+    for fld in parse_schema:
+        values = [r.get(fld.name) if isinstance(r, dict) else None for r in records]
+        if pa.types.is_string(fld.type):
+            values = [v if v is None or isinstance(v, str) else json.dumps(v) for v in values]
+        columns.append(pa.array(values, type=fld.type))
+    return pa.Table.from_arrays(columns, schema=parse_schema)
 
 
 @dataclass
@@ -528,7 +548,9 @@ class FilesUpstream(Upstream):
     @classmethod
     def from_options(cls, options: Mapping[str, str], state_dir: str) -> FilesUpstream:
         """Build from source options (``path``, ``format``, ``channels``, ``channelBy``,
-        ``schema``, ``archiveTo``), continuing the manifest found in ``state_dir``."""
+        ``schema``, ``archiveTo``; names in any case), continuing the manifest found in
+        ``state_dir``."""
+        options = Options(options)
         raw_path = options.get("path")
         if raw_path is None or not str(raw_path).strip():
             raise ConfigError(
@@ -767,7 +789,7 @@ class FilesUpstream(Upstream):
                 )
                 return int(parquet.metadata.num_rows)
             return int(_read_text_file(file_path, self.format, self._schema).num_rows)
-        except (OSError, *_ARROW_ERRORS) as exc:
+        except _READ_ERRORS as exc:
             raise ConfigError(
                 f"file {file_path!r} cannot be read as {self.format} with the stream's "
                 f"schema ({', '.join(describe_schema(self._schema))}): {exc}. Fix or remove "
@@ -796,26 +818,36 @@ class FilesUpstream(Upstream):
         new = [rel for rel in files if rel not in self._known]
         if not new:
             return list(index.ends)
-        for rel in new:
-            file_path = os.path.join(self.path, rel)
-            channel = self._channel_of(rel)
-            try:
-                st = os.stat(file_path)
-            except FileNotFoundError:
-                continue  # renamed or removed since the listing: seen next time, if ever
-            rows = self._count_rows(file_path)
-            entry = FileEntry(
-                channel=channel,
-                path=rel,
-                rows=rows,
-                start=index.ends[channel],
-                size=st.st_size,
-                mtime=st.st_mtime,
-            )
-            index.add(entry, self.manifest_path)
-            self._known[rel] = entry
-        self._save()
+        try:
+            for rel in new:
+                self._discover(index, rel)
+            self._save()
+        except BaseException:
+            # Forget the files added in memory: the next call re-reads the manifest and
+            # discovers them again, so positions are only handed out once saved.
+            self._index = None
+            self._signature = None
+            raise
         return list(index.ends)
+
+    def _discover(self, index: ChannelIndex[FileEntry], rel: str) -> None:
+        """Append new file ``rel`` at the end of its channel."""
+        file_path = os.path.join(self.path, rel)
+        channel = self._channel_of(rel)
+        try:
+            st = os.stat(file_path)
+        except FileNotFoundError:
+            return  # renamed or removed since the listing: seen next time, if ever
+        entry = FileEntry(
+            channel=channel,
+            path=rel,
+            rows=self._count_rows(file_path),
+            start=index.ends[channel],
+            size=st.st_size,
+            mtime=st.st_mtime,
+        )
+        index.add(entry, self.manifest_path)
+        self._known[rel] = entry
 
     def _locations(self, entry: FileEntry) -> list[str]:
         original = os.path.join(self.path, entry.path)
@@ -830,6 +862,23 @@ class FilesUpstream(Upstream):
 
     def _open(self, entry: FileEntry) -> str:
         """Return where ``entry`` can be read, checking that it was not modified."""
+        location = self._find(entry)
+        if location is None:
+            # Our copy of the manifest may predate the file's archiving: look again.
+            fresh = self._load(force=True)
+            latest = next((e for e in fresh.items[entry.channel] if e.path == entry.path), None)
+            if latest is not None:
+                location = self._find(latest)
+        if location is not None:
+            return location
+        raise SnapshotStoreError(
+            f"file {os.path.join(self.path, entry.path)!r} (records {entry.start}.."
+            f"{entry.start + entry.rows} of channel {entry.channel}) disappeared before it "
+            f"was released. The upstream must not modify or delete files in place; set "
+            "option 'archiveTo' to let the source move files it no longer needs"
+        )
+
+    def _find(self, entry: FileEntry) -> str | None:
         for location in self._locations(entry):
             try:
                 size = os.path.getsize(location)
@@ -843,12 +892,7 @@ class FilesUpstream(Upstream):
                     "write new files (under a .tmp or hidden name, renamed when complete)"
                 )
             return location
-        raise SnapshotStoreError(
-            f"file {os.path.join(self.path, entry.path)!r} (records {entry.start}.."
-            f"{entry.start + entry.rows} of channel {entry.channel}) disappeared before it "
-            f"was released. The upstream must not modify or delete files in place; set "
-            "option 'archiveTo' to let the source move files it no longer needs"
-        )
+        return None
 
     def _read_entry(self, entry: FileEntry, lo: int, hi: int) -> pa.Table:
         location = self._open(entry)
@@ -864,7 +908,7 @@ class FilesUpstream(Upstream):
                 total = table.num_rows
                 if total == entry.rows:
                     return table.slice(lo, hi - lo)
-        except (OSError, *_ARROW_ERRORS) as exc:
+        except _READ_ERRORS as exc:
             raise SnapshotStoreError(
                 f"file {location!r} cannot be read any more ({exc}); it was readable when "
                 "the files upstream discovered it. The upstream must not modify files in "
@@ -900,6 +944,10 @@ class FilesUpstream(Upstream):
         return table
 
     def release(self, channel: int, before: int) -> None:
+        """With ``archiveTo`` set, move the files of ``channel`` whose records all lie before
+        ``before`` into that folder (same relative path) and mark them archived in the
+        manifest; reads then find them there. Without ``archiveTo``, keep everything."""
+        check_range(channel, 0, max(before, 0), self.channels)
         if self.archive_to is None:
             return
         index = self._load()
@@ -957,9 +1005,7 @@ def _archive_option(options: Mapping[str, str], path: str) -> str | None:
         return None
     archive = os.path.abspath(os.path.expanduser(str(raw).strip()))
     inside = os.path.relpath(archive, path)
-    if inside == "." or (
-        not inside.startswith("..") and not _ignored(inside.split(os.sep, 1)[0])
-    ):
+    if inside == "." or (not inside.startswith("..") and not _ignored(inside.split(os.sep, 1)[0])):
         raise ConfigError(
             f"option 'archiveTo' ({archive!r}) lies inside option 'path' ({path!r}), so "
             "archived files would be discovered again; use a folder outside 'path' (or a "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -39,8 +39,7 @@ def parse_channel_factors(raw: str, name: str, channels: int) -> dict[int, float
             ) from None
         if not 0 <= ch < channels or factor <= 0:
             raise ConfigError(
-                f"option {name!r}: channel must be in [0, {channels}) and factor > 0, "
-                f"got {part!r}"
+                f"option {name!r}: channel must be in [0, {channels}) and factor > 0, got {part!r}"
             )
         out[ch] = factor
     return out
@@ -119,16 +118,18 @@ def prefixed_options(options: Mapping[str, str], prefix: str) -> dict[str, str]:
 
 
 class Options(Mapping[str, str]):
-    """A read-only, case-insensitive view of options (PySpark lower-cases their names)."""
+    """A read-only, case-insensitive view of options (PySpark lower-cases their names);
+    iteration yields the names as given."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self._data = {str(k).lower(): str(v) for k, v in options.items()}
+        self._names = {str(k).lower(): str(k) for k in options}
 
     def __getitem__(self, name: str) -> str:
         return self._data[name.lower()]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._data)
+        return iter(self._names.values())
 
     def __len__(self) -> int:
         return len(self._data)

@@ -1,0 +1,215 @@
+"""The Spark-facing API: ``install``, ``keyed``, ``records``, ``checkpoints``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from barriered.config import PREFIX
+from barriered.coordinator.listener import BarrieredListener
+from barriered.datasource.columns import (
+    BARRIER,
+    KEY_GROUP,
+    META_MAX_PARALLELISM,
+    META_SNAPSHOT_PATH,
+    SEQ,
+)
+from barriered.datasource.options import SESSION_CONF_OPTION
+from barriered.datasource.source import BarrieredDataSource
+from barriered.errors import ConfigError
+from barriered.statestore import checkpoints_table
+from barriered.statestore.fileio import write_json
+from barriered.statestore.keyed import KeyedStatefulProcessor, OperatorSpec, Processor
+from barriered.statestore.layout import SnapshotLayout
+
+log = logging.getLogger(__name__)
+
+_LISTENERS: dict[int, BarrieredListener] = {}
+_PATCHED = False
+
+
+def _session_conf(spark: SparkSession) -> dict[str, str]:
+    conf = spark.conf.getAll if hasattr(spark.conf, "getAll") else {}
+    items = conf.items() if isinstance(conf, dict) else []
+    return {k: v for k, v in items if k.startswith(PREFIX)}
+
+
+def _patch_stream_reader() -> None:
+    """Pass the session's barriered keys to the source on ``load()``.
+
+    A Python data source sees only its options, not the session configuration, so
+    ``DataStreamReader.load`` is wrapped to add them (as one hidden option) when the
+    format is "barriered". Options the user set on the source still win.
+    """
+    global _PATCHED
+    if _PATCHED:
+        return
+    from pyspark.sql.streaming.readwriter import DataStreamReader
+
+    original_format = DataStreamReader.format
+    original_load = DataStreamReader.load
+
+    def format(self: Any, source: str) -> Any:
+        self._barriered_format = source
+        return original_format(self, source)
+
+    def load(self: Any, path: str | None = None, format: str | None = None, **kw: Any) -> Any:
+        fmt = format or getattr(self, "_barriered_format", None)
+        if fmt == "barriered":
+            self.option(SESSION_CONF_OPTION, json.dumps(_session_conf(self._spark)))
+        return original_load(self, path=path, format=format, **kw)
+
+    DataStreamReader.format = format  # type: ignore[method-assign]
+    DataStreamReader.load = load  # type: ignore[method-assign,assignment]
+    _PATCHED = True
+
+
+def install(spark: SparkSession) -> BarrieredListener:
+    """Register the "barriered" source and the checkpoint coordinator on ``spark``.
+
+    Idempotent; works on an existing session (a Databricks notebook's ``spark``) and
+    never creates one.
+
+    Parameters
+    ----------
+    spark : SparkSession
+        The session.
+
+    Returns
+    -------
+    BarrieredListener
+        The listener that coordinates every barriered query of this session.
+    """
+    spark.dataSource.register(BarrieredDataSource)
+    _patch_stream_reader()
+    listener = _LISTENERS.get(id(spark))
+    if listener is None:
+        listener = BarrieredListener()
+        spark.streams.addListener(listener)
+        _LISTENERS[id(spark)] = listener
+    return listener
+
+
+def records(df: DataFrame) -> DataFrame:
+    """Return ``df`` without barrier marker rows, for stateless processing."""
+    return df.where(F.col(BARRIER).isNull())
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+class KeyedStream:
+    """A barriered stream partitioned into key groups by ``key_columns``."""
+
+    def __init__(self, df: DataFrame, key_columns: tuple[str, ...]) -> None:
+        if not key_columns:
+            raise ConfigError("barriered.keyed() needs at least one key column")
+        if BARRIER not in df.columns:
+            raise ConfigError(
+                "barriered.keyed() needs a stream read with "
+                'spark.readStream.format("barriered"): column _barrier is missing'
+            )
+        missing = [c for c in key_columns if c not in df.columns]
+        if missing:
+            raise ConfigError(f"barriered.keyed(): unknown key column(s) {missing}")
+        meta = df.schema[BARRIER].metadata or {}
+        if META_SNAPSHOT_PATH not in meta:
+            raise ConfigError(
+                "barriered.keyed(): the _barrier column lost its metadata (snapshot path); "
+                "call keyed() on the stream the barriered source returned, before "
+                "projections that drop column metadata"
+            )
+        self.df = df
+        self.key_columns = key_columns
+        self.snapshot_path = str(meta[META_SNAPSHOT_PATH])
+        self.max_parallelism = int(meta[META_MAX_PARALLELISM])
+
+    def process(self, processor: Processor, name: str | None = None) -> DataFrame:
+        """Run ``processor`` per key with keyed state snapshotted at every checkpoint.
+
+        Parameters
+        ----------
+        processor : Processor
+            An object with ``state_schema``, ``output_schema`` (DDL strings) and
+            ``process(key, rows, state)``.
+        name : str, optional
+            The operator id on the snapshot path (default: the class name in
+            snake_case). It must stay the same across restores.
+
+        Returns
+        -------
+        DataFrame
+            The processor's output rows (``output_schema``).
+        """
+        for attr in ("state_schema", "output_schema", "process"):
+            if not hasattr(processor, attr):
+                raise ConfigError(f"processor {processor!r} has no {attr!r}")
+        operator = name or _snake(type(processor).__name__)
+        key_schema = ", ".join(
+            f"{c} {self.df.schema[c].dataType.simpleString()}" for c in self.key_columns
+        )
+        spec = OperatorSpec(
+            operator=operator,
+            key_columns=self.key_columns,
+            key_schema=key_schema,
+            state_schema=processor.state_schema,
+            output_schema=processor.output_schema,
+            max_parallelism=self.max_parallelism,
+            input_columns=(*self.df.columns, KEY_GROUP),
+        )
+        layout = SnapshotLayout.at(self.snapshot_path)
+        write_json(layout.operator_file(operator), spec.to_dict())
+        key_group = F.when(
+            F.col(BARRIER).isNull(),
+            F.pmod(F.hash(*[F.col(c) for c in self.key_columns]), F.lit(self.max_parallelism)),
+        ).otherwise(F.col(SEQ).cast("int"))
+        grouped = self.df.withColumn(KEY_GROUP, key_group).groupBy(KEY_GROUP)
+        return grouped.transformWithStateInPandas(
+            KeyedStatefulProcessor(spec, processor),
+            processor.output_schema,
+            "Append",
+            "None",
+        )
+
+
+def keyed(df: DataFrame, *key_columns: str) -> KeyedStream:
+    """Partition a barriered stream into key groups by ``key_columns``.
+
+    ``_key_group = pmod(hash(key columns), maxParallelism)``, computed by Spark; marker
+    rows are routed to the key group they address.
+    """
+    return KeyedStream(df, tuple(key_columns))
+
+
+def checkpoints(spark: SparkSession, path_or_query: Any) -> DataFrame:
+    """Return the checkpoint history (the ``_checkpoints`` table) as a DataFrame.
+
+    Parameters
+    ----------
+    spark : SparkSession
+        The session.
+    path_or_query : str or StreamingQuery
+        A snapshot path, or a running/finished query whose source is barriered.
+    """
+    path = path_or_query if isinstance(path_or_query, str) else _query_path(path_or_query)
+    rows = checkpoints_table.read_rows(SnapshotLayout.at(path))
+    return spark.createDataFrame(rows, schema=checkpoints_table.SCHEMA_DDL)
+
+
+def _query_path(query: Any) -> str:
+    for listener in _LISTENERS.values():
+        qc = listener.coordinator(str(query.id))
+        if qc is not None:
+            return qc.layout.root
+    raise ConfigError(
+        f"query {query.id} has not reported a barriered source yet; pass its snapshot path"
+    )
+
+
+__all__ = ["KeyedStream", "checkpoints", "install", "keyed", "records"]

@@ -1,0 +1,272 @@
+"""Drives one query's :class:`CheckpointCoordinator` from Spark's query progress.
+
+After every micro-batch the listener hands the barriered source's progress to
+:meth:`QueryCoordinator.on_progress`, which
+
+1. replays what the source planner did in that batch (it is all in the end offset:
+   barrier positions fixed, aborts, the cut with its in-flight ranges),
+2. collects the acknowledgements the executors published under ``_acks/<id>/``,
+3. lets the coordinator complete checkpoints (one Delta commit each, see
+   :mod:`barriered.statestore.delta_tables`), expire old ones and trigger new ones
+   (written to the trigger log the planner reads).
+
+Finished checkpoints are appended to the ``_checkpoints`` table.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from barriered.config import BarrieredConf
+from barriered.coordinator.clock import SystemClock
+from barriered.coordinator.coordinator import CheckpointCoordinator
+from barriered.coordinator.model import AckStats, CompletedCheckpoint
+from barriered.coordinator.policy import ChannelSignals
+from barriered.coordinator.settings import CoordinatorSettings
+from barriered.coordinator.stats import CheckpointStats
+from barriered.datasource.offsets import SourceOffset
+from barriered.datasource.triggers import TriggerLog, TriggerRequest
+from barriered.errors import CheckpointFailureLimitExceeded
+from barriered.statestore import checkpoints_table
+from barriered.statestore.acks import Ack, inflight_participant, read_acks, state_participant
+from barriered.statestore.delta_tables import (
+    INFLIGHT_PARTITIONS,
+    STATE_PARTITIONS,
+    STATE_SCHEMA,
+    as_json,
+    commit_files,
+    state_replacements,
+)
+from barriered.statestore.fileio import filesystem, join, list_names, read_json
+from barriered.statestore.layout import SnapshotLayout
+
+log = logging.getLogger(__name__)
+
+
+def settings_from_conf(conf: BarrieredConf) -> CoordinatorSettings:
+    """Map the session/source configuration onto the coordinator's settings."""
+    return CoordinatorSettings(
+        checkpoint_interval_ms=conf.checkpoint_interval_ms,
+        checkpoint_timeout_ms=conf.checkpoint_timeout_ms,
+        min_pause_ms=conf.min_pause_ms,
+        max_concurrent=conf.max_concurrent_checkpoints,
+        tolerable_failures=conf.tolerable_checkpoint_failures,
+        exactly_once=conf.exactly_once,
+        unaligned_enabled=conf.unaligned_enabled,
+        adaptive=conf.unaligned_adaptive,
+        aligned_timeout_ms=conf.aligned_checkpoint_timeout_ms,
+        buffer_per_channel_rows=conf.buffer_per_channel,
+    )
+
+
+class QueryCoordinator:
+    """The coordinator of one query on one snapshot path.
+
+    Parameters
+    ----------
+    layout : SnapshotLayout
+        The snapshot path.
+    next_id : int
+        Lower bound of the next checkpoint id (from the source's offset).
+    """
+
+    def __init__(self, layout: SnapshotLayout, next_id: int = 1) -> None:
+        self.layout = layout
+        stored = read_json(layout.config_file, default={}) or {}
+        self.conf = BarrieredConf(**stored.get("conf", {}))
+        self.channels = int(stored.get("channels", 0))
+        history = checkpoints_table.read_rows(layout)
+        self.core = CheckpointCoordinator.from_history(
+            history,
+            settings_from_conf(self.conf),
+            SystemClock(),
+            self._participants,
+            self._commit,
+            next_id=next_id,
+        )
+        self.core.add_stats_listener(self._on_stats)
+        self.core.add_complete_listener(self._on_complete)
+        self._collecting: set[int] = set()
+        self._inflight_versions: dict[int, int | None] = {}
+        self._barrier_batch: dict[int, int] = {}
+        self.fatal: CheckpointFailureLimitExceeded | None = None
+
+    # -- participants and completion ------------------------------------------------------
+
+    def operators(self) -> list[dict[str, Any]]:
+        """The keyed operators registered on this snapshot path."""
+        folder = join(self.layout.root, "_coordinator", "operators")
+        return [read_json(join(folder, n)) for n in list_names(folder) if n.endswith(".json")]
+
+    def _participants(self) -> frozenset[str]:
+        names = set()
+        for op in self.operators():
+            for kg in range(int(op["max_parallelism"])):
+                names.add(state_participant(op["operator"], kg))
+        return frozenset(names)
+
+    def _commit(self, done: CompletedCheckpoint) -> int:
+        acks: list[Ack] = [a.payload for a in done.acks.values() if isinstance(a.payload, Ack)]
+        inflight_files = [f for a in acks if a.participant.startswith("inflight/") for f in a.files]
+        inflight_version = None
+        if inflight_files:
+            fs, root = filesystem(self.layout.inflight_table)
+            with fs.open_input_file(f"{root}/{inflight_files[0].path}") as f:
+                schema = pq.read_schema(f)
+            import pyarrow as pa
+
+            schema = schema.append(pa.field("checkpoint_id", pa.int64()))
+            inflight_version = commit_files(
+                self.layout.inflight_table,
+                schema,
+                INFLIGHT_PARTITIONS,
+                done.checkpoint_id,
+                inflight_files,
+            )
+        self._inflight_versions[done.checkpoint_id] = inflight_version
+        state_acks = [a for a in acks if a.participant.startswith("state/")]
+        ranges = {
+            str(a.extra["channel"]): [a.extra["start"], a.extra["end"]]
+            for a in acks
+            if a.participant.startswith("inflight/")
+        }
+        return commit_files(
+            self.layout.state_table,
+            STATE_SCHEMA,
+            STATE_PARTITIONS,
+            done.checkpoint_id,
+            [f for a in state_acks for f in a.files],
+            state_replacements(state_acks),
+            metadata={
+                "barriered.kind": done.kind,
+                "barriered.mode": done.effective_mode or done.mode,
+                "barriered.barrier": as_json({str(k): v for k, v in done.positions.items()}),
+                "barriered.inflight": as_json(ranges),
+                "barriered.inflight_version": inflight_version,
+            },
+        )
+
+    def _on_stats(self, stats: CheckpointStats) -> None:
+        if stats.status == "pending":
+            return
+        row = stats.to_row()
+        row["inflight_table_version"] = self._inflight_versions.pop(stats.checkpoint_id, None)
+        row["barrier_batch_id"] = self._barrier_batch.pop(stats.checkpoint_id, None)
+        checkpoints_table.append(self.layout, row)
+        if stats.status == "aborted":
+            log.warning("checkpoint %d aborted: %s", stats.checkpoint_id, stats.failure_reason)
+            TriggerLog.read(self.layout.triggers_file).with_cancelled([stats.checkpoint_id]).write(
+                self.layout.triggers_file
+            )
+
+    def _on_complete(self, done: CompletedCheckpoint) -> None:
+        TriggerLog.read(self.layout.triggers_file).with_completed(done.checkpoint_id).write(
+            self.layout.triggers_file
+        )
+        log.info(
+            "checkpoint %d completed (%s), state table version %s",
+            done.checkpoint_id,
+            done.effective_mode or done.mode,
+            done.state_table_version,
+        )
+
+    # -- progress -----------------------------------------------------------------------
+
+    def on_progress(
+        self,
+        batch_id: int,
+        start: Mapping[str, Any] | None,
+        end: Mapping[str, Any],
+        report: Mapping[str, Any] | None,
+        duration_ms: int,
+    ) -> list[TriggerRequest]:
+        """Handle one micro-batch's progress of the barriered source; return new triggers."""
+        try:
+            return self._on_progress(batch_id, start, end, report, duration_ms)
+        except CheckpointFailureLimitExceeded as exc:
+            self.fatal = exc
+            TriggerLog.read(self.layout.triggers_file).with_fatal(str(exc)).write(
+                self.layout.triggers_file
+            )
+            raise
+
+    def _on_progress(
+        self,
+        batch_id: int,
+        start: Mapping[str, Any] | None,
+        end: Mapping[str, Any],
+        report: Mapping[str, Any] | None,
+        duration_ms: int,
+    ) -> list[TriggerRequest]:
+        offset = SourceOffset.from_dict(dict(end))
+        core = self.core
+        for started in offset.started:
+            cid = int(started["id"])
+            if core.stats(cid) is None:
+                core.adopt(cid, started["mode"], str(started.get("reason", "")), started["at_ms"])
+            barrier = {c: int(b) for c, b in enumerate(started["barrier"])}
+            core.on_barrier_positions(cid, barrier, int(started["at_ms"]))
+            core.on_alignment_started(cid, int(started["at_ms"]))
+            self._barrier_batch[cid] = batch_id
+        for aborted in offset.aborted:
+            core.abort(int(aborted["id"]), f"aborted by the source: {aborted['reason']}")
+        if offset.cut is not None:
+            cut = offset.cut
+            core.expect(cut.id, [inflight_participant(c) for c, _, _ in cut.inflight])
+            self._collecting.add(cut.id)
+            core.on_cut(cut.id, cut.at_ms, batch_id, effective_mode=cut.mode)
+        self.collect_acks()
+        signals = None
+        if report and start and duration_ms > 0:
+            begin = SourceOffset.from_dict(dict(start)).positions
+            available = report.get("available", [])
+            delivered = {c: offset.positions[c] - begin[c] for c in range(len(begin))}
+            backlog = {c: max(0, available[c] - offset.positions[c]) for c in range(len(begin))}
+            signals = ChannelSignals.from_batch(backlog, delivered, duration_ms)
+        return self.tick(batch_id, signals)
+
+    def tick(
+        self, batch_id: int | None = None, signals: ChannelSignals | None = None
+    ) -> list[TriggerRequest]:
+        """Expire, trigger and publish new trigger requests to the source."""
+        requests = self.core.tick(batch_id=batch_id, signals=signals)
+        if not requests:
+            return []
+        out = [
+            TriggerRequest(r.checkpoint_id, r.kind, r.mode, r.mode_reason, r.timestamp_ms)
+            for r in requests
+        ]
+        log_ = TriggerLog.read(self.layout.triggers_file)
+        for r in out:
+            log_ = log_.with_request(r)
+        log_.write(self.layout.triggers_file)
+        return out
+
+    def collect_acks(self) -> None:
+        """Feed newly published acknowledgements of cut checkpoints to the coordinator."""
+        for cid in sorted(self._collecting):
+            if cid not in self.core.pending_ids:
+                self._collecting.discard(cid)
+                continue
+            for participant, ack in read_acks(self.layout, cid).items():
+                stats = AckStats(
+                    state_bytes=ack.bytes if participant.startswith("state/") else 0,
+                    state_rows=ack.rows if participant.startswith("state/") else 0,
+                    inflight_rows=ack.rows if participant.startswith("inflight/") else 0,
+                    inflight_bytes=ack.bytes if participant.startswith("inflight/") else 0,
+                    files=tuple(f.path for f in ack.files),
+                    payload=ack,
+                )
+                self.core.acknowledge(cid, participant, stats)
+            if cid not in self.core.pending_ids:
+                self._collecting.discard(cid)
+
+
+def describe(stats: CheckpointStats) -> str:
+    """One human line per checkpoint, for logs and the demo."""
+    return json.dumps(stats.to_row(), sort_keys=True)

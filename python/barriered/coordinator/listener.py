@@ -1,0 +1,100 @@
+"""The StreamingQueryListener that drives every barriered query's coordinator."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any
+
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+from barriered.coordinator.driver import QueryCoordinator
+from barriered.datasource.offsets import SourceOffset
+from barriered.statestore.layout import SnapshotLayout
+
+log = logging.getLogger(__name__)
+
+
+def _barriered_source(progress: Any) -> tuple[Any, dict[str, Any]] | None:
+    for source in progress.sources:
+        raw = source.latestOffset
+        if not raw:
+            continue
+        try:
+            report = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(report, dict) and "barriered" in report:
+            return source, report["barriered"]
+    return None
+
+
+def _json_or_none(raw: str | None) -> Any:
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
+
+
+class BarrieredListener(StreamingQueryListener):
+    """Runs a :class:`QueryCoordinator` per query that reads a barriered source.
+
+    Errors inside the listener never reach Spark's listener bus: they are logged, and
+    the fatal "too many failed checkpoints" error is handed to the source, which fails
+    the query with it.
+    """
+
+    def __init__(self) -> None:
+        self.coordinators: dict[str, QueryCoordinator] = {}
+        self._lock = threading.Lock()
+
+    def coordinator(self, query_id: str) -> QueryCoordinator | None:
+        """The coordinator of a running or finished query (None if it never progressed)."""
+        return self.coordinators.get(str(query_id))
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        found = _barriered_source(progress)
+        if found is None:
+            return
+        source, report = found
+        try:
+            end = json.loads(source.endOffset)
+            start = _json_or_none(source.startOffset)
+            with self._lock:
+                qc = self.coordinators.get(str(progress.id))
+                if qc is None or qc.layout.root != report["snapshotPath"]:
+                    last_id = SourceOffset.from_dict(end).last_id
+                    qc = QueryCoordinator(
+                        SnapshotLayout.at(report["snapshotPath"]), next_id=last_id + 1
+                    )
+                    self.coordinators[str(progress.id)] = qc
+                duration = int(progress.batchDuration or 0)
+                qc.on_progress(int(progress.batchId), start, end, report, duration)
+        except Exception:
+            log.exception("barriered coordinator failed on batch %s", progress.batchId)
+
+    def onQueryIdle(self, event: Any) -> None:
+        qc = self.coordinators.get(str(event.id))
+        if qc is None:
+            return
+        try:
+            with self._lock:
+                qc.collect_acks()
+                qc.tick()
+        except Exception:
+            log.exception("barriered coordinator failed while idle")
+
+    def onQueryTerminated(self, event: Any) -> None:
+        qc = self.coordinators.get(str(event.id))
+        if qc is None:
+            return
+        try:
+            with self._lock:
+                qc.collect_acks()
+        except Exception:
+            log.exception("barriered coordinator failed at query termination")

@@ -1,0 +1,167 @@
+"""The local demo: a skewed multi-channel stream through a keyed running total.
+
+It runs one query per checkpoint mode (aligned, unaligned, aligned with timeout) on a
+local Spark, prints a line per finished checkpoint while the query runs, and a summary
+table at the end. The Delta tables stay under ``OUT/snapshots/<mode>``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from barriered.statestore import checkpoints_table
+from barriered.statestore.layout import SnapshotLayout
+
+PREFIX = "spark.sql.streaming.barriered."
+
+#: Session keys per demo phase (on top of the common ones in :func:`run_demo`).
+PHASES: dict[str, dict[str, str]] = {
+    "aligned": {"unaligned.enabled": "false"},
+    "unaligned": {"unaligned.enabled": "true", "alignedCheckpointTimeout": "0s"},
+    "aligned_with_timeout": {
+        "unaligned.enabled": "true",
+        "alignedCheckpointTimeout": "1500ms",
+        "unaligned.adaptive": "false",
+    },
+}
+
+#: The skewed upstream: channel 0 produces 4x the others but is admitted like them.
+SOURCE = {
+    "upstream": "rate",
+    "channels": "4",
+    "rowsPerSecond": "150",
+    "skew": "0:4",
+    "keys": "1000",
+    "maxRowsPerChannel": "250",
+}
+
+
+def local_session() -> Any:
+    """Return the active SparkSession, or start a local[2] one with RocksDB state."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("barriered-demo")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config(
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        )
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("FATAL")  # stopping a demo query logs aborted writes
+    return spark
+
+
+def format_row(phase: str, row: dict[str, Any]) -> str:
+    """One live line per finished checkpoint."""
+    status = row["status"]
+    if status != "completed":
+        return f"[{phase}] checkpoint {row['checkpoint_id']:>3} {status}: {row['failure_reason']}"
+    mode = row["effective_mode"] or row["mode"]
+    return (
+        f"[{phase}] checkpoint {row['checkpoint_id']:>3} {mode:<10}"
+        f" {row['end_to_end_duration_ms'] or 0:>6} ms"
+        f"  alignment {row['alignment_duration_ms'] or 0:>6} ms"
+        f"  batches {row['barrier_batch_id']}->{row['cut_batch_id']}"
+        f"  state {row['state_bytes']:>7} B  in-flight {row['inflight_rows']:>6} rows"
+        f" {row['inflight_bytes']:>7} B  acks {row['num_acknowledged']}/{row['num_expected']}"
+    )
+
+
+def run_phase(
+    spark: Any, phase: str, out: Path, seconds: float, emit: Callable[[str], None]
+) -> list[dict[str, Any]]:
+    """Run one mode for ``seconds`` and return its checkpoint rows."""
+    import barriered
+    from barriered.examples import RunningTotals
+
+    for key, value in PHASES[phase].items():
+        spark.conf.set(PREFIX + key, value)
+    snap = out / "snapshots" / phase
+    events = (
+        spark.readStream.format("barriered")
+        .options(**SOURCE)
+        .option("snapshotPath", str(snap))
+        .load()
+    )
+    totals = barriered.keyed(events, "user_id").process(RunningTotals())
+    query = (
+        totals.writeStream.format("noop")
+        .option("checkpointLocation", str(out / "spark-checkpoints" / phase))
+        .start()
+    )
+    layout = SnapshotLayout.at(str(snap))
+    seen: set[tuple[int, str]] = set()
+
+    def report() -> list[dict[str, Any]]:
+        rows = checkpoints_table.read_rows(layout)
+        for row in rows:
+            if (row["checkpoint_id"], row["status"]) not in seen:
+                seen.add((row["checkpoint_id"], row["status"]))
+                emit(format_row(phase, row))
+        return rows
+
+    deadline = time.time() + seconds
+    try:
+        while time.time() < deadline and query.isActive:
+            time.sleep(1.0)
+            report()
+    finally:
+        query.stop()
+    if query.exception() is not None:
+        raise RuntimeError(f"demo phase {phase} failed: {query.exception()}")
+    time.sleep(1.0)  # let the listener finish the last batch's checkpoint
+    return report()
+
+
+def summary(results: dict[str, list[dict[str, Any]]]) -> str:
+    """The final table: one line per mode."""
+    lines = [
+        f"{'mode':<22}{'completed':>10}{'p50 ms':>9}{'max ms':>9}{'align p50':>11}"
+        f"{'in-flight rows':>16}{'state MB':>10}"
+    ]
+    for phase, rows in results.items():
+        done = [r for r in rows if r["status"] == "completed"]
+        durations = [r["end_to_end_duration_ms"] or 0 for r in done] or [0]
+        aligns = [r["alignment_duration_ms"] or 0 for r in done] or [0]
+        lines.append(
+            f"{phase:<22}{len(done):>10}{statistics.median(durations):>9.0f}{max(durations):>9}"
+            f"{statistics.median(aligns):>11.0f}{sum(r['inflight_rows'] for r in done):>16}"
+            f"{sum(r['state_bytes'] for r in done) / 1e6:>10.2f}"
+        )
+    return "\n".join(lines)
+
+
+def run_demo(out: str, duration: float, emit: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run every phase for ``duration / 3`` seconds; return the rows per phase."""
+    import barriered
+
+    target = Path(out).resolve()
+    for sub in ("snapshots", "spark-checkpoints"):
+        shutil.rmtree(target / sub, ignore_errors=True)
+    spark = local_session()
+    barriered.install(spark)
+    spark.conf.set(PREFIX + "checkpointInterval", "2s")
+    spark.conf.set(PREFIX + "maxParallelism", "32")
+    spark.conf.set(PREFIX + "bufferPerChannel", "600")
+    results = {}
+    for phase in PHASES:
+        emit(f"--- {phase}: {duration / len(PHASES):.0f} s ---")
+        results[phase] = run_phase(spark, phase, target, duration / len(PHASES), emit)
+    emit(summary(results))
+    emit(f"Delta tables: {target / 'snapshots'}")
+    return results

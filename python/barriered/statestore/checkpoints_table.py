@@ -1,0 +1,48 @@
+"""The ``_checkpoints`` table: one row per finished checkpoint, as Flink's history."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from barriered.coordinator.stats import STATS_COLUMNS
+from barriered.statestore.delta_tables import append_rows, open_table
+from barriered.statestore.layout import SnapshotLayout
+
+_ARROW_TYPES = {"bigint": pa.int64(), "int": pa.int32(), "string": pa.string()}
+
+#: Columns of ``_checkpoints``: the coordinator's statistics plus where the data lives.
+EXTRA_COLUMNS = {
+    "barrier_batch_id": "bigint",  # the batch in which the source fixed B_n(c)
+    "inflight_table_version": "bigint",
+    "snapshot_path": "string",
+}
+
+SCHEMA = pa.schema(
+    [(name, _ARROW_TYPES[t]) for name, t in {**STATS_COLUMNS, **EXTRA_COLUMNS}.items()]
+)
+#: The same columns as a Spark DDL string.
+SCHEMA_DDL = ", ".join(f"{n} {t}" for n, t in {**STATS_COLUMNS, **EXTRA_COLUMNS}.items())
+
+
+def append(layout: SnapshotLayout, row: Mapping[str, Any]) -> None:
+    """Append one finished checkpoint's row."""
+    full = {name: row.get(name) for name in SCHEMA.names}
+    full["snapshot_path"] = layout.root
+    append_rows(layout.checkpoints_table, [full], SCHEMA)
+
+
+def read_rows(layout: SnapshotLayout) -> list[dict[str, Any]]:
+    """Return every row, ordered by checkpoint id (empty when there is no table yet)."""
+    table = open_table(layout.checkpoints_table)
+    if table is None:
+        return []
+    rows: list[dict[str, Any]] = table.to_pyarrow_table().to_pylist()
+    return sorted(rows, key=lambda r: (r["checkpoint_id"], r.get("end_timestamp_ms") or 0))
+
+
+def completed(layout: SnapshotLayout) -> list[dict[str, Any]]:
+    """Return the rows of completed checkpoints, oldest first."""
+    return [r for r in read_rows(layout) if r["status"] == "completed"]

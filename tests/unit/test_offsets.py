@@ -1,0 +1,335 @@
+"""Round trips of the source offset (Spark's offset log) and of the trigger log file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from barriered.datasource.offsets import FORMAT_VERSION, ActiveCheckpoint, Cut, SourceOffset
+from barriered.datasource.triggers import TriggerLog, TriggerRequest
+from barriered.errors import SnapshotStoreError
+
+
+def through_json(d: dict[str, object]) -> dict[str, object]:
+    return json.loads(json.dumps(d))
+
+
+ACTIVE = ActiveCheckpoint(
+    id=4,
+    kind="savepoint",
+    mode="aligned",
+    barrier=(100, 70, 0),
+    arrived=(2, 1),
+    started_ms=1_700_000_000_123,
+    reason="operator asked",
+)
+CUT = Cut(
+    id=3,
+    kind="checkpoint",
+    mode="unaligned",
+    barrier=(90, 60, 0),
+    inflight=((0, 20, 90), (1, 55, 60)),
+    base=2,
+    at_ms=1_700_000_000_000,
+)
+FULL = SourceOffset(
+    positions=(40, 70, 0),
+    last_id=4,
+    last_cut=(90, 60, 0),
+    active=ACTIVE,
+    cut=CUT,
+    started=(
+        {
+            "id": 4,
+            "kind": "savepoint",
+            "mode": "aligned",
+            "barrier": [100, 70, 0],
+            "at_ms": 1_700_000_000_123,
+            "reason": "operator asked",
+        },
+    ),
+    aborted=({"id": 3, "reason": "subsumed"},),
+    restore={"checkpoint": 2, "path": "/tmp/snap"},
+)
+
+
+# -- ActiveCheckpoint ------------------------------------------------------------------------
+
+
+def test_active_checkpoint_round_trip() -> None:
+    d = ACTIVE.to_dict()
+    assert d == {
+        "id": 4,
+        "kind": "savepoint",
+        "mode": "aligned",
+        "barrier": [100, 70, 0],
+        "arrived": [2, 1],
+        "started_ms": 1_700_000_000_123,
+        "reason": "operator asked",
+    }
+    assert ActiveCheckpoint.from_dict(through_json(d)) == ACTIVE
+
+
+def test_active_checkpoint_reason_is_optional() -> None:
+    d = ACTIVE.to_dict()
+    del d["reason"]
+    assert ActiveCheckpoint.from_dict(d).reason == ""
+    assert ActiveCheckpoint(1, "checkpoint", "aligned", (1,), (), 0).reason == ""
+
+
+def test_active_checkpoint_parsing_normalises_types() -> None:
+    d = {
+        "id": "4",
+        "kind": "checkpoint",
+        "mode": "unaligned",
+        "barrier": ["1", 2.0],
+        "arrived": ["1"],
+        "started_ms": "7",
+    }
+    parsed = ActiveCheckpoint.from_dict(d)
+    assert parsed == ActiveCheckpoint(4, "checkpoint", "unaligned", (1, 2), (1,), 7, "")
+    assert isinstance(parsed.barrier, tuple) and isinstance(parsed.arrived, tuple)
+
+
+# -- Cut -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        CUT,
+        Cut(1, "checkpoint", "aligned", (5,), (), None, 0),
+        Cut(9, "savepoint", "aligned", (), (), 0, 12),
+        Cut(2, "checkpoint", "at_least_once", (3, 4), (), 1, 5),
+    ],
+)
+def test_cut_round_trip(cut: Cut) -> None:
+    d = cut.to_dict()
+    assert d["inflight"] == [list(x) for x in cut.inflight]
+    back = Cut.from_dict(through_json(d))
+    assert back == cut
+    assert all(isinstance(x, tuple) for x in back.inflight)
+
+
+def test_cut_base_absent_or_null_is_none() -> None:
+    d = CUT.to_dict()
+    d["base"] = None
+    assert Cut.from_dict(d).base is None
+    del d["base"]
+    assert Cut.from_dict(d).base is None
+    d["base"] = 0  # a real id 0 stays 0 (not falsy-dropped)
+    assert Cut.from_dict(d).base == 0
+
+
+def test_cut_rejects_malformed_in_flight_ranges() -> None:
+    d = CUT.to_dict()
+    d["inflight"] = [[0, 1]]
+    with pytest.raises(ValueError):
+        Cut.from_dict(d)
+
+
+# -- SourceOffset ----------------------------------------------------------------------------
+
+
+def test_initial_offset_round_trip() -> None:
+    initial = SourceOffset(positions=(0, 0, 0))
+    d = initial.to_dict()
+    assert d == {
+        "v": FORMAT_VERSION,
+        "positions": [0, 0, 0],
+        "last_id": 0,
+        "last_cut": None,
+        "active": None,
+        "cut": None,
+        "started": [],
+        "aborted": [],
+        "restore": None,
+    }
+    assert SourceOffset.from_dict(through_json(d)) == initial
+
+
+def test_full_offset_round_trip() -> None:
+    d = FULL.to_dict()
+    assert d["v"] == FORMAT_VERSION
+    assert d["active"] == ACTIVE.to_dict()
+    assert d["cut"] == CUT.to_dict()
+    text = json.dumps(d)  # what Spark writes to its offset log
+    back = SourceOffset.from_dict(json.loads(text))
+    assert back == FULL
+    assert back.to_dict() == d
+    assert json.dumps(back.to_dict()) == text
+
+
+def test_offset_round_trip_is_stable_over_many_restarts() -> None:
+    offset = FULL
+    for _ in range(5):
+        offset = SourceOffset.from_dict(json.loads(json.dumps(offset.to_dict())))
+    assert offset == FULL
+
+
+def test_minimal_offset_dict_takes_the_defaults() -> None:
+    parsed = SourceOffset.from_dict({"positions": [3, "4"]})
+    assert parsed == SourceOffset(positions=(3, 4))
+    assert parsed.last_id == 0
+    assert parsed.last_cut is None and parsed.active is None and parsed.cut is None
+    assert parsed.started == () and parsed.aborted == () and parsed.restore is None
+
+
+def test_from_dict_ignores_unknown_keys() -> None:
+    d = FULL.to_dict()
+    d["future_field"] = {"x": 1}
+    assert SourceOffset.from_dict(d) == FULL
+
+
+def test_offsets_are_immutable_values_compared_by_content() -> None:
+    a = SourceOffset(positions=(1, 2), last_id=1)
+    assert a == SourceOffset(positions=(1, 2), last_id=1)
+    assert a != SourceOffset(positions=(1, 2), last_id=2)
+    assert a != SourceOffset(positions=(1, 3), last_id=1)
+    with pytest.raises(AttributeError):
+        a.positions = (0, 0)  # type: ignore[misc]
+
+
+def test_carried_drops_only_the_per_batch_events() -> None:
+    carried = FULL.carried()
+    assert carried == SourceOffset(
+        positions=FULL.positions,
+        last_id=FULL.last_id,
+        last_cut=FULL.last_cut,
+        active=FULL.active,
+    )
+    assert carried.cut is None and carried.restore is None
+    assert carried.started == () and carried.aborted == ()
+    assert carried.carried() == carried
+    assert FULL.cut is CUT  # the original is unchanged
+    assert SourceOffset.from_dict(through_json(carried.to_dict())) == carried
+
+
+# -- TriggerLog ------------------------------------------------------------------------------
+
+
+def test_trigger_request_defaults_and_json_form() -> None:
+    r = TriggerRequest(5)
+    assert r.to_dict() == {
+        "id": 5,
+        "kind": "checkpoint",
+        "mode": "aligned",
+        "reason": "",
+        "requested_ms": 0,
+    }
+    assert TriggerRequest(**through_json(r.to_dict())) == r
+
+
+def test_absent_trigger_log_reads_as_empty(tmp_path: Path) -> None:
+    log = TriggerLog.read(str(tmp_path / "_coordinator" / "triggers.json"))
+    assert log == TriggerLog()
+    assert log.requests == () and log.cancelled == frozenset() and log.last_completed is None
+
+
+def test_empty_json_object_reads_as_empty_log(tmp_path: Path) -> None:
+    path = tmp_path / "triggers.json"
+    path.write_text("{}")
+    assert TriggerLog.read(str(path)) == TriggerLog()
+
+
+def test_corrupt_trigger_log_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "triggers.json"
+    path.write_text('{"requests": [')
+    with pytest.raises(SnapshotStoreError, match=r"triggers\.json"):
+        TriggerLog.read(str(path))
+
+
+def test_trigger_log_write_read_round_trip(tmp_path: Path) -> None:
+    uri = str(tmp_path / "_coordinator" / "triggers.json")  # parent created on write
+    log = (
+        TriggerLog()
+        .with_request(TriggerRequest(1, reason="interval", requested_ms=10))
+        .with_request(TriggerRequest(2, kind="savepoint", mode="unaligned", requested_ms=20))
+        .with_cancelled([1])
+        .with_completed(1)
+    )
+    log.write(uri)
+    back = TriggerLog.read(uri)
+    assert back == log
+    assert back.cancelled == frozenset({1})
+    assert back.last_completed == 1
+    assert [r.id for r in back.requests] == [1, 2]
+    assert back.requests[1] == TriggerRequest(2, "savepoint", "unaligned", "", 20)
+    # no temporary files left behind
+    assert sorted(p.name for p in (tmp_path / "_coordinator").iterdir()) == ["triggers.json"]
+
+
+def test_trigger_log_is_written_sorted_by_id(tmp_path: Path) -> None:
+    uri = str(tmp_path / "triggers.json")
+    log = TriggerLog().with_request(TriggerRequest(3)).with_request(TriggerRequest(1))
+    log.write(uri)
+    assert [r.id for r in TriggerLog.read(uri).requests] == [1, 3]
+    raw = json.loads(Path(uri).read_text())
+    assert [r["id"] for r in raw["requests"]] == [1, 3]
+
+
+def test_trigger_log_overwrite_replaces_the_content(tmp_path: Path) -> None:
+    uri = str(tmp_path / "triggers.json")
+    first = TriggerLog().with_request(TriggerRequest(1))
+    first.write(uri)
+    second = first.with_request(TriggerRequest(2)).with_cancelled([1]).with_completed(2)
+    second.write(uri)
+    assert TriggerLog.read(uri) == second
+
+
+def test_trigger_log_keeps_only_the_most_recent_entries(tmp_path: Path) -> None:
+    uri = str(tmp_path / "triggers.json")
+    log = TriggerLog()
+    for i in range(40, 0, -1):  # added newest first: the write keeps the highest ids
+        log = log.with_request(TriggerRequest(i))
+    log = log.with_cancelled(range(1, 41))
+    log.write(uri)
+    back = TriggerLog.read(uri)
+    assert [r.id for r in back.requests] == list(range(9, 41))
+    assert back.cancelled == frozenset(range(9, 41))
+
+
+def test_with_request_returns_a_new_log() -> None:
+    empty = TriggerLog()
+    one = empty.with_request(TriggerRequest(1))
+    assert empty.requests == ()
+    assert one.requests == (TriggerRequest(1),)
+    two = one.with_request(TriggerRequest(2, mode="unaligned"))
+    assert [r.id for r in two.requests] == [1, 2]
+    assert one.requests == (TriggerRequest(1),)
+
+
+def test_with_cancelled_accumulates() -> None:
+    log = TriggerLog().with_request(TriggerRequest(1)).with_completed(0)
+    a = log.with_cancelled([1, 2])
+    b = a.with_cancelled([2, 5])
+    assert log.cancelled == frozenset()
+    assert a.cancelled == frozenset({1, 2})
+    assert b.cancelled == frozenset({1, 2, 5})
+    assert b.requests == log.requests and b.last_completed == 0
+
+
+def test_with_completed_never_goes_back() -> None:
+    log = TriggerLog()
+    assert log.with_completed(3).last_completed == 3
+    assert log.with_completed(3).with_completed(1).last_completed == 3
+    assert log.with_completed(3).with_completed(7).last_completed == 7
+    assert log.with_completed(0).last_completed == 0
+    assert log.last_completed is None
+    kept = log.with_request(TriggerRequest(1)).with_cancelled([1]).with_completed(1)
+    assert kept.requests == (TriggerRequest(1),) and kept.cancelled == frozenset({1})
+
+
+def test_trigger_log_fatal_round_trip(tmp_path: Path) -> None:
+    uri = str(tmp_path / "triggers.json")
+    log = TriggerLog().with_request(TriggerRequest(1)).with_fatal("snapshot store unreachable")
+    log.write(uri)
+    back = TriggerLog.read(uri)
+    assert back == log
+    assert back.fatal == "snapshot store unreachable"
+    cleared = back.with_fatal(None).with_completed(1)
+    cleared.write(uri)
+    assert TriggerLog.read(uri).fatal is None
+    assert TriggerLog.read(uri).requests == (TriggerRequest(1),)

@@ -1,0 +1,1137 @@
+"""Multi-batch simulations and property tests of the source planner (no Spark).
+
+``plan`` is driven the way the source drives it: each batch's end offset is the next
+batch's start offset, the upstream grows along a script, the trigger log only ever gains
+requests and cancellations, and the clock is a fake ``now_ms`` per batch. The expected
+outcomes are written out batch by batch (positions, barrier positions, cut, in-flight
+ranges); the property tests check the invariants of DESIGN.md ("The model, in micro-batch
+terms") against an independent model of per-channel delivery.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from itertools import accumulate
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from barriered.datasource.offsets import ActiveCheckpoint, Cut, SourceOffset
+from barriered.datasource.planner import PlanInput, plan
+from barriered.datasource.triggers import TriggerRequest
+
+FINAL_REASON = "final checkpoint of an availableNow run"
+ALIGNED_MODES = ("aligned", "aligned_with_timeout")
+EXACTLY_ONCE_MODES = ("aligned", "unaligned", "aligned_with_timeout")
+ALL_MODES = (*EXACTLY_ONCE_MODES, "at_least_once")
+
+PROPERTY_SETTINGS = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+# -- the simulation harness -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One planning step: the offset it started from, the one it returned, its readings."""
+
+    index: int
+    start: SourceOffset
+    end: SourceOffset
+    inp: PlanInput
+
+    @property
+    def identity(self) -> bool:
+        """Whether ``plan`` returned its start offset itself (no new batch for Spark)."""
+        return self.end is self.start
+
+    @property
+    def positions(self) -> tuple[int, ...]:
+        return self.end.positions
+
+    @property
+    def cut(self) -> Cut | None:
+        return None if self.identity else self.end.cut
+
+    @property
+    def started(self) -> tuple[dict[str, Any], ...]:
+        return () if self.identity else self.end.started
+
+    @property
+    def aborted(self) -> tuple[dict[str, Any], ...]:
+        return () if self.identity else self.end.aborted
+
+
+def roundtrip(offset: SourceOffset) -> SourceOffset:
+    """The offset as a restarted driver reads it back from Spark's offset log."""
+    return SourceOffset.from_dict(json.loads(json.dumps(offset.to_dict())))
+
+
+def req(
+    checkpoint_id: int, mode: str = "aligned", kind: str = "checkpoint", reason: str = ""
+) -> TriggerRequest:
+    return TriggerRequest(id=checkpoint_id, kind=kind, mode=mode, reason=reason)
+
+
+def simulate(
+    batches: int,
+    *,
+    available: Callable[[int], Sequence[int]] | Sequence[Sequence[int]],
+    admission: Sequence[int | None],
+    requests: Mapping[int, Sequence[TriggerRequest]] | None = None,
+    cancelled: Mapping[int, Collection[int]] | None = None,
+    now: Callable[[int], int] | Sequence[int] = lambda k: 1000 * k,
+    target: Sequence[int] | None = None,
+    buffer: int = 10_000,
+    timeout: int = 10_000,
+    last_completed: int | None = None,
+    start: SourceOffset | None = None,
+    restart: bool = False,
+) -> list[Batch]:
+    """Plan ``batches`` micro-batches, each starting from the previous end offset.
+
+    ``requests`` and ``cancelled`` map a batch index to what appears in the trigger log at
+    that batch; the log keeps everything that appeared before. With ``restart`` every
+    offset goes through JSON between batches, as if the driver restarted each time.
+    """
+    channels = len(admission)
+    offset = start if start is not None else SourceOffset(positions=(0,) * channels)
+    out: list[Batch] = []
+    for k in range(batches):
+        reqs = tuple(r for b, rs in sorted((requests or {}).items()) if b <= k for r in rs)
+        gone = frozenset(i for b, ids in (cancelled or {}).items() if b <= k for i in ids)
+        avail = available(k) if callable(available) else available[min(k, len(available) - 1)]
+        inp = PlanInput(
+            available=tuple(avail),
+            admission=tuple(admission),
+            target=None if target is None else tuple(target),
+            requests=reqs,
+            cancelled=gone,
+            last_completed=last_completed,
+            now_ms=now(k) if callable(now) else now[k],
+            buffer_per_channel=buffer,
+            aligned_timeout_ms=timeout,
+        )
+        if restart:
+            offset = roundtrip(offset)
+        end = plan(offset, inp)
+        out.append(Batch(k, offset, end, inp))
+        offset = end
+    return out
+
+
+def positions(batches: Sequence[Batch]) -> list[tuple[int, ...]]:
+    return [b.positions for b in batches]
+
+
+def cuts(batches: Sequence[Batch]) -> list[tuple[int, Cut]]:
+    return [(b.index, b.cut) for b in batches if b.cut is not None]
+
+
+def started_ids(batches: Sequence[Batch]) -> list[tuple[int, int]]:
+    return [(b.index, ev["id"]) for b in batches for ev in b.started]
+
+
+# The skew scenario of the brief: channel 0 has a backlog of 100 and admits 10 rows per
+# batch; channels 1 and 2 are unlimited and their upstream grows by 20 rows per batch.
+SKEW_ADMISSION: tuple[int | None, ...] = (10, None, None)
+
+
+def skew(k: int) -> tuple[int, int, int]:
+    return (100, 50 + 20 * k, 50 + 20 * k)
+
+
+def skew_run(mode: str, batches: int = 12, **kw: Any) -> list[Batch]:
+    """Request checkpoint 1 in ``mode`` at batch 1 of the skew scenario (now = 1000 * k)."""
+    kw.setdefault("requests", {1: [req(1, mode)]})
+    return simulate(batches, available=skew, admission=SKEW_ADMISSION, **kw)
+
+
+# -- identity and the plain delivery --------------------------------------------------------
+
+
+def test_no_data_and_no_request_returns_the_start_offset_itself() -> None:
+    start = SourceOffset(positions=(5, 7), last_id=3, last_cut=(5, 7))
+    inp = PlanInput(
+        available=(5, 7),
+        admission=(None, 10),
+        target=None,
+        requests=(req(2), req(3)),
+        cancelled=frozenset(),
+        last_completed=3,
+        now_ms=123,
+        buffer_per_channel=10,
+        aligned_timeout_ms=0,
+    )
+    assert plan(start, inp) is start
+
+
+def test_identity_keeps_the_per_batch_events_of_the_start_offset() -> None:
+    """Nothing to do: the planner hands back ``start`` as is, events of its batch included."""
+    cut = Cut(1, "checkpoint", "aligned", (5,), (), None, 10)
+    start = SourceOffset(positions=(5,), last_id=1, last_cut=(5,), cut=cut, started=({"id": 1},))
+    inp = PlanInput((5,), (None,), None, (), frozenset(), None, 20, 10, 0)
+    assert plan(start, inp) is start
+
+
+def test_per_batch_fields_of_the_start_offset_are_ignored() -> None:
+    cut = Cut(1, "checkpoint", "aligned", (5, 5), (), None, 10)
+    noisy = SourceOffset(
+        positions=(5, 5),
+        last_id=1,
+        last_cut=(5, 5),
+        cut=cut,
+        started=({"id": 1},),
+        aborted=({"id": 0, "reason": "cancelled"},),
+        restore={"from": 1},
+    )
+    inp = PlanInput((9, 20), (2, None), None, (req(2),), frozenset(), 1, 50, 100, 0)
+    assert plan(noisy, inp) == plan(noisy.carried(), inp)
+    end = plan(noisy, inp)
+    assert end.restore is None
+    assert [ev["id"] for ev in end.started] == [2]
+    assert end.aborted == ()
+
+
+def test_delivery_without_checkpoints_follows_admission_and_availability() -> None:
+    run = simulate(
+        5,
+        available=[(25, 0, 7), (25, 3, 7), (40, 3, 7)],
+        admission=(10, None, 3),
+    )
+    assert positions(run) == [(10, 0, 3), (20, 3, 6), (30, 3, 7), (40, 3, 7), (40, 3, 7)]
+    assert [b.identity for b in run] == [False, False, False, False, True]
+    assert all(b.end.active is None and b.end.cut is None for b in run)
+    assert all(b.end.started == () and b.end.aborted == () for b in run)
+
+
+def test_identity_after_a_cut_until_the_upstream_grows() -> None:
+    """Channel 0 has nothing at all (B_0 = D_0 = 0), channel 1 reaches B_1 = 5 in batch 0."""
+    run = simulate(
+        4,
+        available=[(0, 5), (0, 5), (0, 5), (3, 5)],
+        admission=(None, None),
+        requests={0: [req(1)]},
+    )
+    assert cuts(run) == [(0, Cut(1, "checkpoint", "aligned", (0, 5), (), None, 0))]
+    assert [b.identity for b in run] == [False, True, True, False]
+    assert run[3].positions == (3, 5)
+
+
+# -- aligned ---------------------------------------------------------------------------------
+
+
+def test_aligned_under_skew_blocks_fast_channels_until_the_slow_one_arrives() -> None:
+    run = skew_run("aligned", last_completed=7)
+    barrier = (100, 70, 70)
+    assert positions(run) == [
+        (10, 50, 50),
+        (20, 70, 70),  # request: B fixed at (100, 70, 70); fast channels reach it
+        *[(10 * (k + 1), 70, 70) for k in range(2, 9)],  # fast channels blocked
+        (100, 70, 70),  # channel 0 reaches B_0: the cut
+        (100, 250, 250),  # unblocked
+        (100, 270, 270),
+    ]
+    assert run[1].started == (
+        {
+            "id": 1,
+            "kind": "checkpoint",
+            "mode": "aligned",
+            "barrier": [100, 70, 70],
+            "at_ms": 1000,
+            "reason": "",
+        },
+    )
+    for b in run[1:9]:
+        active = b.end.active
+        assert active is not None
+        assert active.barrier == barrier
+        assert active.arrived == (1, 2)
+        assert active.started_ms == 1000
+        assert b.cut is None
+        assert all(p <= q for p, q in zip(b.positions, barrier, strict=True))
+    assert cuts(run) == [
+        (9, Cut(1, "checkpoint", "aligned", barrier, (), base=7, at_ms=9000)),
+    ]
+    assert run[9].positions == barrier
+    assert run[9].end.active is None
+    assert all(b.end.last_cut == barrier for b in run[9:])
+    assert all(b.end.last_id == 1 for b in run[1:])
+    assert all(b.aborted == () for b in run)
+
+
+def test_aligned_channel_with_nothing_behind_its_barrier_is_blocked_at_once() -> None:
+    """A channel whose upstream has nothing new has B = D and its barrier in batch 0."""
+    run = simulate(
+        4,
+        available=[(30, 5), (30, 9), (30, 12), (30, 20)],
+        admission=(10, None),
+        start=SourceOffset(positions=(0, 5)),
+        requests={0: [req(1)]},
+    )
+    assert run[0].started[0]["barrier"] == [30, 5]
+    assert positions(run) == [(10, 5), (20, 5), (30, 5), (30, 20)]
+    assert cuts(run)[0] == (2, Cut(1, "checkpoint", "aligned", (30, 5), (), None, 2000))
+
+
+def test_aligned_with_a_single_channel_cuts_when_it_reaches_its_barrier() -> None:
+    run = simulate(
+        4,
+        available=lambda k: (100 + 5 * k,),
+        admission=(40,),
+        requests={0: [req(1)]},
+    )
+    assert positions(run) == [(40,), (80,), (100,), (115,)]
+    assert cuts(run) == [(2, Cut(1, "checkpoint", "aligned", (100,), (), None, 2000))]
+
+
+@pytest.mark.parametrize(
+    ("buffer", "barrier", "cut_batch", "expected"),
+    [
+        # B = min(available, D + buffer) with D = (10, 50, 50) and available (100, 70, 70)
+        (0, (10, 50, 50), 1, [(10, 50, 50), (10, 50, 50), (20, 90, 90)]),
+        (5, (15, 55, 55), 1, [(10, 50, 50), (15, 55, 55), (25, 90, 90)]),
+        (15, (25, 65, 65), 2, [(10, 50, 50), (20, 65, 65), (25, 65, 65), (35, 110, 110)]),
+        (25, (35, 70, 70), 3, [(10, 50, 50), (20, 70, 70), (30, 70, 70), (35, 70, 70)]),
+    ],
+)
+def test_buffer_per_channel_bounds_the_barrier_positions(
+    buffer: int, barrier: tuple[int, ...], cut_batch: int, expected: list[tuple[int, ...]]
+) -> None:
+    run = skew_run("aligned", batches=len(expected), buffer=buffer)
+    assert run[1].started[0]["barrier"] == list(barrier)
+    assert positions(run) == expected
+    assert cuts(run) == [
+        (cut_batch, Cut(1, "checkpoint", "aligned", barrier, (), None, 1000 * cut_batch))
+    ]
+    assert run[cut_batch].positions == barrier
+
+
+# -- unaligned -------------------------------------------------------------------------------
+
+
+def test_unaligned_cuts_in_the_first_batch_with_the_backlog_in_flight() -> None:
+    run = skew_run("unaligned", last_completed=4)
+    barrier = (100, 70, 70)
+    assert positions(run) == [
+        (10, 50, 50),
+        (20, 70, 70),  # the cut: nothing delivered past B in the cut batch
+        # later batches: nothing blocked
+        *[(min(100, 10 * (k + 1)), 50 + 20 * k, 50 + 20 * k) for k in range(2, 12)],
+    ]
+    assert cuts(run) == [
+        (1, Cut(1, "checkpoint", "unaligned", barrier, ((0, 20, 100),), base=4, at_ms=1000)),
+    ]
+    assert run[1].started[0]["mode"] == "unaligned"
+    assert all(b.end.active is None for b in run)
+    assert all(b.end.last_cut == barrier for b in run[1:])
+    # the fast channels keep delivering past their barrier in later batches
+    assert run[2].positions[1] > barrier[1]
+    assert run[2].positions[2] > barrier[2]
+
+
+def test_unaligned_in_flight_lists_every_lagging_channel_and_only_those() -> None:
+    run = simulate(
+        2,
+        available=[(50, 100, 30, 8), (50, 100, 30, 8)],
+        admission=(5, 10, None, None),
+        start=SourceOffset(positions=(0, 0, 0, 8)),
+        requests={0: [req(1, "unaligned")]},
+        buffer=40,
+    )
+    # B = (min(50, 40), min(100, 40), min(30, 40), 8) = (40, 40, 30, 8)
+    assert run[0].positions == (5, 10, 30, 8)
+    assert run[0].cut == Cut(
+        1, "checkpoint", "unaligned", (40, 40, 30, 8), ((0, 5, 40), (1, 10, 40)), None, 0
+    )
+    assert run[1].positions == (10, 20, 30, 8)
+
+
+def test_unaligned_without_backlog_has_no_in_flight_data() -> None:
+    run = simulate(
+        2,
+        available=[(30, 30), (40, 40)],
+        admission=(None, None),
+        requests={0: [req(1, "unaligned")]},
+    )
+    assert run[0].cut == Cut(1, "checkpoint", "unaligned", (30, 30), (), None, 0)
+    assert run[1].positions == (40, 40)
+
+
+# -- aligned with timeout --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("timeout", "cut_batch"),
+    [(0, 1), (1, 2), (999, 2), (1000, 2), (1001, 3), (4000, 5), (4001, 6), (7000, 8)],
+)
+def test_aligned_with_timeout_switches_to_unaligned_once_the_timeout_elapsed(
+    timeout: int, cut_batch: int
+) -> None:
+    """Started at 1000 ms; the first batch with now - 1000 >= T is the (unaligned) cut."""
+    run = skew_run("aligned_with_timeout", timeout=timeout)
+    barrier = (100, 70, 70)
+    slow = 10 * (cut_batch + 1)  # channel 0's position in the cut batch
+    for b in run[1:cut_batch]:
+        assert b.end.active is not None
+        assert b.end.active.mode == "aligned_with_timeout"
+        assert b.positions[1:] == (70, 70)  # blocked while aligning
+    assert cuts(run) == [
+        (
+            cut_batch,
+            Cut(1, "checkpoint", "unaligned", barrier, ((0, slow, 100),), None, 1000 * cut_batch),
+        )
+    ]
+    assert run[cut_batch].positions == (slow, 70, 70)
+    assert run[cut_batch].end.active is None
+    # after the cut nothing is blocked any more
+    k = cut_batch + 1
+    assert run[k].positions == (10 * (k + 1), 50 + 20 * k, 50 + 20 * k)
+
+
+def test_aligned_with_timeout_completes_aligned_before_the_timeout() -> None:
+    run = skew_run("aligned_with_timeout", timeout=8001)
+    assert positions(run) == positions(skew_run("aligned"))
+    assert cuts(run) == [(9, Cut(1, "checkpoint", "aligned", (100, 70, 70), (), None, 9000))]
+
+
+def test_aligned_with_timeout_elapsing_in_the_batch_that_completes_the_alignment() -> None:
+    """now - started == T in the batch where channel 0 reaches B_0: nothing is in flight.
+
+    Today the handler sees the batch's data (and the clock) before the batch's barriers,
+    so the switch wins and the cut is reported ``unaligned`` with no in-flight data; either
+    label is a consistent snapshot, what matters is the cut batch and the empty in-flight.
+    """
+    run = skew_run("aligned_with_timeout", timeout=8000)
+    assert positions(run) == positions(skew_run("aligned"))
+    [(k, cut)] = cuts(run)
+    assert k == 9
+    assert cut.mode in ("aligned", "unaligned")
+    assert (cut.id, cut.barrier, cut.inflight, cut.at_ms) == (1, (100, 70, 70), (), 9000)
+
+
+def test_aligned_with_timeout_clock_standing_still_never_switches() -> None:
+    run = skew_run("aligned_with_timeout", timeout=1, now=lambda k: 5000)
+    assert cuts(run) == [(9, Cut(1, "checkpoint", "aligned", (100, 70, 70), (), None, 5000))]
+
+
+def test_aligned_with_timeout_first_barrier_after_the_timeout_switches_at_once() -> None:
+    """Requested at 0 ms, T = 1000; channel 1's barrier (B_1 = 30) arrives at 1200 ms.
+
+    now - started_ms >= T already holds in that batch, so it should be the cut.
+    """
+    run = simulate(
+        5,
+        available=[(100, 30)],
+        admission=(10, 10),
+        requests={0: [req(1, "aligned_with_timeout")]},
+        now=lambda k: 600 * k,
+        timeout=1000,
+    )
+    assert positions(run)[:3] == [(10, 10), (20, 20), (30, 30)]
+    assert cuts(run)[0] == (
+        2,
+        Cut(1, "checkpoint", "unaligned", (100, 30), ((0, 30, 100),), None, 1200),
+    )
+
+
+def test_aligned_with_timeout_switches_even_before_any_barrier_arrived() -> None:
+    """Both channels lag (10 rows per batch to B = 100): the timeout must still apply."""
+    run = simulate(
+        12,
+        available=[(100, 100)],
+        admission=(10, 10),
+        requests={0: [req(1, "aligned_with_timeout")]},
+        now=lambda k: 600 * k,
+        timeout=1000,
+    )
+    assert cuts(run)[0] == (
+        2,
+        Cut(1, "checkpoint", "unaligned", (100, 100), ((0, 30, 100), (1, 30, 100)), None, 1200),
+    )
+
+
+# -- at least once ---------------------------------------------------------------------------
+
+
+def test_at_least_once_never_caps_and_cuts_when_every_channel_passed_its_barrier() -> None:
+    run = skew_run("at_least_once")
+    free = simulate(12, available=skew, admission=SKEW_ADMISSION)
+    assert positions(run) == positions(free)  # no capping, no blocking
+    barrier = (100, 70, 70)
+    for b in run[1:9]:
+        assert b.end.active is not None
+        assert b.end.active.mode == "at_least_once"
+        assert b.end.active.arrived == (1, 2)
+    assert cuts(run) == [(9, Cut(1, "checkpoint", "at_least_once", barrier, (), None, 9000))]
+    assert run[9].positions == (100, 230, 230)
+    assert run[9].end.last_cut == barrier
+
+
+def test_at_least_once_with_every_channel_at_its_barrier_cuts_in_the_first_batch() -> None:
+    run = skew_run("at_least_once", buffer=0)
+    assert run[1].positions == (20, 70, 70)
+    assert cuts(run) == [(1, Cut(1, "checkpoint", "at_least_once", (10, 50, 50), (), None, 1000))]
+
+
+# -- stale requests, cancellation, subsumption, savepoints -----------------------------------
+
+
+def test_stale_requests_are_ignored() -> None:
+    start = SourceOffset(positions=(0, 0), last_id=5)
+    run = simulate(
+        3,
+        available=[(10, 10)],
+        admission=(None, None),
+        start=start,
+        requests={0: [req(3), req(5, "unaligned")], 2: [req(4)]},
+    )
+    assert all(b.started == () and b.end.active is None and b.cut is None for b in run)
+    assert [b.identity for b in run] == [False, True, True]
+    assert all(b.end.last_id == 5 for b in run)
+
+
+def test_a_request_is_started_once_although_it_stays_in_the_log() -> None:
+    run = skew_run("aligned", batches=14, requests={1: [req(1)], 12: [req(2)]})
+    assert started_ids(run) == [(1, 1), (12, 2)]
+    # checkpoint 2: channel 0 is exhausted (B_0 = D_0 = 100), the others reach B at once
+    assert [(k, c.id) for k, c in cuts(run)] == [(9, 1), (12, 2)]
+    assert run[12].started[0]["barrier"] == [100, 290, 290]
+
+
+def test_requests_are_started_in_id_order_whatever_the_log_order() -> None:
+    run = skew_run("aligned", batches=3, requests={1: [req(3), req(2)]})
+    assert [ev["id"] for ev in run[1].started] == [2, 3]
+    assert run[1].aborted == ({"id": 2, "reason": "subsumed"},)
+    assert run[1].end.active is not None and run[1].end.active.id == 3
+    assert run[1].end.last_id == 3
+
+
+def test_cancelling_the_active_checkpoint_aborts_it_and_unblocks() -> None:
+    run = skew_run("aligned", cancelled={3: [1]})
+    assert run[3].aborted == ({"id": 1, "reason": "cancelled"},)
+    assert run[3].end.active is None
+    assert run[2].positions == (30, 70, 70)  # still blocked
+    assert run[3].positions == (40, 110, 110)  # unblocked in the batch of the cancel
+    assert cuts(run) == []
+    assert started_ids(run) == [(1, 1)]  # not started again
+    assert all(b.end.last_id == 1 for b in run[1:])
+    assert all(b.aborted == () for b in run[4:])
+
+
+def test_cancellation_of_a_checkpoint_that_has_not_started_yet() -> None:
+    run = skew_run("aligned", batches=4, requests={1: [req(1)]}, cancelled={1: [1]})
+    assert all(b.started == () and b.aborted == () for b in run)
+    assert all(b.end.last_id == 0 for b in run)
+    # a later request is started normally
+    run = skew_run("aligned", batches=4, requests={1: [req(1)], 2: [req(2)]}, cancelled={0: [1]})
+    assert started_ids(run) == [(2, 2)]
+
+
+def test_cancelling_an_unknown_or_finished_checkpoint_changes_nothing() -> None:
+    base = skew_run("aligned")
+    run = skew_run("aligned", cancelled={10: [1], 11: [9]})
+    assert [b.end for b in run] == [b.end for b in base]
+
+
+def test_cancel_while_aligning_without_data_is_not_an_identity() -> None:
+    start = SourceOffset(
+        positions=(5, 9),
+        last_id=1,
+        active=ActiveCheckpoint(1, "checkpoint", "aligned", (20, 9), (1,), 0),
+    )
+    inp = PlanInput((5, 9), (None, None), None, (req(1),), frozenset({1}), None, 10, 100, 0)
+    end = plan(start, inp)
+    assert end is not start
+    assert end.positions == (5, 9)
+    assert end.active is None
+    assert end.aborted == ({"id": 1, "reason": "cancelled"},)
+    assert end.last_id == 1
+
+
+def test_a_newer_request_subsumes_the_aligning_checkpoint() -> None:
+    run = skew_run("aligned", batches=12, requests={1: [req(1)], 3: [req(2)]})
+    assert run[3].aborted == ({"id": 1, "reason": "subsumed"},)
+    # barrier of 2 fixed from the positions at the start of batch 3: D = (30, 70, 70)
+    assert run[3].started == (
+        {
+            "id": 2,
+            "kind": "checkpoint",
+            "mode": "aligned",
+            "barrier": [100, 110, 110],
+            "at_ms": 3000,
+            "reason": "",
+        },
+    )
+    assert run[3].positions == (40, 110, 110)
+    assert positions(run)[4:9] == [(10 * (k + 1), 110, 110) for k in range(4, 9)]
+    assert cuts(run) == [(9, Cut(2, "checkpoint", "aligned", (100, 110, 110), (), None, 9000))]
+    assert run[3].end.last_id == 2
+
+
+def test_subsumption_across_modes() -> None:
+    """An aligning at-least-once checkpoint subsumed by an unaligned one."""
+    run = skew_run(
+        "at_least_once", requests={1: [req(1, "at_least_once")], 4: [req(2, "unaligned")]}
+    )
+    assert run[4].aborted == ({"id": 1, "reason": "subsumed"},)
+    # D = (40, 110, 110) (nothing was capped), available (100, 130, 130)
+    assert run[4].started[0]["barrier"] == [100, 130, 130]
+    assert cuts(run) == [
+        (4, Cut(2, "checkpoint", "unaligned", (100, 130, 130), ((0, 50, 100),), None, 4000))
+    ]
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
+def test_savepoints_are_always_aligned(mode: str) -> None:
+    run = skew_run(mode, requests={1: [req(1, mode, kind="savepoint")]})
+    assert run[1].started[0]["mode"] == "aligned"
+    assert run[1].started[0]["kind"] == "savepoint"
+    assert positions(run) == positions(skew_run("aligned"))
+    assert cuts(run) == [(9, Cut(1, "savepoint", "aligned", (100, 70, 70), (), None, 9000))]
+
+
+def test_savepoint_is_not_switched_by_the_alignment_timeout() -> None:
+    run = skew_run(
+        "aligned_with_timeout",
+        requests={1: [req(1, "aligned_with_timeout", kind="savepoint")]},
+        timeout=0,
+    )
+    assert cuts(run) == [(9, Cut(1, "savepoint", "aligned", (100, 70, 70), (), None, 9000))]
+
+
+# -- Trigger.AvailableNow --------------------------------------------------------------------
+
+
+def test_available_now_final_checkpoint_is_cut_in_the_batch_reaching_the_target() -> None:
+    run = simulate(
+        6,
+        available=[(100, 40)],
+        admission=(30, None),
+        target=(100, 40),
+        last_completed=None,
+    )
+    assert positions(run) == [(30, 40), (60, 40), (90, 40), (100, 40), (100, 40), (100, 40)]
+    assert run[3].started == (
+        {
+            "id": 1,
+            "kind": "checkpoint",
+            "mode": "aligned",
+            "barrier": [100, 40],
+            "at_ms": 3000,
+            "reason": FINAL_REASON,
+        },
+    )
+    assert cuts(run) == [(3, Cut(1, "checkpoint", "aligned", (100, 40), (), None, 3000))]
+    assert run[3].end.last_cut == (100, 40)
+    assert run[3].end.last_id == 1
+    # no second final checkpoint: the source has nothing more to do
+    assert [b.identity for b in run] == [False] * 4 + [True] * 2
+
+
+def test_available_now_final_checkpoint_takes_the_next_id() -> None:
+    start = SourceOffset(positions=(0, 0), last_id=7, last_cut=(0, 0))
+    run = simulate(3, available=[(20, 5)], admission=(None, None), target=(20, 5), start=start)
+    assert cuts(run) == [(0, Cut(8, "checkpoint", "aligned", (20, 5), (), None, 0))]
+    assert [b.identity for b in run] == [False, True, True]
+
+
+def test_available_now_without_new_data_since_the_last_cut_needs_no_final_checkpoint() -> None:
+    start = SourceOffset(positions=(20, 5), last_id=7, last_cut=(20, 5))
+    run = simulate(2, available=[(20, 5)], admission=(None, None), target=(20, 5), start=start)
+    assert all(b.identity for b in run)
+
+
+def test_available_now_target_caps_delivery() -> None:
+    run = simulate(
+        3,
+        available=lambda k: (100 + k, 100 + k),
+        admission=(None, 60),
+        target=(100, 100),
+        start=SourceOffset(positions=(0, 0), last_cut=(100, 100)),
+    )
+    assert positions(run) == [(100, 60), (100, 100), (100, 100)]
+    assert [b.identity for b in run] == [False, False, True]
+
+
+def test_available_now_aligned_cut_at_the_target_makes_the_final_checkpoint_redundant() -> None:
+    run = simulate(
+        6,
+        available=[(100, 40)],
+        admission=(30, None),
+        target=(100, 40),
+        requests={1: [req(1)]},
+    )
+    # B = (100, 40) fixed in batch 1; the aligned cut in batch 3 is at the target
+    assert cuts(run) == [(3, Cut(1, "checkpoint", "aligned", (100, 40), (), None, 3000))]
+    assert started_ids(run) == [(1, 1)]
+    assert [b.identity for b in run] == [False] * 4 + [True] * 2
+
+
+def test_available_now_final_checkpoint_after_an_earlier_cut() -> None:
+    run = simulate(
+        6,
+        available=[(100, 40)],
+        admission=(30, None),
+        target=(100, 40),
+        requests={1: [req(1)]},
+        buffer=20,
+    )
+    # checkpoint 1: D = (30, 40), B = (50, 40): cut in batch 1 at (50, 40)
+    assert positions(run) == [(30, 40), (50, 40), (80, 40), (100, 40), (100, 40), (100, 40)]
+    assert cuts(run) == [
+        (1, Cut(1, "checkpoint", "aligned", (50, 40), (), None, 1000)),
+        (3, Cut(2, "checkpoint", "aligned", (100, 40), (), None, 3000)),
+    ]
+    assert run[3].started[0]["reason"] == FINAL_REASON
+    assert [b.identity for b in run] == [False] * 4 + [True] * 2
+
+
+def test_available_now_final_checkpoint_in_the_batch_after_another_cut() -> None:
+    """An at-least-once cut in the batch reaching the target, behind the target."""
+    run = simulate(
+        7,
+        available=[(100, 40)],
+        admission=(30, None),
+        target=(100, 40),
+        requests={3: [req(1, "at_least_once")]},
+        buffer=5,
+    )
+    # checkpoint 1 at batch 3: D = (90, 40), B = (95, 40); the batch reaches the target
+    assert positions(run)[3] == (100, 40)
+    assert cuts(run) == [
+        (3, Cut(1, "checkpoint", "at_least_once", (95, 40), (), None, 3000)),
+        (4, Cut(2, "checkpoint", "aligned", (100, 40), (), None, 4000)),
+    ]
+    assert run[3].started[0]["id"] == 1  # no final checkpoint in the batch of the other cut
+    assert len(run[3].started) == 1
+    assert run[4].started[0]["reason"] == FINAL_REASON
+    assert run[4].positions == (100, 40)
+    assert [b.identity for b in run] == [False] * 5 + [True] * 2
+
+
+def test_available_now_at_least_once_cut_at_the_target_needs_no_final_checkpoint() -> None:
+    run = simulate(
+        7,
+        available=[(100, 40)],
+        admission=(30, None),
+        target=(100, 40),
+        requests={3: [req(1, "at_least_once")]},
+        buffer=1000,
+    )
+    # B = (100, 40) for checkpoint 1, cut at the target: no final checkpoint at all
+    assert cuts(run) == [(3, Cut(1, "checkpoint", "at_least_once", (100, 40), (), None, 3000))]
+    assert [b.identity for b in run] == [False] * 4 + [True] * 3
+
+
+def test_available_now_final_checkpoint_with_a_growing_upstream() -> None:
+    """The upstream grows past the target during the run: B is capped at the target."""
+    run = simulate(
+        6,
+        available=lambda k: (100 + 10 * k, 100 + 10 * k),
+        admission=(40, None),
+        target=(100, 100),
+    )
+    assert positions(run) == [(40, 100), (80, 100)] + [(100, 100)] * 4
+    assert run[2].started[0]["barrier"] == [100, 100]
+    assert cuts(run) == [(2, Cut(1, "checkpoint", "aligned", (100, 100), (), None, 2000))]
+    assert [b.identity for b in run] == [False] * 3 + [True] * 3
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
+def test_available_now_requested_checkpoint_with_a_growing_upstream(mode: str) -> None:
+    run = simulate(
+        6,
+        available=lambda k: (100 + 10 * k, 100 + 10 * k),
+        admission=(40, None),
+        target=(100, 100),
+        requests={1: [req(1, mode)]},
+    )
+    # D = (40, 100) and available (110, 110) at batch 1: B = (100, 100), not (110, 110)
+    assert run[1].started[0]["barrier"] == [100, 100]
+    assert positions(run) == [(40, 100), (80, 100)] + [(100, 100)] * 4
+    if mode == "unaligned":
+        expected = Cut(1, "checkpoint", "unaligned", (100, 100), ((0, 80, 100),), None, 1000)
+        assert cuts(run) == [(1, expected)]
+    else:
+        cut_mode = "at_least_once" if mode == "at_least_once" else "aligned"
+        assert cuts(run) == [(2, Cut(1, "checkpoint", cut_mode, (100, 100), (), None, 2000))]
+    # the cut is at the target: no final checkpoint, the run is over
+    assert started_ids(run) == [(1, 1)]
+    assert [b.identity for b in run] == [False] * 3 + [True] * 3
+
+
+# -- restart ---------------------------------------------------------------------------------
+
+
+RESTART_SCENARIOS: dict[str, dict[str, Any]] = {
+    "aligned": {"requests": {1: [req(1)], 11: [req(2, "unaligned")]}},
+    "unaligned": {"requests": {1: [req(1, "unaligned")], 5: [req(2, "unaligned")]}},
+    "timeout": {"requests": {1: [req(1, "aligned_with_timeout")]}, "timeout": 3000},
+    "at_least_once": {"requests": {1: [req(1, "at_least_once")], 4: [req(2, "at_least_once")]}},
+    "cancel": {"requests": {1: [req(1)], 6: [req(2, kind="savepoint")]}, "cancelled": {3: [1]}},
+    "subsume": {"requests": {1: [req(1)], 3: [req(2, "aligned_with_timeout")]}, "timeout": 2500},
+}
+
+
+@pytest.mark.parametrize("name", sorted(RESTART_SCENARIOS))
+def test_a_restarted_driver_plans_identical_batches(name: str) -> None:
+    kw = RESTART_SCENARIOS[name]
+    live = skew_run("aligned", batches=14, last_completed=3, **kw)
+    restarted = skew_run("aligned", batches=14, last_completed=3, restart=True, **kw)
+    assert [b.end for b in restarted] == [b.end for b in live]
+    assert [b.identity for b in restarted] == [b.identity for b in live]
+    for b in live:  # every offset survives the offset log unchanged
+        assert roundtrip(b.end) == b.end
+
+
+def test_a_restarted_available_now_run_plans_identical_batches() -> None:
+    kw: dict[str, Any] = {
+        "available": [(100, 40)],
+        "admission": (30, None),
+        "target": (100, 40),
+        "requests": {3: [req(1, "at_least_once")]},
+        "buffer": 5,
+    }
+    live = simulate(7, **kw)
+    restarted = simulate(7, restart=True, **kw)
+    assert [b.end for b in restarted] == [b.end for b in live]
+    assert [b.identity for b in restarted] == [b.identity for b in live]
+
+
+# -- property tests --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scenario:
+    channels: int
+    batches: int
+    available: list[tuple[int, ...]]
+    admission: tuple[int | None, ...]
+    requests: dict[int, list[TriggerRequest]]
+    cancelled: dict[int, list[int]]
+    now: list[int]
+    target: tuple[int, ...] | None
+    buffer: int
+    timeout: int
+    last_id: int
+
+    def run(self, restart: bool = False) -> list[Batch]:
+        return simulate(
+            self.batches,
+            available=self.available,
+            admission=self.admission,
+            requests=self.requests,
+            cancelled=self.cancelled,
+            now=self.now,
+            target=self.target,
+            buffer=self.buffer,
+            timeout=self.timeout,
+            last_completed=None if self.last_id == 0 else self.last_id,
+            start=SourceOffset(positions=(0,) * self.channels, last_id=self.last_id),
+            restart=restart,
+        )
+
+
+@st.composite
+def scenarios(draw: st.DrawFn, modes: Sequence[str]) -> Scenario:
+    channels = draw(st.integers(1, 4))
+    batches = draw(st.integers(1, 20))
+    vec = st.lists(st.integers(0, 15), min_size=channels, max_size=channels)
+    initial = draw(st.lists(st.integers(0, 60), min_size=channels, max_size=channels))
+    growth = draw(st.lists(vec, min_size=batches, max_size=batches))
+    available = [tuple(initial)]
+    for g in growth[1:]:
+        available.append(tuple(a + d for a, d in zip(available[-1], g, strict=True)))
+    admission = tuple(
+        draw(st.lists(st.none() | st.integers(1, 20), min_size=channels, max_size=channels))
+    )
+    last_id = draw(st.sampled_from([0, 0, 0, 3]))
+    requests: dict[int, list[TriggerRequest]] = {}
+    for _ in range(draw(st.integers(0, 6))):
+        at = draw(st.integers(0, batches - 1))
+        kind = draw(st.sampled_from(["checkpoint", "checkpoint", "checkpoint", "savepoint"]))
+        mode = draw(st.sampled_from(list(modes)))
+        requests.setdefault(at, []).append(req(draw(st.integers(1, 12)), mode, kind))
+    cancelled: dict[int, list[int]] = {}
+    for _ in range(draw(st.integers(0, 3))):
+        cancelled.setdefault(draw(st.integers(0, batches - 1)), []).append(draw(st.integers(1, 12)))
+    now = list(accumulate(draw(st.lists(st.integers(0, 1500), min_size=batches, max_size=batches))))
+    target: tuple[int, ...] | None = None
+    if draw(st.booleans()):
+        # prepareForTriggerAvailableNow: the upstream as it was when the run started
+        target = available[0]
+    return Scenario(
+        channels=channels,
+        batches=batches,
+        available=available,
+        admission=admission,
+        requests=requests,
+        cancelled=cancelled,
+        now=now,
+        target=target,
+        buffer=draw(st.integers(0, 80)),
+        timeout=draw(st.integers(0, 5000)),
+        last_id=last_id,
+    )
+
+
+def barrier_of(pos: Sequence[int], inp: PlanInput) -> tuple[int, ...]:
+    """B_n(c) = min(available(c), D(c) + buffer), never past an availableNow target."""
+    reach = inp.available if inp.target is None else inp.target
+    return tuple(
+        max(p, min(a, r, p + inp.buffer_per_channel))
+        for p, a, r in zip(pos, inp.available, reach, strict=True)
+    )
+
+
+def full_delivery(start: SourceOffset, inp: PlanInput) -> list[int]:
+    """Per channel, what the batch delivers with no checkpoint in the way."""
+    out = []
+    for c, p in enumerate(start.positions):
+        upto = inp.available[c]
+        if inp.admission[c] is not None:
+            upto = min(upto, p + inp.admission[c])
+        if inp.target is not None:
+            upto = min(upto, inp.target[c])
+        out.append(max(p, upto))
+    return out
+
+
+def model_batch(start: SourceOffset, inp: PlanInput) -> tuple[list[int], list[int], Any]:
+    """Independent model of delivery: (requests started, end positions, active at delivery).
+
+    The active checkpoint at delivery time is a ``(mode, barrier, arrived)`` triple or None.
+    """
+    active: Any = None
+    if start.active is not None and start.active.id not in inp.cancelled:
+        active = (start.active.mode, start.active.barrier, set(start.active.arrived))
+    started: list[int] = []
+    last = start.last_id
+    for r in sorted(inp.requests, key=lambda r: r.id):
+        if r.id > last and r.id not in inp.cancelled:
+            last = r.id
+            started.append(r.id)
+            mode = "aligned" if r.kind == "savepoint" else r.mode
+            active = (
+                mode,
+                barrier_of(start.positions, inp),
+                set(),
+            )
+    end = full_delivery(start, inp)
+    if active is not None and active[0] != "at_least_once":
+        mode, barrier, arrived = active
+        for c in range(len(end)):
+            end[c] = (
+                start.positions[c]
+                if c in arrived
+                else min(end[c], max(start.positions[c], barrier[c]))
+            )
+    return started, end, active
+
+
+def check_invariants(run: Sequence[Batch]) -> None:
+    fixed: dict[int, dict[str, Any]] = {}  # id -> started event (+ requested mode)
+    aborted: set[int] = set()
+    cut_ids: list[int] = []
+    for b in run:
+        s, e, inp = b.start, b.end, b.inp
+        started, expected, _ = model_batch(s, inp)
+        if b.identity:
+            assert started == []
+            assert list(s.positions) == expected
+            assert s.active is None or s.active.id not in inp.cancelled
+            continue
+
+        # positions: monotone, within the upstream and the availableNow target
+        for c, (p, q) in enumerate(zip(s.positions, e.positions, strict=True)):
+            assert p <= q <= max(p, inp.available[c])
+            if inp.target is not None:
+                assert q <= max(p, inp.target[c])
+        assert list(e.positions) == expected, "delivery differs from the model"
+        assert e.last_id >= s.last_id
+
+        # started events: exactly the new requests (plus a final checkpoint)
+        requested = [ev for ev in e.started if ev["reason"] != FINAL_REASON]
+        finals = [ev for ev in e.started if ev["reason"] == FINAL_REASON]
+        assert [ev["id"] for ev in requested] == started
+        assert len(finals) <= 1
+        ids = [ev["id"] for ev in e.started]
+        assert ids == sorted(set(ids)) and all(i > s.last_id for i in ids)
+        for ev in requested:
+            r = next(r for r in inp.requests if r.id == ev["id"])
+            assert ev["barrier"] == list(barrier_of(s.positions, inp))
+            assert ev["mode"] == ("aligned" if r.kind == "savepoint" else r.mode)
+            assert ev["kind"] == r.kind
+            assert ev["at_ms"] == inp.now_ms
+            fixed[ev["id"]] = ev
+        for ev in finals:
+            assert ev["id"] == max([s.last_id, *started]) + 1
+            assert ev["mode"] == "aligned"
+            assert inp.target is not None
+            assert all(p >= t for p, t in zip(e.positions, inp.target, strict=True))
+            assert e.positions != s.last_cut
+            assert ev["barrier"] == list(barrier_of(e.positions, inp))
+            fixed[ev["id"]] = ev
+        assert e.last_id == max([s.last_id, *ids])
+
+        # aborts
+        for ab in e.aborted:
+            assert ab["id"] in fixed
+            assert ab["id"] not in aborted
+            if ab["reason"] == "cancelled":
+                assert ab["id"] in inp.cancelled
+            else:
+                assert ab["reason"] == "subsumed"
+                assert any(i > ab["id"] for i in ids)
+            aborted.add(ab["id"])
+
+        # blocking: a channel that has its barrier delivers nothing while aligning
+        if (
+            s.active is not None
+            and s.active.mode in ALIGNED_MODES
+            and s.active.id not in inp.cancelled
+            and not started
+        ):
+            for c in s.active.arrived:
+                assert e.positions[c] == s.positions[c]
+
+        # the active checkpoint after the batch
+        if e.active is not None:
+            a = e.active
+            assert a.id in fixed and a.id not in aborted
+            assert list(a.barrier) == fixed[a.id]["barrier"]
+            assert a.mode == fixed[a.id]["mode"] != "unaligned"
+            assert e.cut is None or e.cut.id != a.id
+            assert not all(p >= q for p, q in zip(e.positions, a.barrier, strict=True))
+            assert set(a.arrived) == {
+                c for c, (p, q) in enumerate(zip(e.positions, a.barrier, strict=True)) if p >= q
+            }
+            if a.mode != "at_least_once":
+                assert all(p <= q for p, q in zip(e.positions, a.barrier, strict=True))
+
+        # the cut
+        cut = e.cut
+        if cut is None:
+            assert e.last_cut == s.last_cut
+            continue
+        ev = fixed[cut.id]
+        assert cut.id not in aborted
+        assert list(cut.barrier) == ev["barrier"]
+        assert cut.kind == ev["kind"]
+        assert cut.at_ms == inp.now_ms
+        assert cut.base == inp.last_completed
+        assert e.last_cut == cut.barrier
+        pairs = list(zip(e.positions, cut.barrier, strict=True))
+        if cut.mode == "aligned":
+            assert ev["mode"] in ALIGNED_MODES
+            assert list(e.positions) == list(cut.barrier)
+            assert cut.inflight == ()
+        elif cut.mode == "unaligned":
+            assert ev["mode"] in ("unaligned", "aligned_with_timeout")
+            if ev["mode"] == "aligned_with_timeout":
+                assert inp.now_ms - ev["at_ms"] >= inp.aligned_timeout_ms
+            assert all(p <= q for p, q in pairs)
+            assert cut.inflight == tuple((c, p, q) for c, (p, q) in enumerate(pairs) if p < q)
+        else:
+            assert cut.mode == "at_least_once" == ev["mode"]
+            assert all(p >= q for p, q in pairs)
+            assert cut.inflight == ()
+        if ev["mode"] == "unaligned":
+            assert ev in e.started  # cut in the batch it started in
+        assert not cut_ids or cut.id > cut_ids[-1]
+        cut_ids.append(cut.id)
+
+
+def check_restart(sc: Scenario, run: Sequence[Batch]) -> None:
+    again = sc.run(restart=True)
+    assert [b.end for b in again] == [b.end for b in run]
+    assert [b.identity for b in again] == [b.identity for b in run]
+    for b in run:
+        carried = b.start.carried()
+        replanned = plan(carried, b.inp)
+        if b.identity:
+            assert replanned is carried
+        else:
+            assert replanned == b.end
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
+@PROPERTY_SETTINGS
+@given(data=st.data())
+def test_planner_invariants_per_mode(mode: str, data: st.DataObject) -> None:
+    sc = data.draw(scenarios([mode]))
+    run = sc.run()
+    check_invariants(run)
+    check_restart(sc, run)
+
+
+@PROPERTY_SETTINGS
+@given(sc=scenarios(ALL_MODES))
+def test_planner_invariants_with_mixed_modes(sc: Scenario) -> None:
+    run = sc.run()
+    check_invariants(run)
+    check_restart(sc, run)
+
+
+@PROPERTY_SETTINGS
+@given(sc=scenarios(["aligned", "at_least_once", "unaligned"]))
+def test_checkpoints_without_timeout_complete_once_every_channel_reached_its_barrier(
+    sc: Scenario,
+) -> None:
+    """Liveness in the modes without a timeout: a cut is exactly when all barriers are in."""
+    run = sc.run()
+    for b in run:
+        if b.identity or b.end.cut is None:
+            continue
+        cut = b.end.cut
+        if cut.mode == "unaligned":
+            continue
+        assert all(p >= q for p, q in zip(b.positions, cut.barrier, strict=True))
+
+
+def drained(sc: Scenario, extra: int, available: tuple[int, ...]) -> Scenario:
+    """``sc`` followed by ``extra`` batches over a frozen upstream, 1 s apart."""
+    return replace(
+        sc,
+        batches=sc.batches + extra,
+        available=[*sc.available, *[available] * extra],
+        now=[*sc.now, *(sc.now[-1] + 1000 * (i + 1) for i in range(extra))],
+    )
+
+
+@PROPERTY_SETTINGS
+@given(sc=scenarios(ALL_MODES))
+def test_every_checkpoint_ends_once_the_upstream_stops_growing(sc: Scenario) -> None:
+    """Liveness: admission >= 1 and buffer <= 80, so 90 quiet batches end every checkpoint."""
+    sc = drained(replace(sc, target=None), 90, sc.available[-1])
+    run = sc.run()
+    check_invariants(run)
+    assert run[-1].end.active is None
+    started = [ev["id"] for b in run for ev in b.started]
+    ended = [c.id for _, c in cuts(run)] + [ab["id"] for b in run for ab in b.aborted]
+    assert sorted(ended) == sorted(started)
+
+
+@PROPERTY_SETTINGS
+@given(sc=scenarios(ALL_MODES), grow=st.booleans())
+def test_an_available_now_run_ends_with_a_cut_at_the_target(sc: Scenario, grow: bool) -> None:
+    """Whether or not the upstream grows during the run, the last cut is at the target."""
+    frozen = sc.available[0]
+    if not grow:
+        sc = replace(sc, available=[frozen] * sc.batches)
+    sc = drained(replace(sc, target=frozen), 90, sc.available[-1])
+    run = sc.run()
+    check_invariants(run)
+    end = run[-1].end
+    assert end.positions == frozen
+    assert end.active is None
+    assert end.last_cut == frozen
+    assert run[-1].identity
+    finals = [ev for b in run for ev in b.started if ev["reason"] == FINAL_REASON]
+    assert len(finals) <= 1
