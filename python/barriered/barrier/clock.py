@@ -53,3 +53,15 @@ class ManualClock:
             raise ValueError(f"a clock cannot go backwards (advance by {ms} ms)")
         self._now += ms
         return self._now
+
+    def set(self, now_ms: int) -> None:
+        """Set the time to ``now_ms``.
+
+        Raises
+        ------
+        ValueError
+            If ``now_ms`` is earlier than the current time.
+        """
+        if now_ms < self._now:
+            raise ValueError(f"a clock cannot go backwards (from {self._now} to {now_ms} ms)")
+        self._now = int(now_ms)

@@ -13,18 +13,10 @@ Tests use :class:`ManualClock`, which only moves when told to.
 from __future__ import annotations
 
 import time
-from typing import Protocol, runtime_checkable
+
+from barriered.barrier.clock import Clock, ManualClock
 
 __all__ = ["Clock", "ManualClock", "SystemClock"]
-
-
-@runtime_checkable
-class Clock(Protocol):
-    """A source of the current time in milliseconds that never goes backwards."""
-
-    def now_ms(self) -> int:
-        """Return the current time in milliseconds."""
-        ...
 
 
 class SystemClock:
@@ -41,45 +33,3 @@ class SystemClock:
     def now_ms(self) -> int:
         """Return the current time as epoch milliseconds (monotonic)."""
         return self._wall0_ms + (time.monotonic_ns() - self._mono0_ns) // 1_000_000
-
-
-class ManualClock:
-    """A clock that only moves when told to, for tests and replays.
-
-    Parameters
-    ----------
-    start_ms : int, default 0
-        The initial time in milliseconds.
-    """
-
-    def __init__(self, start_ms: int = 0) -> None:
-        self._now = int(start_ms)
-
-    def now_ms(self) -> int:
-        """Return the current logical time in milliseconds."""
-        return self._now
-
-    def advance(self, ms: int) -> int:
-        """Move the clock forward by ``ms`` milliseconds and return the new time.
-
-        Raises
-        ------
-        ValueError
-            If ``ms`` is negative.
-        """
-        if ms < 0:
-            raise ValueError(f"a clock cannot go backwards (advance by {ms} ms)")
-        self._now += int(ms)
-        return self._now
-
-    def set(self, now_ms: int) -> None:
-        """Set the time to ``now_ms``.
-
-        Raises
-        ------
-        ValueError
-            If ``now_ms`` is earlier than the current time.
-        """
-        if now_ms < self._now:
-            raise ValueError(f"a clock cannot go backwards (from {self._now} to {now_ms} ms)")
-        self._now = int(now_ms)
