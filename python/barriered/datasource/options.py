@@ -28,7 +28,8 @@ SOURCE_OPTIONS: dict[str, str] = {
     "maxrowsperchannel": "Admission control: most rows one micro-batch takes from a "
     "channel (default: no limit). A channel whose upstream grows faster lags.",
     "rowsperpartition": "Largest range of one channel read by one Spark task (default 100000).",
-    "restorefrom": "Restore from 'latest', a checkpoint id or a savepoint path.",
+    "restorefrom": "Restore from 'latest', a checkpoint id or a savepoint path (not "
+    "supported yet: refused with an error).",
 }
 
 #: Options of each upstream (lower case); ``storageoptions.*`` is a prefix.
@@ -86,6 +87,12 @@ def parse_source_options(options: Mapping[str, str]) -> SourceSettings:
         else None
     )
     conf.require_snapshot_path()
+    if rest.get("restorefrom"):
+        raise ConfigError(
+            "option 'restoreFrom' is not supported yet by this version of spark-barriered: "
+            "remove it (the snapshot path keeps every completed checkpoint for a later "
+            "restore)"
+        )
     return SourceSettings(
         conf=conf,
         upstream_options=Options({k: v for k, v in rest.items() if k not in SOURCE_OPTIONS}),

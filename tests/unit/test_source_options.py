@@ -1,0 +1,56 @@
+"""Validation of the barriered source's options (no Spark needed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from barriered.datasource.options import SESSION_CONF_OPTION, parse_source_options
+from barriered.errors import ConfigError
+
+BASE = {"snapshotPath": "/tmp/snap", "upstream": "rate"}
+
+
+def test_session_keys_arrive_through_the_hidden_option_and_options_override_them() -> None:
+    session = {
+        "spark.sql.streaming.barriered.checkpointInterval": "5s",
+        "spark.sql.streaming.barriered.maxParallelism": "16",
+    }
+    opts = {**BASE, SESSION_CONF_OPTION: json.dumps(session), "checkpointInterval": "2s"}
+    settings = parse_source_options(opts)
+    assert settings.conf.checkpoint_interval_ms == 2000
+    assert settings.conf.max_parallelism == 16
+    assert settings.upstream == "rate"
+    assert settings.max_rows_per_channel is None
+
+
+def test_unknown_option_is_named_with_a_suggestion() -> None:
+    with pytest.raises(ConfigError, match=r"'maxrowsperchanel' \(did you mean 'maxrowsperchannel'"):
+        parse_source_options({**BASE, "maxRowsPerChanel": "5"})
+
+
+def test_option_of_another_upstream_is_unknown() -> None:
+    with pytest.raises(ConfigError, match="'archiveto'"):
+        parse_source_options({**BASE, "archiveTo": "/tmp/a"})
+
+
+def test_missing_snapshot_path_says_how_to_set_it() -> None:
+    with pytest.raises(ConfigError, match=r"snapshotPath"):
+        parse_source_options({"upstream": "rate"})
+
+
+def test_restore_from_is_refused_until_restores_exist() -> None:
+    with pytest.raises(ConfigError, match="'restoreFrom' is not supported yet"):
+        parse_source_options({**BASE, "restoreFrom": "latest"})
+
+
+def test_admission_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="'maxrowsperchannel' must be >= 1"):
+        parse_source_options({**BASE, "maxRowsPerChannel": "0"})
+    assert parse_source_options({**BASE, "maxRowsPerChannel": "7"}).max_rows_per_channel == 7
+
+
+def test_max_parallelism_is_session_only() -> None:
+    with pytest.raises(ConfigError, match="maxParallelism"):
+        parse_source_options({**BASE, "maxParallelism": "64"})
