@@ -15,11 +15,11 @@ Finished checkpoints are appended to the ``_checkpoints`` table.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from barriered.config import BarrieredConf
@@ -94,13 +94,12 @@ class QueryCoordinator:
         self._collecting: set[int] = set()
         self._inflight_versions: dict[int, int | None] = {}
         self._barrier_batch: dict[int, int] = {}
-        self.fatal: CheckpointFailureLimitExceeded | None = None
 
     # -- participants and completion ------------------------------------------------------
 
     def operators(self) -> list[dict[str, Any]]:
         """The keyed operators registered on this snapshot path."""
-        folder = join(self.layout.root, "_coordinator", "operators")
+        folder = self.layout.operators_dir
         return [read_json(join(folder, n)) for n in list_names(folder) if n.endswith(".json")]
 
     def _participants(self) -> frozenset[str]:
@@ -118,8 +117,6 @@ class QueryCoordinator:
             fs, root = filesystem(self.layout.inflight_table)
             with fs.open_input_file(f"{root}/{inflight_files[0].path}") as f:
                 schema = pq.read_schema(f)
-            import pyarrow as pa
-
             schema = schema.append(pa.field("checkpoint_id", pa.int64()))
             inflight_version = commit_files(
                 self.layout.inflight_table,
@@ -189,7 +186,6 @@ class QueryCoordinator:
         try:
             return self._on_progress(batch_id, start, end, report, duration_ms)
         except CheckpointFailureLimitExceeded as exc:
-            self.fatal = exc
             TriggerLog.read(self.layout.triggers_file).with_fatal(str(exc)).write(
                 self.layout.triggers_file
             )
@@ -265,8 +261,3 @@ class QueryCoordinator:
                 self.core.acknowledge(cid, participant, stats)
             if cid not in self.core.pending_ids:
                 self._collecting.discard(cid)
-
-
-def describe(stats: CheckpointStats) -> str:
-    """One human line per checkpoint, for logs and the demo."""
-    return json.dumps(stats.to_row(), sort_keys=True)

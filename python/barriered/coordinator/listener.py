@@ -78,23 +78,21 @@ class BarrieredListener(StreamingQueryListener):
         except Exception:
             log.exception("barriered coordinator failed on batch %s", progress.batchId)
 
-    def onQueryIdle(self, event: Any) -> None:
-        qc = self.coordinators.get(str(event.id))
+    def _between_batches(self, query_id: Any, tick: bool, when: str) -> None:
+        """Collect late acknowledgements (and trigger when ``tick``) outside a batch."""
+        qc = self.coordinators.get(str(query_id))
         if qc is None:
             return
         try:
             with self._lock:
                 qc.collect_acks()
-                qc.tick()
+                if tick:
+                    qc.tick()
         except Exception:
-            log.exception("barriered coordinator failed while idle")
+            log.exception("barriered coordinator failed %s", when)
+
+    def onQueryIdle(self, event: Any) -> None:
+        self._between_batches(event.id, tick=True, when="while idle")
 
     def onQueryTerminated(self, event: Any) -> None:
-        qc = self.coordinators.get(str(event.id))
-        if qc is None:
-            return
-        try:
-            with self._lock:
-                qc.collect_acks()
-        except Exception:
-            log.exception("barriered coordinator failed at query termination")
+        self._between_batches(event.id, tick=False, when="at query termination")

@@ -269,7 +269,7 @@ class _Step:
         self.active, self.handler, self.ctl = None, None, None
         log.info("checkpoint %d cut (%s), in-flight ranges %s", active.id, mode, list(inflight))
 
-    def result(self, restore: dict[str, object] | None = None) -> SourceOffset:
+    def result(self) -> SourceOffset:
         return SourceOffset(
             positions=tuple(self.positions),
             last_id=self.last_id,
@@ -278,7 +278,6 @@ class _Step:
             cut=self.cut,
             started=tuple(self.started),
             aborted=tuple(self.aborted),
-            restore=restore,
         )
 
 

@@ -10,7 +10,6 @@ sizes. Rewriting an ack (a retried task) replaces it whole.
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -119,8 +118,3 @@ def write_data_file(
         partition_values=dict(partition_values),
         modification_time=mtime,
     )
-
-
-def writer_id() -> str:
-    """A short id of the writing process, for file names in logs."""
-    return f"{os.getpid()}"

@@ -39,9 +39,9 @@ from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)
 
-#: Schema of the files of the ``state`` table (partition columns are in the path).
 _META = (CHANNEL, SEQ, BARRIER, BARRIER_META, KEY_GROUP)
 
+#: Schema of the files of the ``state`` table (partition columns are in the path).
 STATE_FILE_SCHEMA = pa.schema(
     [("key", pa.string()), ("value", pa.string()), ("checkpoint_id", pa.int64())]
 )
