@@ -33,16 +33,18 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from barriered.datasource.upstreams.base import Upstream
-from barriered.datasource.upstreams.files import (
-    PICKLE_MANIFEST_LIMIT,
+from barriered.datasource.upstreams.files import PICKLE_MANIFEST_LIMIT
+from barriered.datasource.upstreams.manifest import (
     ChannelIndex,
     cast_column,
     check_range,
     describe_schema,
     dumps,
     file_signature,
+    read_header,
     read_parquet_rows,
     read_records,
+    refuse_changed_option,
     schema_from_text,
     schema_to_text,
     write_lines_atomic,
@@ -52,6 +54,7 @@ from barriered.errors import ConfigError, SnapshotStoreError
 
 MANIFEST_NAME = "delta_manifest.jsonl"
 MANIFEST_VERSION = 1
+_HEADER_KEYS = ("path", "channels", "channelBy", "startingVersion", "schema", "lastVersion")
 DEFAULT_CHANNELS = 4
 STORAGE_PREFIX = "storageOptions."
 
@@ -315,15 +318,10 @@ class DeltaUpstream(Upstream):
         starting: int | str | None,
         storage_options: Mapping[str, str],
     ) -> DeltaUpstream:
-        header = _header(records, manifest_path)
+        header = read_header(records, manifest_path, _HEADER_KEYS, MANIFEST_VERSION)
 
         def differs(option: str, given: object, saved: object) -> None:
-            raise ConfigError(
-                f"option {option!r} is {given!r} but this stream's delta upstream was "
-                f"started with {saved!r} (manifest {manifest_path!r}); positions depend on "
-                f"it, so it cannot change: use {saved!r} again, or start the stream on a "
-                "new snapshot path"
-            )
+            refuse_changed_option("delta", option, given, saved, manifest_path)
 
         if header["path"] != path:
             differs("path", path, header["path"])
@@ -367,7 +365,7 @@ class DeltaUpstream(Upstream):
         }
 
     def _adopt(self, records: list[dict[str, Any]]) -> None:
-        header = _header(records, self.manifest_path)
+        header = read_header(records, self.manifest_path, _HEADER_KEYS, MANIFEST_VERSION)
         if header["path"] != self.path or header["channels"] != self.channels:
             raise SnapshotStoreError(
                 f"upstream manifest {self.manifest_path!r} belongs to another stream (table "
@@ -699,22 +697,6 @@ class DeltaUpstream(Upstream):
             "version": self._last_version,
             "files": len(self._files),
         }
-
-
-def _header(records: list[dict[str, Any]], where: str) -> dict[str, Any]:
-    header = records[0] if records else {}
-    required = ("path", "channels", "channelBy", "startingVersion", "schema", "lastVersion")
-    if header.get("kind") != "header" or any(k not in header for k in required):
-        raise SnapshotStoreError(
-            f"upstream manifest {where!r} has no valid header line; restore it from a "
-            "backup, or start the stream on a new snapshot path"
-        )
-    if header.get("manifest", MANIFEST_VERSION) > MANIFEST_VERSION:
-        raise SnapshotStoreError(
-            f"upstream manifest {where!r} was written by a newer spark-barriered "
-            f"(manifest version {header.get('manifest')}); upgrade spark-barriered"
-        )
-    return header
 
 
 def _starting_version_option(options: Mapping[str, str]) -> int | str | None:

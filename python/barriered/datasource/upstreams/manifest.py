@@ -1,0 +1,309 @@
+"""What the file-backed upstreams (``files``, ``delta``) share.
+
+Their manifests (JSON-lines files written atomically, a header line, one line per data
+file), the per-channel index that maps positions onto files, and reading rows of data
+files at a fixed schema.
+"""
+
+from __future__ import annotations
+
+import base64
+import bisect
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Generic, NoReturn, Protocol, TypeVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from barriered.errors import ConfigError, SnapshotStoreError
+
+_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+_OFFSET_RE = r"(?:[Zz]|[+-]\d\d(?::?\d\d)?)$"
+
+
+def write_lines_atomic(path: str, lines: Iterable[str]) -> None:
+    """Write ``lines`` (one JSON document each) to ``path`` via a temp file + rename.
+
+    Raises
+    ------
+    SnapshotStoreError
+        When the folder cannot be written (the message names the file).
+    """
+    folder = os.path.dirname(path) or "."
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as f:
+            for line in lines:
+                f.write(line)
+                f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise SnapshotStoreError(
+            f"cannot write upstream manifest {path!r}: {exc}. The upstream's state folder "
+            "must be writable by the driver"
+        ) from exc
+
+
+def read_records(path: str) -> list[dict[str, Any]] | None:
+    """Return the JSON documents of manifest ``path``, one per line; None if missing.
+
+    Raises
+    ------
+    SnapshotStoreError
+        When the file cannot be read or a line is not a JSON object.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SnapshotStoreError(f"cannot read upstream manifest {path!r}: {exc}") from exc
+    out: list[dict[str, Any]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise SnapshotStoreError(
+                f"upstream manifest {path!r} is corrupt at line {number} ({exc}); restore "
+                "it from a backup, or start the stream on a new snapshot path"
+            ) from exc
+        if not isinstance(record, dict):
+            raise SnapshotStoreError(
+                f"upstream manifest {path!r} is corrupt at line {number} (not an object); "
+                "restore it from a backup, or start the stream on a new snapshot path"
+            )
+        out.append(record)
+    return out
+
+
+def file_signature(path: str) -> tuple[int, int, int] | None:
+    """Return (inode, mtime_ns, size) of ``path`` (None if missing): detects rewrites."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def dumps(record: Mapping[str, Any]) -> str:
+    """Serialize one manifest record (compact, stable key order)."""
+    return json.dumps(record, sort_keys=True, separators=(",", ":"))
+
+
+def schema_to_text(schema: pa.Schema) -> str:
+    """Serialize an Arrow schema for a manifest (base64 of its IPC form)."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def schema_from_text(text: str, where: str) -> pa.Schema:
+    """Inverse of :func:`schema_to_text`; ``where`` names the manifest in errors."""
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+    except (ValueError, TypeError, *_ARROW_ERRORS) as exc:
+        raise SnapshotStoreError(
+            f"upstream manifest {where!r} holds an unreadable schema ({exc}); restore it "
+            "from a backup, or start the stream on a new snapshot path"
+        ) from exc
+
+
+def describe_schema(schema: pa.Schema) -> list[str]:
+    """Return ``["name type", ...]`` for a manifest header (human-readable copy)."""
+    return [f"{field.name} {field.type}" for field in schema]
+
+
+def check_range(channel: int, start: int, end: int, channels: int) -> None:
+    """Reject a channel or position range that no upstream can serve."""
+    if not 0 <= channel < channels:
+        raise ValueError(f"channel {channel} is out of range [0, {channels})")
+    if start < 0 or end < start:
+        raise ValueError(f"position range [{start}, {end}) is invalid")
+
+
+def _strings_to_timestamps(values: pa.ChunkedArray, target: pa.TimestampType) -> pa.ChunkedArray:
+    """Parse ISO-8601 strings into ``target``; strings without offset are taken as UTC."""
+    try:
+        return values.cast(target)
+    except _ARROW_ERRORS:
+        pass
+    aware = pa.timestamp(target.unit, tz="UTC")
+    naive = pa.timestamp(target.unit)
+    has_offset = pc.match_substring_regex(values, _OFFSET_RE)
+    nothing = pa.scalar(None, pa.string())
+    with_offset = pc.if_else(has_offset, values, nothing).cast(aware)
+    without_offset = pc.if_else(has_offset, nothing, values).cast(naive).cast(aware)
+    return pc.coalesce(with_offset, without_offset).cast(target)
+
+
+def cast_column(values: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
+    """Cast one column to ``target`` (strings to timestamps accept any ISO-8601 form)."""
+    if values.type.equals(target):
+        return values
+    if pa.types.is_dictionary(values.type):
+        values = values.cast(values.type.value_type)
+        if values.type.equals(target):
+            return values
+    if pa.types.is_timestamp(target) and (
+        pa.types.is_string(values.type) or pa.types.is_large_string(values.type)
+    ):
+        return _strings_to_timestamps(values, target)
+    if pa.types.is_timestamp(target) and pa.types.is_timestamp(values.type):
+        # Spark keeps microseconds: truncating nanoseconds is expected, not an error.
+        return values.cast(target, safe=False)
+    return values.cast(target)
+
+
+def conform(table: pa.Table, schema: pa.Schema, num_rows: int | None = None) -> pa.Table:
+    """Return ``table`` with exactly ``schema``: columns by name, cast, nulls if absent.
+
+    Raises the Arrow error of the first column that cannot be cast (callers name the file).
+    """
+    rows = table.num_rows if num_rows is None else num_rows
+    names = set(table.column_names)
+    columns: list[pa.ChunkedArray | pa.Array] = []
+    for field in schema:
+        if field.name in names:
+            try:
+                columns.append(cast_column(table.column(field.name), field.type))
+            except _ARROW_ERRORS as exc:
+                raise type(exc)(f"column {field.name!r}: {exc}") from exc
+        else:
+            columns.append(pa.nulls(rows, field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def normalize_schema(schema: pa.Schema) -> pa.Schema:
+    """Make an inferred schema usable as a fixed one.
+
+    Null-typed columns (all values null in the first file) become strings, dictionary
+    columns become their value type, timestamps are in microseconds (Spark's unit), every
+    column is nullable, metadata is dropped.
+    """
+    fields = []
+    for field in schema:
+        data_type = field.type
+        if pa.types.is_dictionary(data_type):
+            data_type = data_type.value_type
+        if pa.types.is_null(data_type):
+            data_type = pa.string()
+        if pa.types.is_timestamp(data_type) and data_type.unit != "us":
+            data_type = pa.timestamp("us", tz=data_type.tz)
+        fields.append(pa.field(field.name, data_type, nullable=True))
+    return pa.schema(fields)
+
+
+def read_parquet_rows(
+    parquet: pq.ParquetFile, lo: int, hi: int, columns: Sequence[str]
+) -> pa.Table:
+    """Read rows ``[lo, hi)`` of a Parquet file, touching only the row groups needed."""
+    meta = parquet.metadata
+    groups: list[int] = []
+    first = 0
+    offset = 0
+    for index in range(meta.num_row_groups):
+        count = meta.row_group(index).num_rows
+        if offset + count > lo and offset < hi:
+            if not groups:
+                first = offset
+            groups.append(index)
+        offset += count
+    present = [c for c in columns if c in parquet.schema_arrow.names]
+    if not groups:
+        return parquet.schema_arrow.empty_table().select(present)
+    table = parquet.read_row_groups(groups, columns=present, use_threads=False)
+    return table.slice(lo - first, hi - lo)
+
+
+class _Positioned(Protocol):
+    @property
+    def channel(self) -> int: ...
+
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def rows(self) -> int: ...
+
+
+E = TypeVar("E", bound=_Positioned)
+
+
+class ChannelIndex(Generic[E]):
+    """Per channel, the files in position order, with the end of the last one.
+
+    Parameters
+    ----------
+    channels : int
+        Number of channels.
+    """
+
+    def __init__(self, channels: int) -> None:
+        self.ends = [0] * channels
+        self.items: list[list[E]] = [[] for _ in range(channels)]
+        self._starts: list[list[int]] = [[] for _ in range(channels)]
+
+    def add(self, entry: E, where: str) -> None:
+        """Append ``entry``; its start must be the channel's current end."""
+        if not 0 <= entry.channel < len(self.ends) or entry.start != self.ends[entry.channel]:
+            raise SnapshotStoreError(
+                f"upstream manifest {where!r} is inconsistent: an entry of channel "
+                f"{entry.channel} starts at {entry.start}, expected "
+                f"{self.ends[entry.channel] if 0 <= entry.channel < len(self.ends) else '?'}. "
+                "Restore it from a backup, or start the stream on a new snapshot path"
+            )
+        self.items[entry.channel].append(entry)
+        self._starts[entry.channel].append(entry.start)
+        self.ends[entry.channel] += entry.rows
+
+    def locate(self, channel: int, start: int, end: int) -> Iterator[tuple[E, int, int]]:
+        """Yield ``(entry, lo, hi)``: the rows ``[lo, hi)`` of each file covering the range.
+
+        The caller checks that ``end`` is at most ``ends[channel]``.
+        """
+        items = self.items[channel]
+        index = max(0, bisect.bisect_right(self._starts[channel], start) - 1)
+        while index < len(items) and items[index].start < end:
+            entry = items[index]
+            lo = max(start, entry.start) - entry.start
+            hi = min(end, entry.start + entry.rows) - entry.start
+            if hi > lo:
+                yield entry, lo, hi
+            index += 1
+
+
+def read_header(
+    records: list[dict[str, Any]], where: str, required: Sequence[str], version: int
+) -> dict[str, Any]:
+    """Return the header line of a manifest, checking its keys and format version."""
+    header = records[0] if records else {}
+    if header.get("kind") != "header" or any(k not in header for k in required):
+        raise SnapshotStoreError(
+            f"upstream manifest {where!r} has no valid header line; restore it from a "
+            "backup, or start the stream on a new snapshot path"
+        )
+    if header.get("manifest", version) > version:
+        raise SnapshotStoreError(
+            f"upstream manifest {where!r} was written by a newer spark-barriered "
+            f"(manifest version {header.get('manifest')}); upgrade spark-barriered"
+        )
+    return header
+
+
+def refuse_changed_option(
+    upstream: str, option: str, given: object, saved: object, manifest_path: str
+) -> NoReturn:
+    """Fail because an option that fixes positions differs from the manifest's."""
+    raise ConfigError(
+        f"option {option!r} is {given!r} but this stream's {upstream} upstream was "
+        f"started with {saved!r} (manifest {manifest_path!r}); positions depend on "
+        f"it, so it cannot change: use {saved!r} again, or start the stream on a "
+        "new snapshot path"
+    )
