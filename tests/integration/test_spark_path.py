@@ -59,6 +59,7 @@ def session(spark: Any) -> Any:
     spark.conf.set(PREFIX + "checkpointInterval", "10ms")
     spark.conf.set(PREFIX + "maxParallelism", "8")
     spark.conf.set(PREFIX + "bufferPerChannel", "100")
+    spark.conf.set(PREFIX + "retainedCheckpoints", "100")  # every version stays readable
     yield spark
     for key in list(spark.conf.getAll):
         if key.startswith(PREFIX):
@@ -214,6 +215,36 @@ def test_unchanged_key_groups_are_not_rewritten(session: Any, tmp_path: Path) ->
     # both share positions; otherwise every key group changed. Either way bytes are
     # reported per checkpoint and the table never holds stale duplicates.
     assert all(r["state_bytes"] >= 0 for r in done)
+
+
+def test_retention_keeps_what_the_retained_checkpoints_read(session: Any, tmp_path: Path) -> None:
+    _query, layout = run(session, tmp_path, {**MODES["unaligned"], "retainedCheckpoints": "2"})
+    done = checkpoints_table.completed(layout)
+    assert len(done) >= 4
+    metadata = commit_metadata(layout)
+    for row in done[-2:]:
+        barrier = {int(c): b for c, b in json.loads(row["barrier_positions"]).items()}
+        inflight = {
+            int(c): r
+            for c, r in json.loads(metadata[row["checkpoint_id"]]["barriered.inflight"]).items()
+        }
+        in_state = {c: (inflight[c][0] if c in inflight else b) for c, b in barrier.items()}
+        assert state_at(layout, row["state_table_version"]) == totals_before(in_state)
+    on_disk = {p.name for p in Path(layout.state_table).rglob("*.parquet")}
+    read_by_retained = {
+        uri.rsplit("/", 1)[1]
+        for row in done[-2:]
+        for uri in DeltaTable(layout.state_table, version=row["state_table_version"]).file_uris()
+    }
+    assert read_by_retained <= on_disk
+    assert on_disk == read_by_retained, "files no retained checkpoint reads are left behind"
+    inflight_live = DeltaTable(layout.inflight_table).to_pyarrow_table()
+    assert set(inflight_live.column("checkpoint_id").to_pylist()) <= {
+        r["checkpoint_id"] for r in done[-2:]
+    }
+    assert not (Path(layout.root) / "_acks").exists() or not any(
+        (Path(layout.root) / "_acks").iterdir()
+    )
 
 
 def test_bad_options_fail_with_their_name_and_keep_committed_data(

@@ -32,7 +32,7 @@ from barriered.coordinator.stats import CheckpointStats
 from barriered.datasource.offsets import SourceOffset
 from barriered.datasource.triggers import TriggerLog, TriggerRequest
 from barriered.errors import CheckpointFailureLimitExceeded
-from barriered.statestore import checkpoints_table
+from barriered.statestore import checkpoints_table, retention
 from barriered.statestore.acks import Ack, inflight_participant, read_acks, state_participant
 from barriered.statestore.delta_tables import (
     INFLIGHT_PARTITIONS,
@@ -94,6 +94,17 @@ class QueryCoordinator:
         self._collecting: set[int] = set()
         self._inflight_versions: dict[int, int | None] = {}
         self._barrier_batch: dict[int, int] = {}
+        self._completed = {
+            int(row["checkpoint_id"]): retention.Retained(
+                int(row["checkpoint_id"]),
+                int(row["state_table_version"]),
+                None
+                if row.get("inflight_table_version") is None
+                else int(row["inflight_table_version"]),
+            )
+            for row in history
+            if row["status"] == "completed" and row.get("state_table_version") is not None
+        }
 
     # -- participants and completion ------------------------------------------------------
 
@@ -124,7 +135,7 @@ class QueryCoordinator:
                 INFLIGHT_PARTITIONS,
                 done.checkpoint_id,
                 inflight_files,
-            )
+            ).version
         self._inflight_versions[done.checkpoint_id] = inflight_version
         state_acks = [a for a in acks if a.participant.startswith("state/")]
         ranges = {
@@ -132,7 +143,7 @@ class QueryCoordinator:
             for a in acks
             if a.participant.startswith("inflight/")
         }
-        return commit_files(
+        commit = commit_files(
             self.layout.state_table,
             STATE_SCHEMA,
             STATE_PARTITIONS,
@@ -147,12 +158,14 @@ class QueryCoordinator:
                 "barriered.inflight_version": inflight_version,
             },
         )
+        retention.record_removed(self.layout, retention.STATE, commit.version, commit.removed)
+        return commit.version
 
     def _on_stats(self, stats: CheckpointStats) -> None:
         if stats.status == "pending":
             return
         row = stats.to_row()
-        row["inflight_table_version"] = self._inflight_versions.pop(stats.checkpoint_id, None)
+        row["inflight_table_version"] = self._inflight_versions.get(stats.checkpoint_id)
         row["barrier_batch_id"] = self._barrier_batch.pop(stats.checkpoint_id, None)
         checkpoints_table.append(self.layout, row)
         if stats.status == "aborted":
@@ -160,8 +173,23 @@ class QueryCoordinator:
             TriggerLog.read(self.layout.triggers_file).with_cancelled([stats.checkpoint_id]).write(
                 self.layout.triggers_file
             )
+            self._inflight_versions.pop(stats.checkpoint_id, None)
+            reason = stats.failure_reason or ""
+            retention.discard(
+                self.layout, stats.checkpoint_id, delete_data=not reason.startswith("commit")
+            )
 
     def _on_complete(self, done: CompletedCheckpoint) -> None:
+        if done.state_table_version is not None:
+            self._completed[done.checkpoint_id] = retention.Retained(
+                done.checkpoint_id,
+                done.state_table_version,
+                self._inflight_versions.pop(done.checkpoint_id, None),
+            )
+        keep = sorted(self._completed)[-self.conf.retained_checkpoints :]
+        self._completed = {cid: self._completed[cid] for cid in keep}
+        retention.apply(self.layout, list(self._completed.values()))
+        retention.discard(self.layout, done.checkpoint_id, delete_data=False)
         TriggerLog.read(self.layout.triggers_file).with_completed(done.checkpoint_id).write(
             self.layout.triggers_file
         )

@@ -14,6 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -69,16 +70,24 @@ def _adds(files: Iterable[DataFile]) -> list[AddAction]:
     ]
 
 
+@dataclass(frozen=True)
+class Commit:
+    """What :func:`commit_files` did: the table version and the files it removed."""
+
+    version: int
+    removed: tuple[str, ...] = ()
+
+
 def commit_files(
     uri: str,
     schema: pa.Schema,
     partition_by: Sequence[str],
-    checkpoint_id: int,
+    checkpoint_id: int | None,
     adds: Sequence[DataFile],
     replace_partitions: Sequence[Mapping[str, str]] = (),
     metadata: Mapping[str, Any] | None = None,
-) -> int:
-    """Commit one checkpoint's files to one table in one transaction; return the version.
+) -> Commit:
+    """Commit files to one table in one transaction.
 
     Parameters
     ----------
@@ -88,21 +97,31 @@ def commit_files(
         The table schema (used to create the table on its first commit).
     partition_by : sequence of str
         Partition columns.
-    checkpoint_id : int
+    checkpoint_id : int or None
         Also the app transaction version: a checkpoint already committed is not
-        committed again (its version is returned).
+        committed again (its version is returned). None for housekeeping commits
+        (retention), which carry no app transaction.
     adds : sequence of DataFile
         Files to add.
     replace_partitions : sequence of mapping
-        Partitions whose current files this commit removes (key groups rewritten).
+        Partitions whose current files this commit removes (key groups rewritten,
+        in-flight partitions dropped by retention).
     metadata : mapping, optional
         Custom commit metadata.
+
+    Returns
+    -------
+    Commit
+        The version the commit created (or found) and the paths it removed.
     """
     app_id = APP_ID_PREFIX + uri.rstrip("/").rsplit("/", 1)[-1]
-    props = CommitProperties(
-        custom_metadata={"barriered.checkpoint_id": checkpoint_id, **(metadata or {})},
-        app_transactions=[Transaction(app_id, checkpoint_id, int(time.time() * 1000))],
-    )
+    custom: dict[str, Any] = dict(metadata or {})
+    apps = []
+    if checkpoint_id is not None:
+        custom["barriered.checkpoint_id"] = checkpoint_id
+        apps.append(Transaction(app_id, checkpoint_id, int(time.time() * 1000)))
+    props = CommitProperties(custom_metadata=custom, app_transactions=apps or None)
+    what = f"checkpoint {checkpoint_id}" if checkpoint_id is not None else "retention"
     table = open_table(uri)
     try:
         if table is None:
@@ -114,12 +133,12 @@ def commit_files(
                 partition_by=list(partition_by),
                 commit_properties=props,
             )
-            created = DeltaTable(uri)
-            return created.version()
-        done = table.transaction_version(app_id)
-        if done is not None and done >= checkpoint_id:
-            log.info("checkpoint %d already committed to %s; skipped", checkpoint_id, uri)
-            return committed_version(table, checkpoint_id)
+            return Commit(DeltaTable(uri).version())
+        if checkpoint_id is not None:
+            done = table.transaction_version(app_id)
+            if done is not None and done >= checkpoint_id:
+                log.info("%s already committed to %s; skipped", what, uri)
+                return Commit(committed_version(table, checkpoint_id))
         removes: list[RemoveAction] = []
         if replace_partitions:
             wanted = {tuple(p.get(c) for c in partition_by) for p in replace_partitions}
@@ -136,6 +155,8 @@ def commit_files(
                             partition_values=pv,
                         )
                     )
+        if not adds and not removes and checkpoint_id is None:
+            return Commit(table.version())
         table.create_write_transaction(
             [*_adds(adds), *removes],
             mode="append",
@@ -144,11 +165,9 @@ def commit_files(
             commit_properties=props,
         )
         table.update_incremental()
-        return table.version()
+        return Commit(table.version(), tuple(r.path for r in removes))
     except OSError as exc:
-        raise SnapshotStoreError(
-            f"cannot commit checkpoint {checkpoint_id} to {uri!r}: {exc}"
-        ) from exc
+        raise SnapshotStoreError(f"cannot commit {what} to {uri!r}: {exc}") from exc
 
 
 def current_files(table: DeltaTable) -> list[dict[str, Any]]:

@@ -112,3 +112,26 @@ def ensure_dir(uri: str) -> None:
 def to_local_or_uri(uri: str) -> str:
     """Return ``uri`` unchanged for URIs, or an absolute path for local paths."""
     return uri if "://" in uri else os.path.abspath(uri)
+
+
+def delete_file(uri: str) -> None:
+    """Delete one file; a file that is already gone is fine."""
+    fs, path = filesystem(uri)
+    try:
+        fs.delete_file(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if "not found" not in str(exc).lower() and "no such file" not in str(exc).lower():
+            raise SnapshotStoreError(f"cannot delete {uri!r}: {exc}") from exc
+
+
+def delete_tree(uri: str) -> None:
+    """Delete a folder and everything in it; a folder that is already gone is fine."""
+    fs, path = filesystem(uri)
+    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+        return
+    try:
+        fs.delete_dir(path)
+    except OSError as exc:
+        raise SnapshotStoreError(f"cannot delete {uri!r}: {exc}") from exc

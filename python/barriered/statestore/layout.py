@@ -9,6 +9,7 @@
       _coordinator/config.json the resolved configuration the source started with
       _coordinator/triggers.json  trigger requests and cancellations for the source
       _coordinator/operators/<op>.json  keyed operators registered on this path
+      _coordinator/tombstones.json  removed files, deleted once no retained checkpoint reads them
       _acks/<id>/<participant>.json   acknowledgements of checkpoint <id>
       _source/                 the upstream's own manifest (positions of files)
 """
@@ -55,6 +56,11 @@ class SnapshotLayout:
     def triggers_file(self) -> str:
         """Trigger requests from the coordinator to the source planner."""
         return join(self.root, "_coordinator", "triggers.json")
+
+    @property
+    def tombstones_file(self) -> str:
+        """Files removed from a table and the version from which on they are unread."""
+        return join(self.root, "_coordinator", "tombstones.json")
 
     def operator_file(self, operator: str) -> str:
         """Registration of keyed operator ``operator``."""
