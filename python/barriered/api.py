@@ -198,7 +198,7 @@ def checkpoints(spark: SparkSession, path_or_query: Any) -> DataFrame:
         A snapshot path, or a running/finished query whose source is barriered.
     """
     path = path_or_query if isinstance(path_or_query, str) else _query_path(path_or_query)
-    rows = checkpoints_table.read_rows(SnapshotLayout.at(path))
+    rows = checkpoints_table.read_rows(SnapshotLayout.configured(path))
     return spark.createDataFrame(rows, schema=checkpoints_table.SCHEMA_DDL)
 
 

@@ -18,7 +18,7 @@ def _checkpoints(path: str, as_json: bool) -> int:
     from barriered.statestore import checkpoints_table
     from barriered.statestore.layout import SnapshotLayout
 
-    rows = checkpoints_table.read_rows(SnapshotLayout.at(path))
+    rows = checkpoints_table.read_rows(SnapshotLayout.configured(path))
     if not rows:
         raise BarrieredError(f"no checkpoints under {path!r} (is it a snapshot path?)")
     for row in rows:

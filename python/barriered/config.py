@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -73,7 +74,7 @@ __all__ = [
 #: Prefix of every session configuration key of spark-barriered.
 PREFIX = "spark.sql.streaming.barriered."
 
-ValueType = Literal["duration", "int", "bool", "enum", "str", "path"]
+ValueType = Literal["duration", "int", "bool", "enum", "str", "path", "json"]
 """The type of a configuration value (durations are parsed to milliseconds)."""
 
 ConfigValue = int | bool | str | None
@@ -175,7 +176,7 @@ class ConfigKey:
     name : str
         The key without :data:`PREFIX`, e.g. ``"checkpointInterval"``; also the name of
         the per-source option.
-    type : {"duration", "int", "bool", "enum", "str", "path"}
+    type : {"duration", "int", "bool", "enum", "str", "path", "json"}
         How the string value is parsed (durations to milliseconds).
     default : str or None
         The default as a string, like Spark's ``createWithDefaultString``; ``None`` if
@@ -238,6 +239,8 @@ class ConfigKey:
             return "true or false"
         if self.type == "enum":
             return f"one of {', '.join(self.choices)} (any case)"
+        if self.type == "json":
+            return 'a JSON object of strings, e.g. {"AWS_REGION": "eu-west-1"}'
         return "a non-empty path" if self.type == "path" else "a non-empty string"
 
     def _range_text(self) -> str:
@@ -303,6 +306,16 @@ class ConfigKey:
                 if choice.lower() == text.lower():
                     return choice
             raise bad("not one of the choices")
+        if self.type == "json":
+            try:
+                parsed = json.loads(text or "{}")
+            except ValueError:
+                raise bad("not JSON") from None
+            if not isinstance(parsed, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in parsed.items()
+            ):
+                raise bad("not an object of string values")
+            return json.dumps(parsed, sort_keys=True)
         if not text:
             raise bad("empty")
         return text
@@ -482,6 +495,19 @@ SNAPSHOT_PATH = _declare(
         field="snapshot_path",
     )
 )
+SNAPSHOT_STORAGE_OPTIONS = _declare(
+    ConfigKey(
+        "snapshotStorageOptions",
+        "json",
+        "{}",
+        "Storage options (a JSON object of strings) passed to delta-rs for every Delta "
+        "table under snapshotPath, e.g. credentials or the region of an object store; "
+        "the data and handshake files use pyarrow's filesystem with its environment "
+        "credentials.",
+        field="snapshot_storage_options",
+    )
+)
+
 RETAINED_CHECKPOINTS = _declare(
     ConfigKey(
         "retainedCheckpoints",
@@ -633,6 +659,8 @@ class BarrieredConf:
         ``maxParallelism``, the number of key groups.
     snapshot_path : str or None
         ``snapshotPath`` (see :meth:`require_snapshot_path`).
+    snapshot_storage_options : str
+        ``snapshotStorageOptions``, canonical JSON (see :attr:`storage_options`).
     retained_checkpoints : int
         ``retainedCheckpoints``.
     inflight_capture : str
@@ -658,6 +686,7 @@ class BarrieredConf:
     aligned_checkpoint_timeout_ms: int = _default_int("alignedCheckpointTimeout")
     max_parallelism: int = _default_int("maxParallelism")
     snapshot_path: str | None = None
+    snapshot_storage_options: str = _default_str("snapshotStorageOptions")
     retained_checkpoints: int = _default_int("retainedCheckpoints")
     inflight_capture: str = _default_str("inflight.capture")
     buffer_per_channel: int = _default_int("bufferPerChannel")
@@ -695,6 +724,12 @@ class BarrieredConf:
     def mode(self) -> str:
         """The ``mode`` key: ``"exactlyOnce"`` or ``"atLeastOnce"``."""
         return "exactlyOnce" if self.exactly_once else "atLeastOnce"
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        """``snapshotStorageOptions`` as a dict, for delta-rs."""
+        options: dict[str, str] = json.loads(self.snapshot_storage_options)
+        return options
 
     def require_snapshot_path(self) -> str:
         """Return ``snapshot_path``, or fail with a message that says how to set it.

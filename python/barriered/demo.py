@@ -104,7 +104,7 @@ def run_phase(
         .option("checkpointLocation", str(out / "spark-checkpoints" / phase))
         .start()
     )
-    layout = SnapshotLayout.at(str(snap))
+    layout = SnapshotLayout.configured(str(snap))
     seen: set[tuple[int, str]] = set()
 
     def report() -> list[dict[str, Any]]:

@@ -83,12 +83,22 @@ def totals_before(limits: dict[int, int]) -> dict[str, int]:
     return dict(totals)
 
 
-def run(session: Any, tmp_path: Path, conf: dict[str, str]) -> tuple[Any, SnapshotLayout]:
-    """Run one availableNow query to its end and wait for its last checkpoint."""
+def run(
+    session: Any,
+    tmp_path: Path,
+    conf: dict[str, str],
+    source: dict[str, str] | None = None,
+    snap: str | None = None,
+    final: tuple[int, ...] | None = None,
+) -> tuple[Any, SnapshotLayout]:
+    """Run one availableNow query to its end and wait for its last checkpoint.
+
+    ``final`` are the channels' end positions (default: the rate upstream's).
+    """
     for key, value in conf.items():
         session.conf.set(PREFIX + key, value)
-    snap = str(tmp_path / "snap")
-    events = session.readStream.format("barriered").options(**SOURCE)
+    snap = snap or str(tmp_path / "snap")
+    events = session.readStream.format("barriered").options(**(source or SOURCE))
     events = events.option("snapshotPath", snap).load()
     out = barriered.keyed(events, "user_id").process(RunningTotals())
     query = (
@@ -98,8 +108,8 @@ def run(session: Any, tmp_path: Path, conf: dict[str, str]) -> tuple[Any, Snapsh
         .start()
     )
     query.awaitTermination()
-    layout = SnapshotLayout.at(snap)
-    final = tuple(end for end in upstream().available())
+    layout = SnapshotLayout.configured(snap)
+    final = final or tuple(upstream().available())
     deadline = time.time() + 60
     while time.time() < deadline:
         done = checkpoints_table.completed(layout)
@@ -245,6 +255,51 @@ def test_retention_keeps_what_the_retained_checkpoints_read(session: Any, tmp_pa
     assert not (Path(layout.root) / "_acks").exists() or not any(
         (Path(layout.root) / "_acks").iterdir()
     )
+
+
+def test_files_upstream_on_a_file_uri_snapshot_path(session: Any, tmp_path: Path) -> None:
+    """JSON-lines files, one channel per folder; the snapshot path is a URI with options."""
+    data = tmp_path / "events"
+    expected: Counter[str] = Counter()
+    sizes = {"a": 180, "b": 45, "c": 60}  # folder a lags: 4x the records, same admission
+    for folder, rows in sizes.items():
+        (data / folder).mkdir(parents=True)
+        for part in range(3):
+            lines = []
+            for i in range(rows // 3):
+                user, amount = f"user-{(i * 7 + part) % 11}", i % 5 + 1
+                expected[user] += amount
+                lines.append(json.dumps({"user_id": user, "amount": amount}))
+            (data / folder / f"part-{part}.json").write_text("\n".join(lines) + "\n")
+    source = {
+        "upstream": "files",
+        "path": str(data),
+        "channelBy": "folder",
+        "schema": "user_id string, amount long",
+        "maxRowsPerChannel": "10",
+    }
+    snap = (tmp_path / "snap").as_uri()
+    conf = {**MODES["aligned"], "snapshotStorageOptions": '{"timeout": "120s"}'}
+    query, layout = run(session, tmp_path, conf, source, snap, final=tuple(sizes.values()))
+    assert layout.root.startswith("file://")
+    assert layout.storage_options == {"timeout": "120s"}
+    done = checkpoints_table.completed(layout)
+    assert len(done) >= 2
+    assert all(r["effective_mode"] == "aligned" for r in done)
+    last = done[-1]
+    assert json.loads(last["barrier_positions"]) == {"0": 180, "1": 45, "2": 60}
+    final_state = DeltaTable(
+        layout.state_table, version=last["state_table_version"], storage_options={}
+    ).to_pyarrow_table()
+    got = {
+        json.loads(k)["user_id"]: json.loads(v)["total"]
+        for k, v in zip(
+            final_state["key"].to_pylist(), final_state["value"].to_pylist(), strict=True
+        )
+    }
+    assert got == dict(expected)
+    blocked_batches = [end for _, end in offsets(query) if end.active and end.active.arrived]
+    assert blocked_batches, "the lagging folder never made the others wait"
 
 
 def test_bad_options_fail_with_their_name_and_keep_committed_data(

@@ -53,6 +53,7 @@ def test_required_keys_exist_with_their_types_and_defaults() -> None:
         "alignedCheckpointTimeout": ("duration", "0s"),
         "maxParallelism": ("int", "128"),
         "snapshotPath": ("path", None),
+        "snapshotStorageOptions": ("json", "{}"),
         "retainedCheckpoints": ("int", "3"),
         "inflight.capture": ("enum", "value"),
         "bufferPerChannel": ("int", "10000"),
@@ -79,6 +80,7 @@ def test_defaults() -> None:
         "aligned_checkpoint_timeout_ms": 0,
         "max_parallelism": 128,
         "snapshot_path": None,
+        "snapshot_storage_options": "{}",
         "retained_checkpoints": 3,
         "inflight_capture": "value",
         "buffer_per_channel": 10_000,
@@ -432,3 +434,12 @@ def test_keys_that_may_change_are_not_checked() -> None:
 def test_bad_recorded_value_is_reported() -> None:
     with pytest.raises(ConfigError, match="maxParallelism recorded in the snapshot"):
         check_restore_compatible({"maxParallelism": "lots"}, BarrieredConf())
+
+
+def test_storage_options_are_a_json_object_of_strings() -> None:
+    conf = resolve({P + "snapshotStorageOptions": '{"AWS_REGION": "eu-west-1"}'})
+    assert conf.storage_options == {"AWS_REGION": "eu-west-1"}
+    assert resolve({}).storage_options == {}
+    for bad, why in (("{oops", "not JSON"), ('{"timeout": 30}', "not an object of string")):
+        with pytest.raises(ConfigError, match=rf"snapshotStorageOptions.*{why}"):
+            resolve({P + "snapshotStorageOptions": bad})

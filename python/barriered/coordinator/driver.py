@@ -76,11 +76,11 @@ class QueryCoordinator:
     """
 
     def __init__(self, layout: SnapshotLayout, next_id: int = 1) -> None:
-        self.layout = layout
         stored = read_json(layout.config_file, default={}) or {}
         self.conf = BarrieredConf(**stored.get("conf", {}))
+        self.layout = SnapshotLayout.at(layout.root, self.conf.storage_options)
         self.channels = int(stored.get("channels", 0))
-        history = checkpoints_table.read_rows(layout)
+        history = checkpoints_table.read_rows(self.layout)
         self.core = CheckpointCoordinator.from_history(
             history,
             settings_from_conf(self.conf),
@@ -135,6 +135,7 @@ class QueryCoordinator:
                 INFLIGHT_PARTITIONS,
                 done.checkpoint_id,
                 inflight_files,
+                storage_options=self.layout.storage_options,
             ).version
         self._inflight_versions[done.checkpoint_id] = inflight_version
         state_acks = [a for a in acks if a.participant.startswith("state/")]
@@ -157,6 +158,7 @@ class QueryCoordinator:
                 "barriered.inflight": as_json(ranges),
                 "barriered.inflight_version": inflight_version,
             },
+            storage_options=self.layout.storage_options,
         )
         retention.record_removed(self.layout, retention.STATE, commit.version, commit.removed)
         return commit.version

@@ -41,7 +41,9 @@ class BarrieredDataSource(DataSource):
 
     def _setup(self) -> tuple[Any, Any, SnapshotLayout]:
         settings = parse_source_options(self.options)
-        layout = SnapshotLayout.at(settings.conf.require_snapshot_path())
+        layout = SnapshotLayout.at(
+            settings.conf.require_snapshot_path(), settings.conf.storage_options
+        )
         upstream = make_upstream(
             Options({**settings.upstream_options, "upstream": settings.upstream}),
             layout.source_dir,

@@ -31,12 +31,12 @@ def append(layout: SnapshotLayout, row: Mapping[str, Any]) -> None:
     """Append one finished checkpoint's row."""
     full = {name: row.get(name) for name in SCHEMA.names}
     full["snapshot_path"] = layout.root
-    append_rows(layout.checkpoints_table, [full], SCHEMA)
+    append_rows(layout.checkpoints_table, [full], SCHEMA, layout.storage_options)
 
 
 def read_rows(layout: SnapshotLayout) -> list[dict[str, Any]]:
     """Return every row, ordered by checkpoint id (empty when there is no table yet)."""
-    table = open_table(layout.checkpoints_table)
+    table = open_table(layout.checkpoints_table, storage_options=layout.storage_options)
     if table is None:
         return []
     rows: list[dict[str, Any]] = table.to_pyarrow_table().to_pylist()

@@ -48,10 +48,12 @@ INFLIGHT_PARTITIONS = ["checkpoint_id"]
 APP_ID_PREFIX = "barriered."
 
 
-def open_table(uri: str, version: int | None = None) -> DeltaTable | None:
+def open_table(
+    uri: str, version: int | None = None, storage_options: Mapping[str, str] | None = None
+) -> DeltaTable | None:
     """Return the Delta table at ``uri`` (at ``version``), or None if there is none."""
     try:
-        return DeltaTable(uri, version=version) if version is not None else DeltaTable(uri)
+        return DeltaTable(uri, version=version, storage_options=dict(storage_options or {}))
     except TableNotFoundError:
         return None
 
@@ -86,6 +88,7 @@ def commit_files(
     adds: Sequence[DataFile],
     replace_partitions: Sequence[Mapping[str, str]] = (),
     metadata: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> Commit:
     """Commit files to one table in one transaction.
 
@@ -108,6 +111,8 @@ def commit_files(
         in-flight partitions dropped by retention).
     metadata : mapping, optional
         Custom commit metadata.
+    storage_options : mapping, optional
+        delta-rs storage options of the table.
 
     Returns
     -------
@@ -122,7 +127,8 @@ def commit_files(
         apps.append(Transaction(app_id, checkpoint_id, int(time.time() * 1000)))
     props = CommitProperties(custom_metadata=custom, app_transactions=apps or None)
     what = f"checkpoint {checkpoint_id}" if checkpoint_id is not None else "retention"
-    table = open_table(uri)
+    options = dict(storage_options or {})
+    table = open_table(uri, storage_options=options)
     try:
         if table is None:
             create_table_with_add_actions(
@@ -131,9 +137,10 @@ def commit_files(
                 _adds(adds),
                 mode="error",
                 partition_by=list(partition_by),
+                storage_options=options,
                 commit_properties=props,
             )
-            return Commit(DeltaTable(uri).version())
+            return Commit(DeltaTable(uri, storage_options=options).version())
         if checkpoint_id is not None:
             done = table.transaction_version(app_id)
             if done is not None and done >= checkpoint_id:
@@ -208,10 +215,21 @@ def state_replacements(acks: Iterable[Ack]) -> list[dict[str, str]]:
     return out
 
 
-def append_rows(uri: str, rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> None:
+def append_rows(
+    uri: str,
+    rows: Sequence[Mapping[str, Any]],
+    schema: pa.Schema,
+    storage_options: Mapping[str, str] | None = None,
+) -> None:
     """Append plain rows to a (small) Delta table, creating it when needed."""
     table = pa.Table.from_pylist([dict(r) for r in rows], schema=schema)
-    write_deltalake(uri, table, mode="append", schema_mode="merge")
+    write_deltalake(
+        uri,
+        table,
+        mode="append",
+        schema_mode="merge",
+        storage_options=dict(storage_options or {}),
+    )
 
 
 def as_json(value: Any) -> str:

@@ -16,9 +16,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-from barriered.statestore.fileio import join, to_local_or_uri
+from barriered.statestore.fileio import join, read_json, to_local_or_uri
 
 
 @dataclass(frozen=True)
@@ -26,11 +28,21 @@ class SnapshotLayout:
     """Paths of the tables and handshake files under one snapshot path."""
 
     root: str
+    #: delta-rs storage options of the Delta tables (``snapshotStorageOptions``).
+    storage_options: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     @classmethod
-    def at(cls, root: str) -> SnapshotLayout:
+    def at(cls, root: str, storage_options: Mapping[str, str] | None = None) -> SnapshotLayout:
         """Return the layout rooted at ``root`` (made absolute when local)."""
-        return cls(to_local_or_uri(root))
+        return cls(to_local_or_uri(root), dict(storage_options or {}))
+
+    @classmethod
+    def configured(cls, root: str) -> SnapshotLayout:
+        """Return the layout with the storage options the source recorded at start."""
+        layout = cls.at(root)
+        stored = read_json(layout.config_file, default=None) or {}
+        raw = stored.get("conf", {}).get("snapshot_storage_options") or "{}"
+        return cls.at(root, json.loads(raw))
 
     @property
     def checkpoints_table(self) -> str:

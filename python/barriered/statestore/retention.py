@@ -62,7 +62,7 @@ def _table_uri(layout: SnapshotLayout, table: str) -> str:
 
 def drop_inflight(layout: SnapshotLayout, older_than: int) -> None:
     """Remove the in-flight records of checkpoints with id < ``older_than`` from the table."""
-    table = open_table(layout.inflight_table)
+    table = open_table(layout.inflight_table, storage_options=layout.storage_options)
     if table is None:
         return
     ids = sorted(
@@ -83,6 +83,7 @@ def drop_inflight(layout: SnapshotLayout, older_than: int) -> None:
         (),
         [{"checkpoint_id": str(i)} for i in ids],
         metadata={"barriered.retention": f"in-flight records of checkpoints {ids}"},
+        storage_options=layout.storage_options,
     )
     record_removed(layout, INFLIGHT, commit.version, commit.removed)
     log.info("retention: in-flight records of checkpoints %s removed from the table", ids)
