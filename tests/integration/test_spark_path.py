@@ -126,6 +126,17 @@ def offsets(query: Any) -> list[tuple[int, SourceOffset]]:
     ]
 
 
+def state_totals(layout: SnapshotLayout, version: int) -> dict[str, int]:
+    """The ``total`` per user in the state table at ``version`` (any snapshot path)."""
+    table = DeltaTable(
+        layout.state_table, version=version, storage_options=dict(layout.storage_options)
+    ).to_pyarrow_table()
+    keys, values = table["key"].to_pylist(), table["value"].to_pylist()
+    return {
+        json.loads(k)["user_id"]: json.loads(v)["total"] for k, v in zip(keys, values, strict=True)
+    }
+
+
 def state_at(layout: SnapshotLayout, version: int) -> dict[str, int]:
     rows = DeltaTable(layout.state_table, version=version).to_pyarrow_table().to_pylist()
     keys = [json.loads(r["key"])["user_id"] for r in rows]
@@ -288,18 +299,38 @@ def test_files_upstream_on_a_file_uri_snapshot_path(session: Any, tmp_path: Path
     assert all(r["effective_mode"] == "aligned" for r in done)
     last = done[-1]
     assert json.loads(last["barrier_positions"]) == {"0": 180, "1": 45, "2": 60}
-    final_state = DeltaTable(
-        layout.state_table, version=last["state_table_version"], storage_options={}
-    ).to_pyarrow_table()
-    got = {
-        json.loads(k)["user_id"]: json.loads(v)["total"]
-        for k, v in zip(
-            final_state["key"].to_pylist(), final_state["value"].to_pylist(), strict=True
-        )
-    }
-    assert got == dict(expected)
+    assert state_totals(layout, last["state_table_version"]) == dict(expected)
     blocked_batches = [end for _, end in offsets(query) if end.active and end.active.arrived]
     assert blocked_batches, "the lagging folder never made the others wait"
+
+
+def test_delta_upstream_one_channel_per_partition(session: Any, tmp_path: Path) -> None:
+    from deltalake import write_deltalake
+
+    table = str(tmp_path / "source-table")
+    expected: Counter[str] = Counter()
+    rows = {"east": 0, "west": 0}
+    for version in range(3):
+        batch = []
+        for region, n in (("east", 40), ("west", 10)):
+            for i in range(n):
+                user, amount = f"user-{(i + version) % 9}", (i + version) % 4 + 1
+                expected[user] += amount
+                batch.append({"region": region, "user_id": user, "amount": amount})
+            rows[region] += n
+        write_deltalake(table, pa.Table.from_pylist(batch), mode="append", partition_by=["region"])
+    source = {
+        "upstream": "delta",
+        "path": table,
+        "channelBy": "region",
+        "maxRowsPerChannel": "15",
+    }
+    _query, layout = run(
+        session, tmp_path, MODES["aligned"], source, final=(rows["east"], rows["west"])
+    )
+    done = checkpoints_table.completed(layout)
+    assert done and json.loads(done[-1]["barrier_positions"]) == {"0": 120, "1": 30}
+    assert state_totals(layout, done[-1]["state_table_version"]) == dict(expected)
 
 
 def test_bad_options_fail_with_their_name_and_keep_committed_data(
