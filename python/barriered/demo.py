@@ -55,6 +55,7 @@ def local_session() -> Any:
         SparkSession.builder.master("local[2]")
         .appName("barriered-demo")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")  # keep the checkpoint lines readable
         .config("spark.sql.shuffle.partitions", "2")
         .config(
             "spark.sql.streaming.stateStore.providerClass",
