@@ -333,6 +333,18 @@ def test_delta_upstream_one_channel_per_partition(session: Any, tmp_path: Path) 
     assert state_totals(layout, done[-1]["state_table_version"]) == dict(expected)
 
 
+def test_too_many_failed_checkpoints_fail_the_query(session: Any, tmp_path: Path) -> None:
+    conf = {
+        **MODES["aligned"],
+        "checkpointTimeout": "10ms",  # every alignment behind the lagging channel expires
+        "tolerableCheckpointFailures": "0",
+    }
+    with pytest.raises(Exception, match="tolerableCheckpointFailures=0"):
+        run(session, tmp_path, conf)
+    rows = checkpoints_table.read_rows(SnapshotLayout.at(str(tmp_path / "snap")))
+    assert rows and rows[0]["status"] == "aborted" and rows[0]["failure_reason"] == "expired"
+
+
 def test_bad_options_fail_with_their_name_and_keep_committed_data(
     session: Any, tmp_path: Path
 ) -> None:

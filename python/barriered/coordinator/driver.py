@@ -15,8 +15,9 @@ Finished checkpoints are appended to the ``_checkpoints`` table.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -204,6 +205,25 @@ class QueryCoordinator:
 
     # -- progress -----------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _failing_the_query(self) -> Iterator[None]:
+        """Hand the fatal "too many failed checkpoints" error to the source, which fails
+        the query with it (a listener cannot fail a query), then re-raise it."""
+        try:
+            yield
+        except CheckpointFailureLimitExceeded as exc:
+            TriggerLog.read(self.layout.triggers_file).with_fatal(str(exc)).write(
+                self.layout.triggers_file
+            )
+            raise
+
+    def between_batches(self, tick: bool) -> None:
+        """Collect late acknowledgements and, when ``tick``, expire and trigger."""
+        with self._failing_the_query():
+            self.collect_acks()
+            if tick:
+                self.tick()
+
     def on_progress(
         self,
         batch_id: int,
@@ -213,23 +233,19 @@ class QueryCoordinator:
         duration_ms: int,
     ) -> list[TriggerRequest]:
         """Handle one micro-batch's progress of the barriered source; return new triggers."""
-        try:
-            return self._on_progress(batch_id, start, end, report, duration_ms)
-        except CheckpointFailureLimitExceeded as exc:
-            TriggerLog.read(self.layout.triggers_file).with_fatal(str(exc)).write(
-                self.layout.triggers_file
+        with self._failing_the_query():
+            return self._apply(
+                batch_id, start, SourceOffset.from_dict(dict(end)), report, duration_ms
             )
-            raise
 
-    def _on_progress(
+    def _apply(
         self,
         batch_id: int,
         start: Mapping[str, Any] | None,
-        end: Mapping[str, Any],
+        offset: SourceOffset,
         report: Mapping[str, Any] | None,
         duration_ms: int,
     ) -> list[TriggerRequest]:
-        offset = SourceOffset.from_dict(dict(end))
         core = self.core
         for started in offset.started:
             cid = int(started["id"])

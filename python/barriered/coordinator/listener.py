@@ -85,9 +85,7 @@ class BarrieredListener(StreamingQueryListener):
             return
         try:
             with self._lock:
-                qc.collect_acks()
-                if tick:
-                    qc.tick()
+                qc.between_batches(tick)
         except Exception:
             log.exception("barriered coordinator failed %s", when)
 
