@@ -21,6 +21,7 @@ import pytest
 from deltalake import DeltaTable
 
 import barriered
+from barriered import cli
 from barriered.datasource.offsets import SourceOffset
 from barriered.datasource.upstreams.rate import RateUpstream
 from barriered.examples import RunningTotals
@@ -184,7 +185,9 @@ def test_completed_checkpoints_hold_exactly_the_records_before_the_barrier(
     )
 
 
-def test_aligned_checkpoints_block_the_fast_channels(session: Any, tmp_path: Path) -> None:
+def test_aligned_checkpoints_block_the_fast_channels(
+    session: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     query, layout = run(session, tmp_path, MODES["aligned"])
     aligning_batches = 0
     for _, end in offsets(query):
@@ -200,6 +203,16 @@ def test_aligned_checkpoints_block_the_fast_channels(session: Any, tmp_path: Pat
     assert all(r["effective_mode"] == "aligned" and r["inflight_rows"] == 0 for r in done)
     waited = [r for r in done if r["cut_batch_id"] > r["barrier_batch_id"]]
     assert waited and all(r["alignment_duration_ms"] > 0 for r in waited)
+    # The same history through the public API (by path and by query) and the CLI.
+    rows = checkpoints_table.read_rows(layout)
+    by_path = barriered.checkpoints(session, layout.root).orderBy("checkpoint_id").collect()
+    assert [r.checkpoint_id for r in by_path] == [r["checkpoint_id"] for r in rows]
+    assert barriered.checkpoints(session, query).count() == len(rows)
+    assert cli.main(["checkpoints", layout.root, "--json"]) == 0
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [p["checkpoint_id"] for p in printed] == [r["checkpoint_id"] for r in rows]
+    assert cli.main(["checkpoints", str(tmp_path / "nothing-here")]) == 2
+    assert "no checkpoints under" in capsys.readouterr().err
 
 
 def test_unaligned_checkpoints_complete_within_two_batches(session: Any, tmp_path: Path) -> None:
