@@ -1,10 +1,11 @@
-"""The Spark-facing API: ``install``, ``keyed``, ``records``, ``checkpoints``."""
+"""The Spark-facing API: ``install``, ``keyed``, ``records``, ``await_termination``."""
 
 from __future__ import annotations
 
 import json
 import logging
 import re
+import time
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -21,8 +22,7 @@ from barriered.datasource.columns import (
 )
 from barriered.datasource.options import SESSION_CONF_OPTION
 from barriered.datasource.source import BarrieredDataSource
-from barriered.errors import ConfigError
-from barriered.statestore import checkpoints_table
+from barriered.errors import CheckpointError, ConfigError
 from barriered.statestore.fileio import write_json
 from barriered.statestore.keyed import KeyedStatefulProcessor, OperatorSpec, Processor
 from barriered.statestore.layout import SnapshotLayout
@@ -187,19 +187,61 @@ def keyed(df: DataFrame, *key_columns: str) -> KeyedStream:
     return KeyedStream(df, tuple(key_columns))
 
 
-def checkpoints(spark: SparkSession, path_or_query: Any) -> DataFrame:
-    """Return the checkpoint history (the ``_checkpoints`` table) as a DataFrame.
+def snapshot_path(path_or_query: Any) -> str:
+    """Return the snapshot path of a barriered query (a path is returned as given).
 
     Parameters
     ----------
-    spark : SparkSession
-        The session.
     path_or_query : str or StreamingQuery
         A snapshot path, or a running/finished query whose source is barriered.
+
+    Raises
+    ------
+    barriered.errors.ConfigError
+        When the query has not reported a barriered source (yet).
     """
-    path = path_or_query if isinstance(path_or_query, str) else _query_path(path_or_query)
-    rows = checkpoints_table.read_rows(SnapshotLayout.configured(path))
-    return spark.createDataFrame(rows, schema=checkpoints_table.SCHEMA_DDL)
+    return path_or_query if isinstance(path_or_query, str) else _query_path(path_or_query)
+
+
+def await_termination(query: Any, timeout: float | None = None) -> None:
+    """Wait until ``query`` has ended and the coordinator has finished with it.
+
+    Spark's ``awaitTermination`` can return before the checkpoint coordinator (a
+    listener, called asynchronously) has handled the last micro-batches, such as the
+    final checkpoint of an ``availableNow`` run. After this returns, every checkpoint
+    the query finished is in ``_checkpoints``.
+
+    Parameters
+    ----------
+    query : StreamingQuery
+        A query of a session on which :func:`install` was called.
+    timeout : float, optional
+        Seconds to wait in all (default: no limit).
+
+    Raises
+    ------
+    pyspark.errors.StreamingQueryException
+        When the query failed (as ``awaitTermination`` does).
+    barriered.errors.CheckpointError
+        When ``timeout`` passes first.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    if timeout is None:
+        query.awaitTermination()
+    elif not query.awaitTermination(timeout):
+        raise CheckpointError(f"query {query.id} is still running after {timeout} s")
+    listener = next((lis for lis in _LISTENERS.values() if lis.knows(query.id)), None)
+    if listener is None:
+        raise ConfigError(
+            f"query {query.id} was not started on a session where barriered.install(spark) "
+            "was called: no checkpoint coordinator saw it"
+        )
+    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+    if not listener.wait_ended(query.id, left):
+        raise CheckpointError(
+            f"query {query.id} ended but its checkpoint coordinator has not finished after "
+            f"{timeout} s"
+        )
 
 
 def _query_path(query: Any) -> str:
@@ -212,4 +254,11 @@ def _query_path(query: Any) -> str:
     )
 
 
-__all__ = ["KeyedStream", "checkpoints", "install", "keyed", "records"]
+__all__ = [
+    "KeyedStream",
+    "await_termination",
+    "install",
+    "keyed",
+    "records",
+    "snapshot_path",
+]

@@ -12,12 +12,12 @@ import shutil
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
+from barriered.tools.progress import Progress
 
 PREFIX = "spark.sql.streaming.barriered."
 
@@ -84,7 +84,7 @@ def format_row(phase: str, row: dict[str, Any]) -> str:
 
 
 def run_phase(
-    spark: Any, phase: str, out: Path, seconds: float, emit: Callable[[str], None]
+    spark: Any, phase: str, out: Path, seconds: float, progress: Progress
 ) -> list[dict[str, Any]]:
     """Run one mode for ``seconds`` and return its checkpoint rows."""
     import barriered
@@ -113,13 +113,15 @@ def run_phase(
         for row in rows:
             if (row["checkpoint_id"], row["status"]) not in seen:
                 seen.add((row["checkpoint_id"], row["status"]))
-                emit(format_row(phase, row))
+                progress.log(format_row(phase, row))
         return rows
 
+    progress.step(f"{phase}: {seconds:.0f} s", total=seconds)
     deadline = time.time() + seconds
     try:
         while time.time() < deadline and query.isActive:
             time.sleep(1.0)
+            progress.advance(1.0)
             report()
     finally:
         query.stop()
@@ -147,10 +149,15 @@ def summary(results: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
-def run_demo(out: str, duration: float, emit: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run every phase for ``duration / 3`` seconds; return the rows per phase."""
+def run_demo(out: str, duration: float, progress: Progress | None = None) -> dict[str, Any]:
+    """Run every phase for ``duration / 3`` seconds; return the rows per phase.
+
+    ``progress`` shows the phases and prints a line per finished checkpoint (default:
+    plain lines on stdout).
+    """
     import barriered
 
+    progress = progress or Progress(sys.stdout, sys.stdout)
     target = Path(out).resolve()
     for sub in ("snapshots", "spark-checkpoints"):
         shutil.rmtree(target / sub, ignore_errors=True)
@@ -161,8 +168,7 @@ def run_demo(out: str, duration: float, emit: Callable[[str], None] = print) -> 
     spark.conf.set(PREFIX + "bufferPerChannel", "600")
     results = {}
     for phase in PHASES:
-        emit(f"--- {phase}: {duration / len(PHASES):.0f} s ---")
-        results[phase] = run_phase(spark, phase, target, duration / len(PHASES), emit)
-    emit(summary(results))
-    emit(f"Delta tables: {target / 'snapshots'}")
+        results[phase] = run_phase(spark, phase, target, duration / len(PHASES), progress)
+    progress.log(summary(results))
+    progress.log(f"Delta tables: {target / 'snapshots'}")
     return results

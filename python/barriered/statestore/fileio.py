@@ -82,6 +82,15 @@ def read_json(uri: str, default: Any = None) -> Any:
         ) from exc
 
 
+def path_exists(uri: str) -> bool:
+    """Return whether a file or folder exists at ``uri``."""
+    fs, path = filesystem(uri)
+    try:
+        return bool(fs.get_file_info(path).type != pafs.FileType.NotFound)
+    except OSError as exc:
+        raise SnapshotStoreError(f"cannot look at {uri!r}: {exc}") from exc
+
+
 def list_names(uri: str) -> list[str]:
     """Return the names of the (non-temporary) files directly under folder ``uri``."""
     fs, path = filesystem(uri)
