@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from barriered.errors import BarrieredError
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from barriered.tools.progress import Progress
@@ -31,6 +32,9 @@ PHASES: dict[str, dict[str, str]] = {
         "unaligned.adaptive": "false",
     },
 }
+
+#: Seconds a phase's query may take to run its first micro-batch.
+START_TIMEOUT_S = 120.0
 
 #: The skewed upstream: channel 0 produces 4x the others but is admitted like them.
 SOURCE = {
@@ -116,9 +120,13 @@ def run_phase(
                 progress.log(format_row(phase, row))
         return rows
 
-    progress.step(f"{phase}: {seconds:.0f} s", total=seconds)
-    deadline = time.time() + seconds
+    progress.step(f"{phase}: starting")
     try:
+        started = time.time() + START_TIMEOUT_S
+        while query.lastProgress is None and query.isActive and time.time() < started:
+            time.sleep(0.2)  # the phase's time counts from the first micro-batch on
+        progress.step(f"{phase}: {seconds:.0f} s", total=seconds)
+        deadline = time.time() + seconds
         while time.time() < deadline and query.isActive:
             time.sleep(1.0)
             progress.advance(1.0)
@@ -126,8 +134,8 @@ def run_phase(
     finally:
         query.stop()
     if query.exception() is not None:
-        raise RuntimeError(f"demo phase {phase} failed: {query.exception()}")
-    time.sleep(1.0)  # let the listener finish the last batch's checkpoint
+        raise BarrieredError(f"demo phase {phase} failed: {query.exception()}")
+    barriered.await_termination(query, timeout=60)  # the coordinator saw the last batch
     return report()
 
 

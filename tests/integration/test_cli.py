@@ -240,3 +240,18 @@ def test_notebook_views_of_the_run(spark: Any, run: dict[str, Any]) -> None:
     fig = barriered.plot_checkpoints(run["query"])
     assert len(fig.axes) == 3
     assert fig.axes[2].get_xlabel() == "checkpoint id"
+
+
+def test_demo_runs_every_mode_and_leaves_snapshot_paths(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with barriered_keys(spark, {}):
+        assert cli.main(["demo", "--out", str(tmp_path), "--duration", "3"]) == 0
+    out, err = capsys.readouterr()
+    for phase in ("aligned", "unaligned", "aligned_with_timeout"):
+        assert f"barriered: {phase}: 1 s" in err  # one plain progress line per phase
+        summary = [line for line in out.splitlines() if line.startswith(phase + " ")]
+        assert len(summary) == 1, out
+        assert cli.main(["checkpoints", str(tmp_path / "snapshots" / phase), "--json"]) == 0
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert int(summary[0].split()[1]) == sum(r["status"] == "completed" for r in rows)
