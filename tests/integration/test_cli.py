@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,9 @@ from barriered.datasource.upstreams.rate import RateUpstream
 from barriered.examples import RunningTotals
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
+from barriered.testing.expected import running_totals
 from barriered.testing.session import barriered_keys
+from barriered.tools.history import display_columns
 from barriered.tools.plot import STYLES
 
 pytestmark = pytest.mark.spark
@@ -75,21 +76,12 @@ def run(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[s
     yield {"query": query, "path": layout.root, "rows": checkpoints_table.read_rows(layout)}
 
 
+def upstream() -> RateUpstream:
+    return RateUpstream(CHANNELS, 0, ROWS, KEYS, {0: 3.0}, state_dir="/nonexistent")
+
+
 def final_positions() -> dict[str, int]:
-    up = RateUpstream(CHANNELS, 0, ROWS, KEYS, {0: 3.0}, state_dir="/nonexistent")
-    return {str(c): p for c, p in enumerate(up.available())}
-
-
-def expected_totals() -> dict[str, int]:
-    up = RateUpstream(CHANNELS, 0, ROWS, KEYS, {0: 3.0}, state_dir="/nonexistent")
-    totals: Counter[str] = Counter()
-    for channel, end in enumerate(up.available()):
-        table = up.read(channel, 0, end)
-        for user, amount in zip(
-            table["user_id"].to_pylist(), table["amount"].to_pylist(), strict=True
-        ):
-            totals[user] += amount
-    return dict(totals)
+    return {str(c): p for c, p in enumerate(upstream().available())}
 
 
 def test_await_termination_returns_with_the_final_checkpoint_recorded(
@@ -213,14 +205,8 @@ def test_inspect_on_a_terminal_shows_a_progress_bar(
 
 def test_notebook_views_of_the_run(spark: Any, run: dict[str, Any]) -> None:
     history = barriered.checkpoints(spark, run["query"])
-    assert history.columns[:6] == [
-        "checkpoint_id",
-        "kind",
-        "mode",
-        "effective_mode",
-        "status",
-        "trigger_time",
-    ]
+    assert history.columns == display_columns()
+    assert history.columns[:3] == ["checkpoint_id", "kind", "mode"]
     first = history.first()
     assert first is not None and dict(history.dtypes)["trigger_time"] == "timestamp"
     row = run["rows"][0]
@@ -233,7 +219,8 @@ def test_notebook_views_of_the_run(spark: Any, run: dict[str, Any]) -> None:
         F.get_json_object("key", "$.user_id").alias("user"),
         F.get_json_object("value", "$.total").cast("long").alias("total"),
     ).collect()
-    assert {r["user"]: r["total"] for r in totals} == expected_totals()
+    ends = dict(enumerate(upstream().available()))
+    assert {r["user"]: r["total"] for r in totals} == running_totals(upstream(), ends)
     with pytest.raises(barriered.BarrieredError, match="not in the history"):
         barriered.state_table(spark, run["path"], checkpoint=999)
 
