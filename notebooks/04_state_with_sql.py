@@ -45,7 +45,9 @@ spark.conf.set("spark.sql.streaming.barriered.maxParallelism", "8")
 
 # MAGIC %md
 # MAGIC First some checkpoints: a skewed `rate` upstream through a running total, with
-# MAGIC unaligned checkpoints (so some carry in-flight records).
+# MAGIC unaligned checkpoints (so some carry in-flight records). Only the last
+# MAGIC `retainedCheckpoints` completed checkpoints (default 3) stay readable; this run keeps
+# MAGIC them all.
 
 # COMMAND ----------
 
@@ -63,6 +65,7 @@ events = (
     .option("bufferPerChannel", "40")
     .option("unaligned.enabled", "true")
     .option("alignedCheckpointTimeout", "0s")
+    .option("retainedCheckpoints", "20")  # keep every checkpoint of this run readable
     .option("snapshotPath", SNAP)
     .load()
 )
