@@ -614,7 +614,7 @@ def test_adopted_checkpoints_of_the_source_are_committed_even_below_next_id() ->
     """A restored query's coordinator learns the source's final checkpoint from the same
     offset that sets its next id: the final checkpoint must still be adopted."""
     committed: list[int] = []
-    c, clock = make(KG, lambda done: committed.append(done.checkpoint_id), next_id=7)
+    c, _ = make(KG, lambda done: committed.append(done.checkpoint_id), next_id=7)
     assert c.adopt(6, "aligned", "final checkpoint of an availableNow run", at_ms=0)
     assert not c.adopt(6, "aligned", "again")  # known: ignored
     assert c.next_id == 7
