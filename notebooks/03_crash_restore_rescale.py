@@ -63,7 +63,7 @@ def write_part(part):
                 out.write(json.dumps(record) + "\n")
 
 
-def run(checkpoint_location, restore_from=None):
+def run(checkpoint_location, restore_from=None, snapshots=SNAP):
     """Run the keyed total to the end of the input; return the finished query."""
     reader = (
         spark.readStream.format("barriered")
@@ -72,7 +72,7 @@ def run(checkpoint_location, restore_from=None):
         .option("schema", "user_id string, amount long")
         .option("maxRowsPerChannel", "10")
         .option("checkpointInterval", "10ms")
-        .option("snapshotPath", SNAP)
+        .option("snapshotPath", snapshots)
     )
     if restore_from is not None:
         reader = reader.option("restoreFrom", restore_from)
@@ -88,9 +88,9 @@ def run(checkpoint_location, restore_from=None):
     return query
 
 
-def mismatches():
+def mismatches(snapshots=SNAP):
     """Users whose snapshot total differs from a batch sum over every file so far."""
-    state = barriered.state_table(spark, SNAP).select(
+    state = barriered.state_table(spark, snapshots).select(
         F.get_json_object("key", "$.user_id").alias("user_id"),
         F.get_json_object("value", "$.total").cast("long").alias("total"),
     )
@@ -155,8 +155,9 @@ display(barriered.checkpoints(spark, SNAP))  # noqa: F821
 # MAGIC
 # MAGIC `barriered.savepoint(query, path)` takes an aligned snapshot of a running query and
 # MAGIC writes a self-contained copy to `path`, kept whatever retention does to the snapshot
-# MAGIC path; it can be restored elsewhere. Here the restored query restarts from its own
-# MAGIC Spark checkpoint with a processing-time trigger, reads one more part, the savepoint is
+# MAGIC path; it can be restored elsewhere, into a new snapshot path (a snapshot path holds
+# MAGIC the checkpoints of one lineage). Here the restored query restarts from its own Spark
+# MAGIC checkpoint with a processing-time trigger, reads one more part, the savepoint is
 # MAGIC taken once it has caught up, and a new query restores from it.
 
 # COMMAND ----------
@@ -183,8 +184,12 @@ running.stop()
 
 write_part(3)
 spark.conf.set("spark.sql.shuffle.partitions", "1")
-from_savepoint = run(os.path.join(BASE, "spark-checkpoint-3"), restore_from=SAVEPOINT)
-after_savepoint = mismatches()
+SNAP_AFTER_UPGRADE = os.path.join(BASE, "snapshots-after-upgrade")
+from_savepoint = run(
+    os.path.join(BASE, "spark-checkpoint-3"), restore_from=SAVEPOINT, snapshots=SNAP_AFTER_UPGRADE
+)
+after_savepoint = mismatches(SNAP_AFTER_UPGRADE)
 assert after_savepoint == 0
 history = barriered.checkpoints(spark, SNAP)
 display(history)  # noqa: F821
+display(barriered.checkpoints(spark, SNAP_AFTER_UPGRADE))  # noqa: F821

@@ -5,7 +5,9 @@ Commands:
 * ``demo``: the local demo on real Spark;
 * ``checkpoints PATH [--json]``: the checkpoint history of a snapshot path;
 * ``inspect PATH [--checkpoint N] [--json]``: what a completed checkpoint holds;
-* ``plot PATH -o FILE.png``: durations, alignment and sizes over checkpoint ids.
+* ``plot PATH -o FILE.png``: durations, alignment and sizes over checkpoint ids;
+* ``savepoint PATH -o OUT [--checkpoint N]``: copy a completed checkpoint into a
+  self-contained savepoint folder.
 
 Each command is a function ``cmd_<name>(args) -> exit code`` registered by
 :func:`build_parser`; the work itself lives in :mod:`barriered.tools`. Long work shows
@@ -83,6 +85,21 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_savepoint(args: argparse.Namespace) -> int:
+    """Copy a completed checkpoint of a snapshot path into a savepoint folder."""
+    from barriered.statestore.layout import SnapshotLayout
+    from barriered.statestore.savepoints import export
+
+    saved = export(SnapshotLayout.configured(args.path), args.checkpoint, args.out)
+    print(
+        f"savepoint of checkpoint {saved.checkpoint_id} written to {saved.path} "
+        f"({saved.state_files} state files, {saved.state_bytes} bytes, "
+        f"{saved.inflight_rows} in-flight rows); restore it with "
+        f".option('restoreFrom', {saved.path!r}) on a new snapshot path"
+    )
+    return 0
+
+
 def _checkpoint_id(raw: str) -> int:
     try:
         value = int(raw)
@@ -131,6 +148,19 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("path", help="the snapshot path")
     plot.add_argument("-o", "--output", required=True, metavar="FILE.png", help="the PNG")
     plot.set_defaults(run=cmd_plot)
+
+    sp = sub.add_parser(
+        "savepoint", help="copy a completed checkpoint into a self-contained savepoint folder"
+    )
+    sp.add_argument("path", help="the snapshot path")
+    sp.add_argument("-o", "--out", required=True, help="the savepoint folder (must be new)")
+    sp.add_argument(
+        "--checkpoint",
+        type=_checkpoint_id,
+        metavar="N",
+        help="a completed checkpoint id (default: the latest completed)",
+    )
+    sp.set_defaults(run=cmd_savepoint)
     return parser
 
 

@@ -47,8 +47,13 @@ class BarrieredListener(StreamingQueryListener):
 
     def __init__(self) -> None:
         self.coordinators: dict[str, QueryCoordinator] = {}
-        self._lock = threading.Lock()
+        #: Queries whose termination the listener has handled (nothing more comes).
+        self.terminated: set[str] = set()
+        #: Held around every call into a coordinator (also by ``barriered.savepoint``).
+        self.lock = threading.Lock()
+        #: Set when the listener has handled a query's termination (see ``wait_ended``).
         self._ended: dict[str, threading.Event] = {}
+        self._ended_lock = threading.Lock()
 
     def coordinator(self, query_id: str) -> QueryCoordinator | None:
         """The coordinator of a running or finished query (None if it never progressed)."""
@@ -70,7 +75,7 @@ class BarrieredListener(StreamingQueryListener):
         try:
             end = json.loads(source.endOffset)
             start = _json_or_none(source.startOffset)
-            with self._lock:
+            with self.lock:
                 qc = self.coordinators.get(str(progress.id))
                 if qc is None or qc.layout.root != report["snapshotPath"]:
                     last_id = SourceOffset.from_dict(end).last_id
@@ -89,7 +94,7 @@ class BarrieredListener(StreamingQueryListener):
         if qc is None:
             return
         try:
-            with self._lock:
+            with self.lock:
                 qc.between_batches(tick)
         except Exception:
             log.exception("barriered coordinator failed %s", when)
@@ -99,10 +104,11 @@ class BarrieredListener(StreamingQueryListener):
 
     def onQueryTerminated(self, event: Any) -> None:
         self._between_batches(event.id, tick=False, when="at query termination")
+        self.terminated.add(str(event.id))
         self._ended_event(event.id).set()
 
     def _ended_event(self, query_id: Any) -> threading.Event:
-        with self._lock:
+        with self._ended_lock:
             return self._ended.setdefault(str(query_id), threading.Event())
 
     def wait_ended(self, query_id: Any, timeout: float | None) -> bool:

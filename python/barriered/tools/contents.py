@@ -21,6 +21,7 @@ from deltalake import DeltaTable
 
 from barriered.errors import SnapshotStoreError
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.restore_point import committed_checkpoints
 from barriered.tools.history import (
     barrier_positions,
     open_history,
@@ -123,12 +124,9 @@ def key_group_states(layout: SnapshotLayout, version: int) -> list[KeyGroupState
 
 def inflight_ranges(layout: SnapshotLayout, checkpoint_id: int) -> dict[int, tuple[int, int]]:
     """The in-flight range per channel, from the state table commit of ``checkpoint_id``."""
-    table = _table(layout, layout.state_table, None)
-    for entry in table.history():
-        if entry.get("barriered.checkpoint_id") == checkpoint_id:
-            ranges = json.loads(entry.get("barriered.inflight") or "{}")
-            return {int(c): (int(r[0]), int(r[1])) for c, r in ranges.items()}
-    return {}
+    committed = committed_checkpoints(layout).get(checkpoint_id)
+    ranges = json.loads((committed[1].get("barriered.inflight") if committed else None) or "{}")
+    return {int(c): (int(r[0]), int(r[1])) for c, r in ranges.items()}
 
 
 def inflight_stored_rows(
