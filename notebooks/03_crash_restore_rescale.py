@@ -70,7 +70,7 @@ def run(checkpoint_location, restore_from=None, snapshots=SNAP):
         .option("upstream", "files")
         .option("path", EVENTS)
         .option("schema", "user_id string, amount long")
-        .option("maxRowsPerChannel", "10")
+        .option("maxRowsPerChannel", "15")
         .option("checkpointInterval", "10ms")
         .option("snapshotPath", snapshots)
     )
