@@ -309,13 +309,13 @@ def savepoint(query: Any, path: str, timeout: float = 300.0) -> Savepoint:
     deadline = time.monotonic() + timeout
     while True:
         with listener.lock:
-            stats = qc.core.stats(checkpoint_id)
-        if stats is not None and stats.status == "completed":
+            status, reason = qc.status(checkpoint_id) or ("pending", None)
+        if status == "completed":
             return export(qc.layout, checkpoint_id, path)
-        if stats is not None and stats.status == "aborted":
+        if status == "aborted":
             raise CheckpointError(
-                f"savepoint {checkpoint_id} was aborted: {stats.failure_reason}; nothing was "
-                f"written to {path!r}"
+                f"savepoint {checkpoint_id} was aborted: {reason}; nothing was written to "
+                f"{path!r}"
             )
         if not query.isActive:
             raise CheckpointError(

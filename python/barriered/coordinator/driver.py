@@ -248,6 +248,11 @@ class QueryCoordinator:
         self.tick()
         return checkpoint_id
 
+    def status(self, checkpoint_id: int) -> tuple[str, str | None] | None:
+        """``(status, failure reason)`` of a checkpoint this coordinator knows, else None."""
+        stats = self.core.stats(checkpoint_id)
+        return None if stats is None else (stats.status, stats.failure_reason)
+
     # -- progress -----------------------------------------------------------------------
 
     @contextlib.contextmanager

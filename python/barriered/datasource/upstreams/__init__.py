@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from urllib.parse import unquote, urlparse
 
 from barriered.datasource.upstreams.base import Upstream
 from barriered.errors import ConfigError
@@ -16,9 +17,11 @@ def make_upstream(options: Mapping[str, str], state_dir: str) -> Upstream:
     options : Mapping[str, str]
         The source options (case as given by the user).
     state_dir : str
-        A folder under the snapshot path where the upstream may keep its own manifest.
+        A folder under the snapshot path where the upstream may keep its own manifest: a
+        local (or mounted) path or a ``file://`` URI; the manifests are local files.
     """
     name = str(options.get("upstream", "rate")).lower()
+    state_dir = _local_dir(state_dir, name)
     if name == "rate":
         from barriered.datasource.upstreams.rate import RateUpstream
 
@@ -32,6 +35,19 @@ def make_upstream(options: Mapping[str, str], state_dir: str) -> Upstream:
 
         return DeltaUpstream.from_options(options, state_dir)
     raise ConfigError(f"option 'upstream' must be one of 'rate', 'files', 'delta', got {name!r}")
+
+
+def _local_dir(uri: str, upstream: str) -> str:
+    """The local path of ``uri`` (a path or a ``file://`` URI)."""
+    if "://" not in uri:
+        return uri
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        return unquote(parsed.path)
+    raise ConfigError(
+        f"upstream {upstream!r} keeps its manifest under the snapshot path, which must be a "
+        f"local or mounted folder (e.g. /Volumes/... on Databricks), not {uri!r}"
+    )
 
 
 __all__ = ["Upstream", "make_upstream"]
