@@ -21,6 +21,7 @@ from barriered.datasource.upstreams.rate import RateUpstream
 from barriered.examples import RunningTotals
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
+from barriered.testing.expected import running_totals
 
 PREFIX = "spark.sql.streaming.barriered."
 CHANNELS, ROWS, SKEW, KEYS = 3, 160, "0:4", 25
@@ -78,15 +79,7 @@ def upstream() -> RateUpstream:
 
 def totals_before(limits: dict[int, int]) -> dict[str, int]:
     """Running totals over the records of each channel before ``limits[c]``."""
-    totals: Counter[str] = Counter()
-    up = upstream()
-    for channel, end in limits.items():
-        table = up.read(channel, 0, end)
-        for user, amount in zip(
-            table["user_id"].to_pylist(), table["amount"].to_pylist(), strict=True
-        ):
-            totals[user] += amount
-    return dict(totals)
+    return running_totals(upstream(), limits)
 
 
 def start(

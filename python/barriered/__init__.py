@@ -2,8 +2,8 @@
 
 Importing :mod:`barriered` does not import PySpark: the barrier handler, the
 coordinator core, key groups and the configuration are pure Python. The Spark-facing
-API (``install``, ``keyed``, ``records``, ``checkpoints``, ``savepoint``) is loaded on
-first use.
+API (``install``, ``keyed``, ``records``, ``await_termination``, ``checkpoints``,
+``state_table``, ``plot_checkpoints``, ``savepoint``) is loaded on first use.
 """
 
 from __future__ import annotations
@@ -21,8 +21,12 @@ _LAZY = {
     "install": "barriered.api",
     "keyed": "barriered.api",
     "records": "barriered.api",
-    "checkpoints": "barriered.api",
+    "await_termination": "barriered.api",
+    "snapshot_path": "barriered.api",
     "savepoint": "barriered.api",
+    "checkpoints": "barriered.views",
+    "state_table": "barriered.views",
+    "plot_checkpoints": "barriered.views",
 }
 
 __all__ = ["BarrieredError", "__version__", *_LAZY]

@@ -1,4 +1,5 @@
-"""The Spark-facing API: ``install``, ``keyed``, ``records``, ``checkpoints``, ``savepoint``."""
+"""The Spark-facing API: ``install``, ``keyed``, ``records``, ``await_termination``,
+``savepoint``."""
 
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ from barriered.datasource.columns import (
 from barriered.datasource.options import SESSION_CONF_OPTION
 from barriered.datasource.source import BarrieredDataSource
 from barriered.errors import CheckpointError, ConfigError
-from barriered.statestore import checkpoints_table
 from barriered.statestore.fileio import write_json
 from barriered.statestore.initial_state import initial_state
 from barriered.statestore.keyed import KeyedStatefulProcessor, OperatorSpec, Processor
@@ -197,19 +197,61 @@ def keyed(df: DataFrame, *key_columns: str) -> KeyedStream:
     return KeyedStream(df, tuple(key_columns))
 
 
-def checkpoints(spark: SparkSession, path_or_query: Any) -> DataFrame:
-    """Return the checkpoint history (the ``_checkpoints`` table) as a DataFrame.
+def snapshot_path(path_or_query: Any) -> str:
+    """Return the snapshot path of a barriered query (a path is returned as given).
 
     Parameters
     ----------
-    spark : SparkSession
-        The session.
     path_or_query : str or StreamingQuery
         A snapshot path, or a running/finished query whose source is barriered.
+
+    Raises
+    ------
+    barriered.errors.ConfigError
+        When the query has not reported a barriered source (yet).
     """
-    path = path_or_query if isinstance(path_or_query, str) else _query_path(path_or_query)
-    rows = checkpoints_table.read_rows(SnapshotLayout.configured(path))
-    return spark.createDataFrame(rows, schema=checkpoints_table.SCHEMA_DDL)
+    return path_or_query if isinstance(path_or_query, str) else _query_path(path_or_query)
+
+
+def await_termination(query: Any, timeout: float | None = None) -> None:
+    """Wait until ``query`` has ended and the coordinator has finished with it.
+
+    Spark's ``awaitTermination`` can return before the checkpoint coordinator (a
+    listener, called asynchronously) has handled the last micro-batches, such as the
+    final checkpoint of an ``availableNow`` run. After this returns, every checkpoint
+    the query finished is in ``_checkpoints``.
+
+    Parameters
+    ----------
+    query : StreamingQuery
+        A query of a session on which :func:`install` was called.
+    timeout : float, optional
+        Seconds to wait in all (default: no limit).
+
+    Raises
+    ------
+    pyspark.errors.StreamingQueryException
+        When the query failed (as ``awaitTermination`` does).
+    barriered.errors.CheckpointError
+        When ``timeout`` passes first.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    if timeout is None:
+        query.awaitTermination()
+    elif not query.awaitTermination(timeout):
+        raise CheckpointError(f"query {query.id} is still running after {timeout} s")
+    listener = next((lis for lis in _LISTENERS.values() if lis.knows(query.id)), None)
+    if listener is None:
+        raise ConfigError(
+            f"query {query.id} was not started on a session where barriered.install(spark) "
+            "was called: no checkpoint coordinator saw it"
+        )
+    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+    if not listener.wait_ended(query.id, left):
+        raise CheckpointError(
+            f"query {query.id} ended but its checkpoint coordinator has not finished after "
+            f"{timeout} s"
+        )
 
 
 def _query_coordinator(query: Any) -> tuple[BarrieredListener, QueryCoordinator]:
@@ -287,4 +329,12 @@ def savepoint(query: Any, path: str, timeout: float = 300.0) -> Savepoint:
         time.sleep(0.1)
 
 
-__all__ = ["KeyedStream", "checkpoints", "install", "keyed", "records", "savepoint"]
+__all__ = [
+    "KeyedStream",
+    "await_termination",
+    "install",
+    "keyed",
+    "records",
+    "savepoint",
+    "snapshot_path",
+]

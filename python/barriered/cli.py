@@ -1,36 +1,96 @@
-"""The ``barriered`` command line: ``demo``, ``checkpoints`` and ``savepoint``.
+"""The ``barriered`` command line (also ``python -m barriered``).
 
-Errors are one clear line on stderr and a non-zero exit, not a traceback.
+Commands:
+
+* ``demo``: the local demo on real Spark;
+* ``checkpoints PATH [--json]``: the checkpoint history of a snapshot path;
+* ``inspect PATH [--checkpoint N] [--json]``: what a completed checkpoint holds;
+* ``plot PATH -o FILE.png``: durations, alignment and sizes over checkpoint ids;
+* ``savepoint PATH -o OUT [--checkpoint N]``: copy a completed checkpoint into a
+  self-contained savepoint folder.
+
+Each command is a function ``cmd_<name>(args) -> exit code`` registered by
+:func:`build_parser`; the work itself lives in :mod:`barriered.tools`. Long work shows
+a progress bar on a terminal and plain lines on stderr otherwise. An error is one line
+``barriered: error: ...`` on stderr and exit code 1 (2 for a bad command line), never a
+traceback unless ``--traceback`` is given.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from barriered.errors import BarrieredError
+from barriered.tools.progress import reporting
+
+log = logging.getLogger(__name__)
 
 
-def _checkpoints(path: str, as_json: bool) -> int:
-    from barriered.demo import format_row
-    from barriered.statestore import checkpoints_table
-    from barriered.statestore.layout import SnapshotLayout
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the local demo."""
+    from barriered.demo import run_demo
 
-    rows = checkpoints_table.read_rows(SnapshotLayout.configured(path))
-    if not rows:
-        raise BarrieredError(f"no checkpoints under {path!r} (is it a snapshot path?)")
-    for row in rows:
-        print(json.dumps(row, sort_keys=True) if as_json else format_row("", row).lstrip("[] "))
+    with reporting() as progress:
+        run_demo(args.out, args.duration, progress)
     return 0
 
 
-def _savepoint(path: str, out: str, checkpoint: int | None) -> int:
+def cmd_checkpoints(args: argparse.Namespace) -> int:
+    """Print the checkpoint history of a snapshot path."""
+    from barriered.tools.history import format_history, open_history
+
+    _, rows = open_history(args.path)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, sort_keys=True))
+    elif rows:
+        print(format_history(rows))
+    else:
+        print(f"barriered: no checkpoint has finished yet under {args.path}", file=sys.stderr)
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """Print the state and in-flight records of one completed checkpoint."""
+    from barriered.tools.contents import format_contents, inspect_checkpoint
+
+    with reporting() as progress:
+        contents = inspect_checkpoint(args.path, args.checkpoint, step=progress.step)
+    print(
+        json.dumps(contents.to_dict(), sort_keys=True) if args.json else format_contents(contents)
+    )
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    """Write the checkpoint plot of a snapshot path to a PNG file."""
+    from barriered.tools.history import open_history
+    from barriered.tools.plot import save_checkpoint_plot
+
+    out = Path(args.output)
+    if out.suffix.lower() != ".png":
+        raise BarrieredError(f"the plot is a PNG file: give -o NAME.png, not {args.output!r}")
+    with reporting() as progress:
+        progress.step(f"reading the checkpoint history of {args.path}")
+        layout, rows = open_history(args.path)
+        progress.step(f"drawing {len(rows)} checkpoints")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        save_checkpoint_plot(rows, str(out), title=f"Checkpoints of {layout.root}")
+    print(f"wrote {out} ({len(rows)} checkpoints)")
+    return 0
+
+
+def cmd_savepoint(args: argparse.Namespace) -> int:
+    """Copy a completed checkpoint of a snapshot path into a savepoint folder."""
     from barriered.statestore.layout import SnapshotLayout
     from barriered.statestore.savepoints import export
 
-    saved = export(SnapshotLayout.configured(path), checkpoint, out)
+    saved = export(SnapshotLayout.configured(args.path), args.checkpoint, args.out)
     print(
         f"savepoint of checkpoint {saved.checkpoint_id} written to {saved.path} "
         f"({saved.state_files} state files, {saved.state_bytes} bytes, "
@@ -40,36 +100,89 @@ def _savepoint(path: str, out: str, checkpoint: int | None) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``barriered`` and ``python -m barriered``."""
-    parser = argparse.ArgumentParser(prog="barriered", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def _checkpoint_id(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a checkpoint id is a number, not {raw!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"checkpoint ids start at 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser: one sub-command per ``cmd_*`` function."""
+    parser = argparse.ArgumentParser(
+        prog="barriered",
+        description="Flink-grade barrier checkpoints for Spark Structured Streaming.",
+    )
+    parser.add_argument(
+        "--traceback", action="store_true", help="show the full traceback of an error"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
     demo = sub.add_parser("demo", help="run the local demo on real Spark")
     demo.add_argument("--out", default="out/demo", help="folder for the Delta tables")
     demo.add_argument("--duration", type=float, default=45.0, help="seconds, all modes")
-    ck = sub.add_parser("checkpoints", help="print the checkpoint history of a snapshot path")
-    ck.add_argument("path")
-    ck.add_argument("--json", action="store_true", help="one JSON object per line")
+    demo.set_defaults(run=cmd_demo)
+
+    ck = sub.add_parser("checkpoints", help="the checkpoint history of a snapshot path")
+    ck.add_argument("path", help="the snapshot path (snapshotPath of the query)")
+    ck.add_argument("--json", action="store_true", help="one JSON object per checkpoint")
+    ck.set_defaults(run=cmd_checkpoints)
+
+    ins = sub.add_parser(
+        "inspect", help="state per operator and key group, in-flight records per channel"
+    )
+    ins.add_argument("path", help="the snapshot path")
+    ins.add_argument(
+        "--checkpoint",
+        type=_checkpoint_id,
+        metavar="N",
+        help="a completed checkpoint id (default: the latest completed)",
+    )
+    ins.add_argument("--json", action="store_true", help="one JSON object")
+    ins.set_defaults(run=cmd_inspect)
+
+    plot = sub.add_parser("plot", help="plot durations, alignment and sizes per checkpoint")
+    plot.add_argument("path", help="the snapshot path")
+    plot.add_argument("-o", "--output", required=True, metavar="FILE.png", help="the PNG")
+    plot.set_defaults(run=cmd_plot)
+
     sp = sub.add_parser(
-        "savepoint",
-        help="copy a completed checkpoint into a self-contained savepoint folder",
+        "savepoint", help="copy a completed checkpoint into a self-contained savepoint folder"
     )
     sp.add_argument("path", help="the snapshot path")
     sp.add_argument("-o", "--out", required=True, help="the savepoint folder (must be new)")
-    sp.add_argument("--checkpoint", type=int, default=None, help="id (default: latest)")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "demo":
-            from barriered.demo import run_demo
+    sp.add_argument(
+        "--checkpoint",
+        type=_checkpoint_id,
+        metavar="N",
+        help="a completed checkpoint id (default: the latest completed)",
+    )
+    sp.set_defaults(run=cmd_savepoint)
+    return parser
 
-            run_demo(args.out, args.duration)
-            return 0
-        if args.command == "savepoint":
-            return _savepoint(args.path, args.out, args.checkpoint)
-        return _checkpoints(args.path, args.json)
-    except BarrieredError as exc:
-        print(f"barriered: {exc}", file=sys.stderr)
-        return 2
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``barriered`` and ``python -m barriered``; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.run(args)
+        return code
+    except KeyboardInterrupt:
+        print("barriered: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.traceback:
+            raise
+        if isinstance(exc, BarrieredError):
+            message = str(exc)
+        else:
+            log.debug("unexpected error", exc_info=True)
+            message = f"unexpected {type(exc).__name__}: {exc} (--traceback shows where)"
+        print(f"barriered: error: {' '.join(message.split())}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

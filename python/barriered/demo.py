@@ -12,12 +12,13 @@ import shutil
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from barriered.errors import BarrieredError
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
+from barriered.tools.progress import Progress
 
 PREFIX = "spark.sql.streaming.barriered."
 
@@ -31,6 +32,9 @@ PHASES: dict[str, dict[str, str]] = {
         "unaligned.adaptive": "false",
     },
 }
+
+#: Seconds a phase's query may take to run its first micro-batch.
+START_TIMEOUT_S = 120.0
 
 #: The skewed upstream: channel 0 produces 4x the others but is admitted like them.
 SOURCE = {
@@ -84,7 +88,7 @@ def format_row(phase: str, row: dict[str, Any]) -> str:
 
 
 def run_phase(
-    spark: Any, phase: str, out: Path, seconds: float, emit: Callable[[str], None]
+    spark: Any, phase: str, out: Path, seconds: float, progress: Progress
 ) -> list[dict[str, Any]]:
     """Run one mode for ``seconds`` and return its checkpoint rows."""
     import barriered
@@ -113,19 +117,25 @@ def run_phase(
         for row in rows:
             if (row["checkpoint_id"], row["status"]) not in seen:
                 seen.add((row["checkpoint_id"], row["status"]))
-                emit(format_row(phase, row))
+                progress.log(format_row(phase, row))
         return rows
 
-    deadline = time.time() + seconds
+    progress.step(f"{phase}: starting")
     try:
+        started = time.time() + START_TIMEOUT_S
+        while query.lastProgress is None and query.isActive and time.time() < started:
+            time.sleep(0.2)  # the phase's time counts from the first micro-batch on
+        progress.step(f"{phase}: {seconds:.0f} s", total=seconds)
+        deadline = time.time() + seconds
         while time.time() < deadline and query.isActive:
             time.sleep(1.0)
+            progress.advance(1.0)
             report()
     finally:
         query.stop()
     if query.exception() is not None:
-        raise RuntimeError(f"demo phase {phase} failed: {query.exception()}")
-    time.sleep(1.0)  # let the listener finish the last batch's checkpoint
+        raise BarrieredError(f"demo phase {phase} failed: {query.exception()}")
+    barriered.await_termination(query, timeout=60)  # the coordinator saw the last batch
     return report()
 
 
@@ -147,10 +157,15 @@ def summary(results: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
-def run_demo(out: str, duration: float, emit: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run every phase for ``duration / 3`` seconds; return the rows per phase."""
+def run_demo(out: str, duration: float, progress: Progress | None = None) -> dict[str, Any]:
+    """Run every phase for ``duration / 3`` seconds; return the rows per phase.
+
+    ``progress`` shows the phases and prints a line per finished checkpoint (default:
+    plain lines on stdout).
+    """
     import barriered
 
+    progress = progress or Progress(sys.stdout, sys.stdout)
     target = Path(out).resolve()
     for sub in ("snapshots", "spark-checkpoints"):
         shutil.rmtree(target / sub, ignore_errors=True)
@@ -161,8 +176,7 @@ def run_demo(out: str, duration: float, emit: Callable[[str], None] = print) -> 
     spark.conf.set(PREFIX + "bufferPerChannel", "600")
     results = {}
     for phase in PHASES:
-        emit(f"--- {phase}: {duration / len(PHASES):.0f} s ---")
-        results[phase] = run_phase(spark, phase, target, duration / len(PHASES), emit)
-    emit(summary(results))
-    emit(f"Delta tables: {target / 'snapshots'}")
+        results[phase] = run_phase(spark, phase, target, duration / len(PHASES), progress)
+    progress.log(summary(results))
+    progress.log(f"Delta tables: {target / 'snapshots'}")
     return results

@@ -104,8 +104,8 @@ def test_aligned_checkpoints_block_the_fast_channels(
     assert cli.main(["checkpoints", layout.root, "--json"]) == 0
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [p["checkpoint_id"] for p in printed] == [r["checkpoint_id"] for r in rows]
-    assert cli.main(["checkpoints", str(tmp_path / "nothing-here")]) == 2
-    assert "no checkpoints under" in capsys.readouterr().err
+    assert cli.main(["checkpoints", str(tmp_path / "nothing-here")]) == 1
+    assert "does not exist" in capsys.readouterr().err
 
 
 def test_unaligned_checkpoints_complete_within_two_batches(session: Any, tmp_path: Path) -> None:

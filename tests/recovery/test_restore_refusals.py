@@ -192,4 +192,4 @@ def test_cli_savepoint_copies_one_checkpoint(copy: Path, tmp_path: Path) -> None
     # Self-contained: no file of the savepoint lies outside it.
     assert all(not Path(p).is_absolute() for p in tree(target / "state"))
     # Never overwritten.
-    assert cli.main(["savepoint", str(copy), "-o", str(target)]) == 2
+    assert cli.main(["savepoint", str(copy), "-o", str(target)]) == 1

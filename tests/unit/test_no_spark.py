@@ -15,6 +15,7 @@ def test_core_needs_no_spark() -> None:
         import barriered
         import barriered.barrier, barriered.coordinator, barriered.config
         import barriered.statestore.key_groups
+        import barriered.cli, barriered.tools.contents, barriered.tools.plot
         from barriered.testing.conformance import run_scenario
         from barriered.datasource.planner import plan
         result = run_scenario({"channels": 2, "mode": "aligned", "events": ["b1@0", "b1@1"]})

@@ -51,13 +51,20 @@ class BarrieredListener(StreamingQueryListener):
         self.terminated: set[str] = set()
         #: Held around every call into a coordinator (also by ``barriered.savepoint``).
         self.lock = threading.Lock()
+        #: Set when the listener has handled a query's termination (see ``wait_ended``).
+        self._ended: dict[str, threading.Event] = {}
+        self._ended_lock = threading.Lock()
 
     def coordinator(self, query_id: str) -> QueryCoordinator | None:
         """The coordinator of a running or finished query (None if it never progressed)."""
         return self.coordinators.get(str(query_id))
 
     def onQueryStarted(self, event: Any) -> None:
-        pass
+        self._ended_event(event.id)
+
+    def knows(self, query_id: Any) -> bool:
+        """Whether this listener saw query ``query_id`` start (it runs on its session)."""
+        return str(query_id) in self._ended
 
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
@@ -98,3 +105,22 @@ class BarrieredListener(StreamingQueryListener):
     def onQueryTerminated(self, event: Any) -> None:
         self._between_batches(event.id, tick=False, when="at query termination")
         self.terminated.add(str(event.id))
+        self._ended_event(event.id).set()
+
+    def _ended_event(self, query_id: Any) -> threading.Event:
+        with self._ended_lock:
+            return self._ended.setdefault(str(query_id), threading.Event())
+
+    def wait_ended(self, query_id: Any, timeout: float | None) -> bool:
+        """Wait until this listener has handled the end of query ``query_id``.
+
+        Spark delivers listener events asynchronously, so ``awaitTermination`` may
+        return before the coordinator has seen the last batches; once this returns
+        True, every checkpoint the query finished is in ``_checkpoints``.
+
+        Returns
+        -------
+        bool
+            False when ``timeout`` seconds passed first.
+        """
+        return self._ended_event(query_id).wait(timeout)

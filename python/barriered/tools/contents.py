@@ -1,0 +1,236 @@
+"""What one completed checkpoint holds (``barriered inspect``).
+
+The keyed state per operator and key group at the checkpoint's version of the ``state``
+table (rows, bytes, and which checkpoint last rewrote the key group: an incremental
+checkpoint leaves unchanged key groups alone), and per channel the barrier position
+``B_n(c)`` with the in-flight range an unaligned cut overtook and the rows stored for it
+in the ``inflight`` table.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+
+from barriered.errors import SnapshotStoreError
+from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.restore_point import committed_checkpoints
+from barriered.tools.history import (
+    barrier_positions,
+    open_history,
+    retained_ids,
+    select_checkpoint,
+)
+from barriered.tools.text import human_bytes, human_ms, text_table
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class KeyGroupState:
+    """The snapshot of one key group of one operator."""
+
+    operator: str
+    key_group: int
+    rows: int
+    bytes: int
+    files: int
+    written_by: int  # the checkpoint that last rewrote this key group
+
+
+@dataclass(frozen=True)
+class ChannelSnapshot:
+    """One channel at a checkpoint: barrier position and in-flight records."""
+
+    channel: int
+    barrier: int
+    inflight_start: int | None  # the overtaken backlog [start, end), None when aligned
+    inflight_end: int | None
+    inflight_stored_rows: int  # rows in the inflight table (0 with capture=reference)
+
+
+@dataclass(frozen=True)
+class CheckpointContents:
+    """Everything ``barriered inspect`` reports about one completed checkpoint."""
+
+    checkpoint: dict[str, Any]  # the ``_checkpoints`` row
+    key_groups: list[KeyGroupState]
+    channels: list[ChannelSnapshot]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-able form."""
+        return {
+            "checkpoint": self.checkpoint,
+            "key_groups": [asdict(k) for k in self.key_groups],
+            "channels": [asdict(c) for c in self.channels],
+        }
+
+
+def _table(layout: SnapshotLayout, uri: str, version: int | None) -> DeltaTable:
+    try:
+        return DeltaTable(uri, version=version, storage_options=dict(layout.storage_options))
+    except Exception as exc:  # delta-rs raises several types for a missing/corrupt table
+        raise SnapshotStoreError(f"cannot read {uri!r} at version {version}: {exc}") from exc
+
+
+def _read(table: DeltaTable, columns: list[str], where: pc.Expression | None = None) -> pa.Table:
+    try:
+        return table.to_pyarrow_dataset().to_table(columns=columns, filter=where)
+    except OSError as exc:
+        raise SnapshotStoreError(
+            f"a data file of {table.table_uri!r} at version {table.version()} is missing or "
+            f"unreadable: {exc}"
+        ) from exc
+
+
+def key_group_states(layout: SnapshotLayout, version: int) -> list[KeyGroupState]:
+    """The key groups stored in the ``state`` table at ``version``."""
+    table = _table(layout, layout.state_table, version)
+    actions = pa.table(table.get_add_actions(flatten=True))
+    data = _read(table, ["operator", "key_group", "checkpoint_id"])
+    by_group = data.group_by(["operator", "key_group"]).aggregate(
+        [("checkpoint_id", "count"), ("checkpoint_id", "max")]
+    )
+    sizes: dict[tuple[str, int], list[int]] = {}
+    for a in actions.select(
+        ["partition.operator", "partition.key_group", "size_bytes"]
+    ).to_pylist():
+        size = sizes.setdefault((a["partition.operator"], int(a["partition.key_group"])), [0, 0])
+        size[0] += int(a["size_bytes"])
+        size[1] += 1
+    out = []
+    for g in by_group.to_pylist():
+        key = (g["operator"], int(g["key_group"]))
+        size_bytes, files = sizes.get(key, [0, 0])
+        out.append(
+            KeyGroupState(
+                operator=key[0],
+                key_group=key[1],
+                rows=int(g["checkpoint_id_count"]),
+                bytes=size_bytes,
+                files=files,
+                written_by=int(g["checkpoint_id_max"]),
+            )
+        )
+    return sorted(out, key=lambda k: (k.operator, k.key_group))
+
+
+def inflight_ranges(layout: SnapshotLayout, checkpoint_id: int) -> dict[int, tuple[int, int]]:
+    """The in-flight range per channel, from the state table commit of ``checkpoint_id``."""
+    committed = committed_checkpoints(layout).get(checkpoint_id)
+    ranges = json.loads((committed[1].get("barriered.inflight") if committed else None) or "{}")
+    return {int(c): (int(r[0]), int(r[1])) for c, r in ranges.items()}
+
+
+def inflight_stored_rows(
+    layout: SnapshotLayout, checkpoint_id: int, version: int
+) -> dict[int, int]:
+    """Rows of ``checkpoint_id`` per channel in the ``inflight`` table at ``version``."""
+    table = _table(layout, layout.inflight_table, version)
+    data = _read(table, ["_channel"], pc.field("checkpoint_id") == checkpoint_id)
+    counts = data.group_by("_channel").aggregate([("_channel", "count")])
+    return {int(r["_channel"]): int(r["_channel_count"]) for r in counts.to_pylist()}
+
+
+def inspect_checkpoint(
+    path: str,
+    checkpoint_id: int | None = None,
+    step: Callable[[str], None] = lambda _: None,
+) -> CheckpointContents:
+    """Read what a completed checkpoint holds.
+
+    Parameters
+    ----------
+    path : str
+        The snapshot path.
+    checkpoint_id : int, optional
+        The checkpoint (default: the latest completed one).
+    step : callable, optional
+        Called with a description before each read (progress reporting).
+
+    Returns
+    -------
+    CheckpointContents
+
+    Raises
+    ------
+    barriered.errors.SnapshotStoreError
+        Not a snapshot path, or a table cannot be read.
+    barriered.errors.CheckpointError
+        No such completed checkpoint.
+    """
+    step(f"reading the checkpoint history of {path}")
+    layout, rows = open_history(path)
+    row = select_checkpoint(rows, checkpoint_id, retained_ids(layout, rows))
+    cid = int(row["checkpoint_id"])
+    step(f"reading the state table at version {row['state_table_version']}")
+    groups = key_group_states(layout, int(row["state_table_version"]))
+    step(f"reading the in-flight records of checkpoint {cid}")
+    ranges = inflight_ranges(layout, cid)
+    stored: dict[int, int] = {}
+    if row.get("inflight_table_version") is not None:
+        stored = inflight_stored_rows(layout, cid, int(row["inflight_table_version"]))
+    channels = [
+        ChannelSnapshot(
+            channel=c,
+            barrier=b,
+            inflight_start=ranges[c][0] if c in ranges else None,
+            inflight_end=ranges[c][1] if c in ranges else None,
+            inflight_stored_rows=stored.get(c, 0),
+        )
+        for c, b in sorted(barrier_positions(row).items())
+    ]
+    log.debug("checkpoint %d: %d key groups, %d channels", cid, len(groups), len(channels))
+    return CheckpointContents(row, groups, channels)
+
+
+def format_contents(contents: CheckpointContents) -> str:
+    """Render :class:`CheckpointContents` as the text of ``barriered inspect``."""
+    row = contents.checkpoint
+    groups = contents.key_groups
+    head = (
+        f"checkpoint {row['checkpoint_id']} ({row['kind']}, "
+        f"{row.get('effective_mode') or row['mode']}), {human_ms(row['end_to_end_duration_ms'])}"
+        f" end to end; state table version {row['state_table_version']}"
+    )
+    total = (
+        f"state: {len(groups)} key groups, {sum(g.rows for g in groups)} rows, "
+        f"{human_bytes(sum(g.bytes for g in groups))}"
+    )
+    state = text_table(
+        ("operator", "key group", "rows", "bytes", "files", "written by"),
+        [
+            (
+                g.operator,
+                str(g.key_group),
+                str(g.rows),
+                human_bytes(g.bytes),
+                str(g.files),
+                f"checkpoint {g.written_by}",
+            )
+            for g in groups
+        ],
+        right={1, 2, 3, 4},
+    )
+    channels = text_table(
+        ("channel", "barrier", "in-flight range", "in-flight rows", "stored rows"),
+        [
+            (
+                str(c.channel),
+                str(c.barrier),
+                "-" if c.inflight_start is None else f"[{c.inflight_start}, {c.inflight_end})",
+                str(0 if c.inflight_start is None else (c.inflight_end or 0) - c.inflight_start),
+                str(c.inflight_stored_rows),
+            )
+            for c in contents.channels
+        ],
+        right={0, 1, 3, 4},
+    )
+    return "\n\n".join([head, total, state, channels])

@@ -1,0 +1,179 @@
+"""The checkpoint history of a snapshot path (the ``_checkpoints`` table), for people.
+
+Like Flink's checkpoint history tab: one line per finished checkpoint with its id, kind,
+mode, status, trigger time, end-to-end duration, alignment, start delay, sizes and
+acknowledgements ``n/N``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from barriered.config import BarrieredConf
+from barriered.errors import CheckpointError, SnapshotStoreError
+from barriered.statestore import checkpoints_table
+from barriered.statestore.fileio import exists, read_json
+from barriered.statestore.layout import SnapshotLayout
+from barriered.tools.text import human_bytes, human_ms, local_time, text_table
+
+#: Columns of :func:`barriered.checkpoints` that come first, in this order; every other
+#: ``_checkpoints`` column follows in table order. ``trigger_time``/``end_time`` are
+#: timestamps made from the ``*_timestamp_ms`` columns and ``acks`` is ``"n/N"``.
+DISPLAY_FIRST: tuple[str, ...] = (
+    "checkpoint_id",
+    "kind",
+    "mode",
+    "effective_mode",
+    "status",
+    "trigger_time",
+    "end_to_end_duration_ms",
+    "alignment_duration_ms",
+    "start_delay_ms",
+    "state_bytes",
+    "inflight_bytes",
+    "inflight_rows",
+    "acks",
+    "failure_reason",
+    "mode_reason",
+    "end_time",
+)
+
+_HEADERS = (
+    "id",
+    "kind",
+    "mode",
+    "status",
+    "trigger time",
+    "end-to-end",
+    "alignment",
+    "start delay",
+    "state",
+    "in-flight",
+    "rows",
+    "acks",
+    "note",
+)
+_RIGHT = {0, 5, 6, 7, 8, 9, 10, 11}
+
+
+def display_columns() -> list[str]:
+    """Every column of :func:`barriered.checkpoints`, in display order."""
+    rest = [c for c in checkpoints_table.SCHEMA.names if c not in DISPLAY_FIRST]
+    return [*DISPLAY_FIRST, *rest]
+
+
+def open_history(path: str) -> tuple[SnapshotLayout, list[dict[str, Any]]]:
+    """Return the layout of snapshot path ``path`` and its finished checkpoints.
+
+    Returns
+    -------
+    tuple of (SnapshotLayout, list of dict)
+        The layout (with the storage options the source recorded) and the
+        ``_checkpoints`` rows ordered by id; empty when no checkpoint finished yet.
+
+    Raises
+    ------
+    SnapshotStoreError
+        When ``path`` does not exist or is not a snapshot path.
+    """
+    bare = SnapshotLayout.at(path)
+    if not exists(bare.root):
+        raise SnapshotStoreError(f"{path!r} does not exist")
+    if not exists(bare.checkpoints_table) and not exists(bare.config_file):
+        raise SnapshotStoreError(
+            f"{path!r} is not a snapshot path: it has no _checkpoints table and no "
+            "_coordinator/config.json (give the folder set as snapshotPath)"
+        )
+    layout = SnapshotLayout.configured(path)
+    return layout, checkpoints_table.read_rows(layout)
+
+
+def retained_ids(layout: SnapshotLayout, rows: Sequence[dict[str, Any]]) -> list[int]:
+    """The completed checkpoints whose data retention keeps: the last ``retainedCheckpoints``.
+
+    ``retainedCheckpoints`` is the value the latest query on the path started with.
+    """
+    stored = read_json(layout.config_file, default=None) or {}
+    keep = BarrieredConf(**stored.get("conf", {})).retained_checkpoints
+    return sorted(int(r["checkpoint_id"]) for r in rows if r["status"] == "completed")[-keep:]
+
+
+def select_checkpoint(
+    rows: Sequence[dict[str, Any]], checkpoint_id: int | None, retained: Sequence[int]
+) -> dict[str, Any]:
+    """Return the row of a retained completed checkpoint: ``checkpoint_id`` or the latest.
+
+    Parameters
+    ----------
+    rows : sequence of dict
+        The ``_checkpoints`` rows.
+    checkpoint_id : int or None
+        The checkpoint; None for the latest completed one.
+    retained : sequence of int
+        The ids whose data is kept (:func:`retained_ids`).
+
+    Raises
+    ------
+    CheckpointError
+        When there is no completed checkpoint, the id is unknown, that checkpoint was
+        aborted or is no longer retained (the message says which ids are available).
+    """
+    available = ", ".join(map(str, retained)) or "none"
+    if checkpoint_id is None:
+        if not retained:
+            raise CheckpointError("no completed checkpoint yet")
+        checkpoint_id = retained[-1]
+    matching = [r for r in rows if r["checkpoint_id"] == checkpoint_id]
+    if not matching:
+        raise CheckpointError(
+            f"checkpoint {checkpoint_id} is not in the history (retained: {available})"
+        )
+    row = matching[-1]
+    if row["status"] != "completed":
+        raise CheckpointError(
+            f"checkpoint {checkpoint_id} was {row['status']} ({row.get('failure_reason')}): "
+            f"it holds no state (retained: {available})"
+        )
+    if checkpoint_id not in retained:
+        raise CheckpointError(
+            f"checkpoint {checkpoint_id} is no longer retained: retention removed its data "
+            f"(retainedCheckpoints keeps the last {len(retained)}: {available})"
+        )
+    return row
+
+
+def barrier_positions(row: dict[str, Any]) -> dict[int, int]:
+    """``B_n(c)`` per channel of one ``_checkpoints`` row."""
+    return {int(c): int(p) for c, p in json.loads(row["barrier_positions"] or "{}").items()}
+
+
+def _cells(row: dict[str, Any]) -> list[str]:
+    note = row.get("failure_reason") or ""
+    if row.get("savepoint_target"):
+        note = f"savepoint {row['savepoint_target']} {note}".strip()
+    return [
+        str(row["checkpoint_id"]),
+        str(row["kind"]),
+        str(row.get("effective_mode") or row["mode"]),
+        str(row["status"]),
+        local_time(row.get("trigger_timestamp_ms")),
+        human_ms(row.get("end_to_end_duration_ms")),
+        human_ms(row.get("alignment_duration_ms")),
+        human_ms(row.get("start_delay_ms")),
+        human_bytes(row.get("state_bytes")),
+        human_bytes(row.get("inflight_bytes")),
+        str(row.get("inflight_rows") or 0),
+        f"{row.get('num_acknowledged') or 0}/{row.get('num_expected') or 0}",
+        note,
+    ]
+
+
+def format_history(rows: Sequence[dict[str, Any]]) -> str:
+    """Render ``_checkpoints`` rows as the history table of ``barriered checkpoints``.
+
+    ``mode`` is the mode the cut was taken in (an aligned-with-timeout checkpoint that
+    timed out shows ``unaligned``); ``note`` holds why a checkpoint was aborted.
+    """
+    return text_table(_HEADERS, [_cells(r) for r in rows], _RIGHT)

@@ -1,0 +1,150 @@
+"""A snapshot path seen from a notebook: checkpoint history, keyed state, the plot.
+
+``barriered.checkpoints``, ``barriered.state_table`` and ``barriered.plot_checkpoints``
+take a snapshot path or a barriered query. In Databricks, ``display()`` each of them:
+the DataFrames put what a person reads first in the first columns, and the plot is a
+matplotlib figure.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from deltalake import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from barriered.api import snapshot_path
+from barriered.errors import SnapshotStoreError
+from barriered.statestore import checkpoints_table
+from barriered.statestore.delta_tables import STATE_SCHEMA
+from barriered.tools.history import (
+    display_columns,
+    open_history,
+    retained_ids,
+    select_checkpoint,
+)
+from barriered.tools.plot import checkpoint_figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+log = logging.getLogger(__name__)
+
+__all__ = ["checkpoints", "plot_checkpoints", "state_table"]
+
+
+def checkpoints(spark: SparkSession, path_or_query: Any) -> DataFrame:
+    """Return the checkpoint history (the ``_checkpoints`` table) as a DataFrame.
+
+    One row per finished checkpoint, ordered by id. The first columns are the ones of
+    Flink's checkpoint history: ``checkpoint_id, kind, mode, effective_mode, status,
+    trigger_time`` (a timestamp), the durations in milliseconds
+    (``end_to_end_duration_ms, alignment_duration_ms, start_delay_ms``), the sizes
+    (``state_bytes, inflight_bytes, inflight_rows``), ``acks`` (``"n/N"``),
+    ``failure_reason, mode_reason, end_time``; every other ``_checkpoints`` column
+    follows.
+
+    Parameters
+    ----------
+    spark : SparkSession
+        The session.
+    path_or_query : str or StreamingQuery
+        A snapshot path, or a running/finished query whose source is barriered.
+
+    Returns
+    -------
+    DataFrame
+        Empty (with the same columns) while no checkpoint has finished.
+
+    Raises
+    ------
+    barriered.errors.SnapshotStoreError
+        When the path does not exist or is not a snapshot path.
+    """
+    _, rows = open_history(snapshot_path(path_or_query))
+    df = spark.createDataFrame(rows, schema=checkpoints_table.SCHEMA_DDL)
+    derived = {
+        "trigger_time": F.timestamp_millis("trigger_timestamp_ms"),
+        "end_time": F.timestamp_millis("end_timestamp_ms"),
+        "acks": F.concat_ws("/", F.col("num_acknowledged"), F.col("num_expected")),
+    }
+    columns = [derived.get(c, F.col(c)).alias(c) for c in display_columns()]
+    return df.select(*columns).orderBy("checkpoint_id", "end_time")
+
+
+def plot_checkpoints(path_or_query: Any, title: str | None = None) -> Figure:
+    """Return the checkpoint plot of a snapshot path or query (``display(fig)`` shows it).
+
+    End-to-end duration, alignment duration and bytes written over checkpoint ids, each
+    checkpoint in the colour and marker of the mode its cut was taken in (see
+    :mod:`barriered.tools.plot`).
+
+    Parameters
+    ----------
+    path_or_query : str or StreamingQuery
+        A snapshot path, or a query whose source is barriered.
+    title : str, optional
+        Figure title (default: the snapshot path).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    layout, rows = open_history(snapshot_path(path_or_query))
+    return checkpoint_figure(rows, title or f"Checkpoints of {layout.root}")
+
+
+def state_table(
+    spark: SparkSession, path_or_query: Any, checkpoint: int | None = None
+) -> DataFrame:
+    """Return the keyed state of a completed checkpoint as a DataFrame.
+
+    Columns: ``operator, key_group, key, value, checkpoint_id``. ``key`` and ``value``
+    are JSON objects (the key columns, the state fields): parse them with ``from_json``
+    or ``get_json_object``; ``checkpoint_id`` is the checkpoint that last rewrote the
+    key group. The ``state`` table is read at the checkpoint's version with Spark's
+    Delta reader when the session has one (Databricks), else with delta-rs through Arrow
+    on the driver.
+
+    Parameters
+    ----------
+    spark : SparkSession
+        The session.
+    path_or_query : str or StreamingQuery
+        A snapshot path, or a query whose source is barriered.
+    checkpoint : int, optional
+        A completed checkpoint id (default: the latest completed one).
+
+    Raises
+    ------
+    barriered.errors.CheckpointError
+        When that checkpoint does not exist or was aborted.
+    """
+    layout, rows = open_history(snapshot_path(path_or_query))
+    row = select_checkpoint(rows, checkpoint, retained_ids(layout, rows))
+    version = int(row["state_table_version"])
+    df = _read_with_spark_delta(spark, layout.state_table, version)
+    if df is None:
+        try:
+            table = DeltaTable(
+                layout.state_table, version=version, storage_options=dict(layout.storage_options)
+            ).to_pyarrow_table()
+        except Exception as exc:  # delta-rs raises several types for missing/corrupt tables
+            raise SnapshotStoreError(
+                f"cannot read {layout.state_table!r} at version {version}: {exc}"
+            ) from exc
+        df = spark.createDataFrame(table)
+    return df.select(*STATE_SCHEMA.names)
+
+
+def _read_with_spark_delta(spark: SparkSession, uri: str, version: int) -> DataFrame | None:
+    """The Delta table at ``version`` through Spark, or None when Spark has no Delta."""
+    try:
+        return spark.read.format("delta").option("versionAsOf", version).load(uri)
+    except Exception as exc:
+        if "DATA_SOURCE_NOT_FOUND" in str(exc):
+            log.debug("no Delta reader in this session; reading %s with delta-rs", uri)
+            return None
+        raise

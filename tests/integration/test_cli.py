@@ -1,0 +1,244 @@
+"""The ``barriered`` command line and the notebook views against one real run.
+
+One availableNow query (skewed ``rate`` upstream, aligned checkpoints that time out into
+unaligned ones) makes the snapshot path every test here reads, so the module costs one
+Spark run. The expectations come from the run's own Delta tables and the upstream.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+from PIL import Image
+from pyspark.sql import functions as F
+
+import barriered
+from barriered import cli
+from barriered.datasource.upstreams.rate import RateUpstream
+from barriered.examples import RunningTotals
+from barriered.statestore import checkpoints_table
+from barriered.statestore.layout import SnapshotLayout
+from barriered.testing.expected import running_totals
+from barriered.testing.session import barriered_keys
+from barriered.tools.history import display_columns
+from barriered.tools.plot import STYLES
+
+pytestmark = pytest.mark.spark
+
+CHANNELS, ROWS, KEYS = 3, 60, 20
+SOURCE = {
+    "upstream": "rate",
+    "channels": str(CHANNELS),
+    "rowsPerSecond": "0",
+    "rowsPerChannel": str(ROWS),
+    "skew": "0:3",
+    "keys": str(KEYS),
+    "maxRowsPerChannel": "30",
+}
+CONF = {
+    "checkpointInterval": "10ms",
+    "maxParallelism": "8",
+    "bufferPerChannel": "100",
+    "retainedCheckpoints": "100",
+    "unaligned.enabled": "true",
+    "alignedCheckpointTimeout": "10ms",
+    "unaligned.adaptive": "false",
+}
+
+
+@pytest.fixture(scope="module")
+def run(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """One finished availableNow run: its query, snapshot path and ``_checkpoints`` rows."""
+    base = tmp_path_factory.mktemp("cli-run")
+    barriered.install(spark)
+    with barriered_keys(spark, CONF):
+        events = spark.readStream.format("barriered").options(**SOURCE)
+        events = events.option("snapshotPath", str(base / "snap")).load()
+        query = (
+            barriered.keyed(events, "user_id")
+            .process(RunningTotals())
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(base / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        barriered.await_termination(query, timeout=300)
+    layout = SnapshotLayout.at(str(base / "snap"))
+    yield {"query": query, "path": layout.root, "rows": checkpoints_table.read_rows(layout)}
+
+
+def upstream() -> RateUpstream:
+    return RateUpstream(CHANNELS, 0, ROWS, KEYS, {0: 3.0}, state_dir="/nonexistent")
+
+
+def final_positions() -> dict[str, int]:
+    return {str(c): p for c, p in enumerate(upstream().available())}
+
+
+def test_await_termination_returns_with_the_final_checkpoint_recorded(
+    run: dict[str, Any],
+) -> None:
+    done = [r for r in run["rows"] if r["status"] == "completed"]
+    assert len(done) >= 2
+    assert json.loads(done[-1]["barrier_positions"]) == final_positions()
+
+
+def test_checkpoints_prints_one_line_per_checkpoint(
+    run: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["checkpoints", run["path"]]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:4] == ["id", "kind", "mode", "status"]
+    assert len(lines) == 1 + len(run["rows"])
+    for line, row in zip(lines[1:], run["rows"], strict=True):
+        cells = line.split()
+        assert cells[0] == str(row["checkpoint_id"])
+        assert cells[2] == (row["effective_mode"] or row["mode"])
+        assert cells[3] == row["status"]
+        assert f"{row['num_acknowledged']}/{row['num_expected']}" in cells
+
+    assert cli.main(["checkpoints", run["path"], "--json"]) == 0
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert printed == run["rows"]
+
+
+def test_inspect_reports_the_state_and_in_flight_of_a_checkpoint(
+    run: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["inspect", run["path"], "--json"]) == 0
+    out, err = capsys.readouterr()
+    latest = json.loads(out)
+    last = [r for r in run["rows"] if r["status"] == "completed"][-1]
+    assert latest["checkpoint"]["checkpoint_id"] == last["checkpoint_id"]
+    assert "reading the state table at version" in err  # plain progress lines
+    groups = latest["key_groups"]
+    assert sum(g["rows"] for g in groups) == KEYS == last["state_rows"]
+    version = last["state_table_version"]
+    state = DeltaTable(str(Path(run["path"]) / "state"), version=version)
+    on_disk = sum(os.path.getsize(uri.removeprefix("file://")) for uri in state.file_uris())
+    assert sum(g["bytes"] for g in groups) == on_disk
+    assert all(g["written_by"] <= last["checkpoint_id"] for g in groups)
+    assert {str(c["channel"]): c["barrier"] for c in latest["channels"]} == final_positions()
+
+    overtaken = [r for r in run["rows"] if r["status"] == "completed" and r["inflight_rows"]]
+    assert overtaken, "no checkpoint timed out into unaligned under the skew"
+    row = overtaken[0]
+    assert cli.main(["inspect", run["path"], "--checkpoint", str(row["checkpoint_id"])]) == 0
+    text = capsys.readouterr().out
+    assert f"checkpoint {row['checkpoint_id']} (checkpoint, unaligned)" in text
+    argv = ["inspect", run["path"], "--checkpoint", str(row["checkpoint_id"]), "--json"]
+    assert cli.main(argv) == 0
+    channels = json.loads(capsys.readouterr().out)["channels"]
+    ranges = [c for c in channels if c["inflight_start"] is not None]
+    assert sum(c["inflight_end"] - c["inflight_start"] for c in ranges) == row["inflight_rows"]
+    assert all(c["inflight_stored_rows"] == c["inflight_end"] - c["inflight_start"] for c in ranges)
+    assert all(c["inflight_end"] == c["barrier"] for c in ranges)
+
+
+def test_plot_writes_a_png_with_the_modes_of_the_run(
+    run: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "plots" / "checkpoints.png"
+    assert cli.main(["plot", run["path"], "-o", str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    image = Image.open(out).convert("RGB")
+    assert image.size == (1000, 800)
+    colours = {rgb: n for n, rgb in image.getcolors(maxcolors=1 << 24) or []}
+    white = colours.get((255, 255, 255), 0)
+    assert len(colours) > 20 and white < 0.95 * image.width * image.height
+    modes = {r["effective_mode"] for r in run["rows"] if r["status"] == "completed"}
+    for mode in modes:
+        hex_colour = STYLES[mode][0]
+        rgb = tuple(int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+        assert colours.get(rgb, 0) > 100, f"{mode} checkpoints are not drawn in {hex_colour}"
+
+
+def test_errors_are_one_line_without_traceback(
+    run: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = [
+        (["checkpoints", str(tmp_path / "missing")], "does not exist"),
+        (["inspect", str(tmp_path)], "is not a snapshot path"),
+        (["inspect", run["path"], "--checkpoint", "999"], "checkpoint 999 is not in the history"),
+        (["plot", run["path"], "-o", str(tmp_path / "p.jpg")], "the plot is a PNG file"),
+    ]
+    for argv, message in cases:
+        assert cli.main(argv) == 1, argv
+        last = capsys.readouterr().err.splitlines()[-1]
+        assert last.startswith("barriered: error: ") and message in last, last
+    # The installed entry point, as a user runs it: one line on stderr, exit 1.
+    proc = subprocess.run(
+        [sys.executable, "-m", "barriered", "inspect", str(tmp_path / "missing")],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[-1].endswith("does not exist")
+    assert "Traceback" not in proc.stderr
+
+
+def test_inspect_on_a_terminal_shows_a_progress_bar(
+    run: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    assert cli.main(["inspect", run["path"]]) == 0
+    shown = terminal.getvalue()
+    assert "reading the in-flight records" in shown  # drawn by rich, then cleared
+    assert "\x1b[" in shown  # terminal control sequences
+    assert "key group" in shown  # the result itself
+    assert capsys.readouterr().err == ""  # no plain progress lines on a terminal
+
+
+def test_notebook_views_of_the_run(spark: Any, run: dict[str, Any]) -> None:
+    history = barriered.checkpoints(spark, run["query"])
+    assert history.columns == display_columns()
+    assert history.columns[:3] == ["checkpoint_id", "kind", "mode"]
+    first = history.first()
+    assert first is not None and dict(history.dtypes)["trigger_time"] == "timestamp"
+    row = run["rows"][0]
+    assert first["acks"] == f"{row['num_acknowledged']}/{row['num_expected']}"
+    assert int(first["trigger_time"].timestamp() * 1000) == row["trigger_timestamp_ms"]
+    assert history.count() == len(run["rows"])
+
+    state = barriered.state_table(spark, run["path"])
+    totals = state.select(
+        F.get_json_object("key", "$.user_id").alias("user"),
+        F.get_json_object("value", "$.total").cast("long").alias("total"),
+    ).collect()
+    ends = dict(enumerate(upstream().available()))
+    assert {r["user"]: r["total"] for r in totals} == running_totals(upstream(), ends)
+    with pytest.raises(barriered.BarrieredError, match="not in the history"):
+        barriered.state_table(spark, run["path"], checkpoint=999)
+
+    fig = barriered.plot_checkpoints(run["query"])
+    assert len(fig.axes) == 3
+    assert fig.axes[2].get_xlabel() == "checkpoint id"
+
+
+def test_demo_runs_every_mode_and_leaves_snapshot_paths(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with barriered_keys(spark, {}):
+        assert cli.main(["demo", "--out", str(tmp_path), "--duration", "3"]) == 0
+    out, err = capsys.readouterr()
+    for phase in ("aligned", "unaligned", "aligned_with_timeout"):
+        assert f"barriered: {phase}: 1 s" in err  # one plain progress line per phase
+        summary = [line for line in out.splitlines() if line.startswith(phase + " ")]
+        assert len(summary) == 1, out
+        assert cli.main(["checkpoints", str(tmp_path / "snapshots" / phase), "--json"]) == 0
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert int(summary[0].split()[1]) == sum(r["status"] == "completed" for r in rows)

@@ -1,0 +1,66 @@
+"""The reference docs list exactly what the code has: source options, table columns."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from barriered.datasource.options import SOURCE_OPTIONS, UPSTREAM_OPTIONS
+from barriered.datasource.upstreams.delta import STORAGE_PREFIX
+from barriered.statestore import checkpoints_table
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "datasource" / "README.md"
+
+
+def option_tables(text: str) -> dict[str, set[str]]:
+    """The first-column names of each option table, by the ``###`` heading above it."""
+    tables: dict[str, set[str]] = {}
+    heading = ""
+    for line in text.splitlines():
+        if line.startswith("### "):
+            heading = line[4:].strip()
+        elif heading and re.match(r"\|\s*`[^`]+`\s*\|", line):
+            name = line.split("|")[1].strip().strip("`")
+            tables.setdefault(heading, set()).add(name.lower())
+        elif line.startswith("## "):
+            heading = ""
+    return tables
+
+
+def documented() -> dict[str, set[str]]:
+    return option_tables(DOC.read_text(encoding="utf-8"))
+
+
+def test_source_options_table_matches_the_code() -> None:
+    assert documented()["Source options"] == set(SOURCE_OPTIONS)
+
+
+@pytest.mark.parametrize("upstream", sorted(UPSTREAM_OPTIONS))
+def test_upstream_options_table_matches_the_code(upstream: str) -> None:
+    expected = set(UPSTREAM_OPTIONS[upstream])
+    if upstream == "delta":
+        expected.add(STORAGE_PREFIX.lower() + "*")  # accepted as a prefix
+    assert documented()[f"Upstream `{upstream}`"] == expected
+
+
+def test_no_table_documents_an_upstream_the_code_does_not_have() -> None:
+    expected = {"Source options", *(f"Upstream `{u}`" for u in UPSTREAM_OPTIONS)}
+    assert set(documented()) == expected
+
+
+def test_the_parser_sees_a_missing_and_an_extra_option() -> None:
+    text = (
+        "### Upstream `rate`\n\n| option | meaning |\n|---|---|\n| `keys` | k |\n| `extra` | x |\n"
+    )
+    assert option_tables(text) == {"Upstream `rate`": {"keys", "extra"}}
+
+
+def test_checkpoints_table_columns_are_documented() -> None:
+    text = (ROOT / "statestore" / "README.md").read_text(encoding="utf-8")
+    section = text.split("### `_checkpoints`", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    documented = {name for cell in rows for name in re.findall(r"`([a-z_]+)`", cell)}
+    assert documented == set(checkpoints_table.SCHEMA.names)
