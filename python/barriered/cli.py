@@ -7,7 +7,9 @@ Commands:
 * ``inspect PATH [--checkpoint N] [--json]``: what a completed checkpoint holds;
 * ``plot PATH -o FILE.png``: durations, alignment and sizes over checkpoint ids;
 * ``savepoint PATH -o OUT [--checkpoint N]``: copy a completed checkpoint into a
-  self-contained savepoint folder.
+  self-contained savepoint folder;
+* ``restore-plan PATH [--from latest|N|FOLDER]``: where a restore would start, after
+  checking every file it reads (nothing is written).
 
 Each command is a function ``cmd_<name>(args) -> exit code`` registered by
 :func:`build_parser`; the work itself lives in :mod:`barriered.tools`. Long work shows
@@ -100,6 +102,30 @@ def cmd_savepoint(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_restore_plan(args: argparse.Namespace) -> int:
+    """Resolve and check a restore point; print where a restore starts."""
+    from barriered.statestore.layout import SnapshotLayout
+    from barriered.statestore.restore_point import resolve
+
+    point = resolve(SnapshotLayout.configured(args.path), args.source)
+    point.check_files()
+    state = point.state_files()
+    inflight = {c: (a, b) for c, a, b in point.inflight}
+    by_value = {int(f.partition_values.get("checkpoint_id") or 0) for f in point.inflight_files()}
+    print(f"{point.describe()}: {point.mode}, state table version {point.state_version}")
+    print(f"  state: {len(state)} file(s), {sum(f.size for f in state)} bytes, all readable")
+    for channel, barrier in enumerate(point.barrier):
+        line = f"  channel {channel}: resumes at {point.start_positions[channel]}"
+        if channel in inflight:
+            a, b = inflight[channel]
+            how = "from the inflight table" if by_value else "from the upstream"
+            line += f", replays [{a}, {b}) {how}, then reads the upstream from {barrier}"
+        print(line)
+    print(f"  operators: {', '.join(sorted(point.operators())) or 'none'}")
+    print(f'restore with .option("restoreFrom", "{args.source}") and a new checkpointLocation')
+    return 0
+
+
 def _checkpoint_id(raw: str) -> int:
     try:
         value = int(raw)
@@ -161,6 +187,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="a completed checkpoint id (default: the latest completed)",
     )
     sp.set_defaults(run=cmd_savepoint)
+
+    rp = sub.add_parser(
+        "restore-plan", help="check a restore point and show where a restore would start"
+    )
+    rp.add_argument("path", help="the snapshot path of the query to restore")
+    rp.add_argument(
+        "--from",
+        dest="source",
+        default="latest",
+        help="latest (default), a checkpoint id, or a savepoint folder (restoreFrom)",
+    )
+    rp.set_defaults(run=cmd_restore_plan)
     return parser
 
 

@@ -7,6 +7,7 @@ as before (same files, same sizes, same modification times).
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -193,3 +194,21 @@ def test_cli_savepoint_copies_one_checkpoint(copy: Path, tmp_path: Path) -> None
     assert all(not Path(p).is_absolute() for p in tree(target / "state"))
     # Never overwritten.
     assert cli.main(["savepoint", str(copy), "-o", str(target)]) == 1
+
+
+def test_cli_restore_plan_checks_files_and_shows_the_start(
+    copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    layout = SnapshotLayout.at(str(copy))
+    latest = max(commit_metadata(layout))
+    barrier = json.loads(commit_metadata(layout)[latest]["barriered.barrier"])
+    assert cli.main(["restore-plan", str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert f"checkpoint {latest} of snapshot path" in out and "all readable" in out
+    for channel, position in barrier.items():
+        assert f"channel {channel}: resumes at {position}\n" in out
+    assert "operators: running_totals" in out
+    victim = state_file(copy)
+    victim.unlink()
+    assert cli.main(["restore-plan", str(copy), "--from", str(latest)]) == 1
+    assert f"{victim}' is missing" in capsys.readouterr().err
