@@ -136,6 +136,15 @@ def _checkpoint_id(raw: str) -> int:
     return value
 
 
+def _add_checkpoint_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--checkpoint",
+        type=_checkpoint_id,
+        metavar="N",
+        help="a completed checkpoint id (default: the latest completed)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser: one sub-command per ``cmd_*`` function."""
     parser = argparse.ArgumentParser(
@@ -161,12 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         "inspect", help="state per operator and key group, in-flight records per channel"
     )
     ins.add_argument("path", help="the snapshot path")
-    ins.add_argument(
-        "--checkpoint",
-        type=_checkpoint_id,
-        metavar="N",
-        help="a completed checkpoint id (default: the latest completed)",
-    )
+    _add_checkpoint_option(ins)
     ins.add_argument("--json", action="store_true", help="one JSON object")
     ins.set_defaults(run=cmd_inspect)
 
@@ -180,12 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("path", help="the snapshot path")
     sp.add_argument("-o", "--out", required=True, help="the savepoint folder (must be new)")
-    sp.add_argument(
-        "--checkpoint",
-        type=_checkpoint_id,
-        metavar="N",
-        help="a completed checkpoint id (default: the latest completed)",
-    )
+    _add_checkpoint_option(sp)
     sp.set_defaults(run=cmd_savepoint)
 
     rp = sub.add_parser(
