@@ -10,10 +10,11 @@ between batches (planning, listener work competing for the cores) are included.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -52,6 +53,45 @@ class Context:
     def path(self, *parts: str) -> str:
         """A path under :attr:`workdir`."""
         return str(self.workdir.joinpath(*parts))
+
+
+@contextlib.contextmanager
+def timed_coordinator() -> Iterator[dict[str, float]]:
+    """Add up the time the driver spends in the checkpoint coordinator while inside.
+
+    The coordinator runs in the driver's listener thread after every micro-batch
+    (completions, Delta commits, the ``_checkpoints`` row, retention, triggers); it
+    overlaps the next batch and competes with it for the cores.
+
+    Yields
+    ------
+    dict
+        ``seconds`` and ``calls``, updated as the coordinator runs.
+    """
+    from barriered.coordinator.driver import QueryCoordinator
+
+    totals = {"seconds": 0.0, "calls": 0.0}
+    names = ("on_progress", "between_batches")
+    originals = {name: getattr(QueryCoordinator, name) for name in names}
+
+    def timed(method: Callable[..., Any]) -> Callable[..., Any]:
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                totals["seconds"] += time.perf_counter() - began
+                totals["calls"] += 1
+
+        return run
+
+    for name, method in originals.items():
+        setattr(QueryCoordinator, name, timed(method))
+    try:
+        yield totals
+    finally:
+        for name, method in originals.items():
+            setattr(QueryCoordinator, name, method)
 
 
 def configure(spark: Any, keys: dict[str, str]) -> None:
