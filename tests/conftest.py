@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,3 +37,21 @@ def spark() -> Iterator[object]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture()
+def session(spark: Any) -> Iterator[Any]:
+    """The shared session with barriered installed and per-test barriered keys reset."""
+    import barriered
+    from runs import PREFIX
+
+    barriered.install(spark)
+    spark.conf.set(PREFIX + "checkpointInterval", "10ms")
+    spark.conf.set(PREFIX + "maxParallelism", "8")
+    spark.conf.set(PREFIX + "bufferPerChannel", "100")
+    spark.conf.set(PREFIX + "retainedCheckpoints", "100")  # every version stays readable
+    yield spark
+    for key in list(spark.conf.getAll):
+        if key.startswith(PREFIX):
+            spark.conf.unset(key)
+    spark.conf.set("spark.sql.shuffle.partitions", "2")

@@ -1,31 +1,36 @@
-"""The Spark-facing API: ``install``, ``keyed``, ``records``, ``checkpoints``."""
+"""The Spark-facing API: ``install``, ``keyed``, ``records``, ``checkpoints``, ``savepoint``."""
 
 from __future__ import annotations
 
 import json
 import logging
 import re
+import time
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from barriered.config import PREFIX
+from barriered.coordinator.driver import QueryCoordinator
 from barriered.coordinator.listener import BarrieredListener
 from barriered.datasource.columns import (
     BARRIER,
     KEY_GROUP,
     META_MAX_PARALLELISM,
+    META_RESTORE,
     META_SNAPSHOT_PATH,
     SEQ,
 )
 from barriered.datasource.options import SESSION_CONF_OPTION
 from barriered.datasource.source import BarrieredDataSource
-from barriered.errors import ConfigError
+from barriered.errors import CheckpointError, ConfigError
 from barriered.statestore import checkpoints_table
 from barriered.statestore.fileio import write_json
+from barriered.statestore.initial_state import initial_state
 from barriered.statestore.keyed import KeyedStatefulProcessor, OperatorSpec, Processor
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.savepoints import Savepoint, export
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +134,7 @@ class KeyedStream:
         self.key_columns = key_columns
         self.snapshot_path = str(meta[META_SNAPSHOT_PATH])
         self.max_parallelism = int(meta[META_MAX_PARALLELISM])
+        self.restore: dict[str, Any] | None = meta.get(META_RESTORE)
 
     def process(self, processor: Processor, name: str | None = None) -> DataFrame:
         """Run ``processor`` per key with keyed state snapshotted at every checkpoint.
@@ -163,6 +169,9 @@ class KeyedStream:
             max_parallelism=self.max_parallelism,
             input_columns=(*self.df.columns, KEY_GROUP),
         )
+        initial = None
+        if self.restore is not None:
+            initial = initial_state(self.df.sparkSession, self.restore, spec).groupBy(KEY_GROUP)
         layout = SnapshotLayout.at(self.snapshot_path)
         write_json(layout.operator_file(operator), spec.to_dict())
         key_group = F.when(
@@ -175,6 +184,7 @@ class KeyedStream:
             processor.output_schema,
             "Append",
             "None",
+            initialState=initial,
         )
 
 
@@ -202,14 +212,79 @@ def checkpoints(spark: SparkSession, path_or_query: Any) -> DataFrame:
     return spark.createDataFrame(rows, schema=checkpoints_table.SCHEMA_DDL)
 
 
-def _query_path(query: Any) -> str:
+def _query_coordinator(query: Any) -> tuple[BarrieredListener, QueryCoordinator]:
     for listener in _LISTENERS.values():
         qc = listener.coordinator(str(query.id))
         if qc is not None:
-            return qc.layout.root
+            return listener, qc
     raise ConfigError(
-        f"query {query.id} has not reported a barriered source yet; pass its snapshot path"
+        f"query {query.id} has not reported a barriered source yet (no micro-batch "
+        "finished); wait for its first batch, or pass its snapshot path"
     )
 
 
-__all__ = ["KeyedStream", "checkpoints", "install", "keyed", "records"]
+def _query_path(query: Any) -> str:
+    return _query_coordinator(query)[1].layout.root
+
+
+def savepoint(query: Any, path: str, timeout: float = 300.0) -> Savepoint:
+    """Take an aligned savepoint of a running query and copy it to ``path``.
+
+    Triggers the savepoint (forced: it does not wait for the checkpoint interval),
+    waits until it is committed, then writes a self-contained copy (state, in-flight
+    records, positions, configuration) that outlives the snapshot path's retention.
+    Restore it with ``.option("restoreFrom", path)`` on a new snapshot path.
+
+    Parameters
+    ----------
+    query : StreamingQuery
+        An active query reading a barriered source.
+    path : str
+        The savepoint folder; it must not exist yet (or be empty).
+    timeout : float, default 300
+        Seconds to wait for the savepoint to complete.
+
+    Returns
+    -------
+    Savepoint
+        Where it is and what it holds.
+
+    Raises
+    ------
+    CheckpointError
+        When the query stops, the savepoint is aborted, or it does not complete in time.
+    """
+    if not query.isActive:
+        raise CheckpointError(
+            f"query {query.id} is not active: a savepoint needs a running query. To copy a "
+            "completed checkpoint of a stopped query, run: barriered savepoint "
+            "SNAPSHOT_PATH -o PATH [--checkpoint N]"
+        )
+    listener, qc = _query_coordinator(query)
+    with listener.lock:
+        checkpoint_id = qc.request_savepoint(path)
+    log.info("savepoint %d requested for query %s", checkpoint_id, query.id)
+    deadline = time.monotonic() + timeout
+    while True:
+        with listener.lock:
+            status, reason = qc.status(checkpoint_id) or ("pending", None)
+        if status == "completed":
+            return export(qc.layout, checkpoint_id, path)
+        if status == "aborted":
+            raise CheckpointError(
+                f"savepoint {checkpoint_id} was aborted: {reason}; nothing was written to "
+                f"{path!r}"
+            )
+        if not query.isActive:
+            raise CheckpointError(
+                f"query {query.id} stopped before savepoint {checkpoint_id} completed"
+            )
+        if time.monotonic() > deadline:
+            raise CheckpointError(
+                f"savepoint {checkpoint_id} did not complete within {timeout:.0f} s "
+                "(is the query making progress?)"
+            )
+        time.sleep(0.1)
+
+
+__all__ = ["KeyedStream", "checkpoints", "install", "keyed", "records", "savepoint"]

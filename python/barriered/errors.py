@@ -38,3 +38,7 @@ class SnapshotStoreError(BarrieredError, OSError):
 
 class RestoreError(BarrieredError, RuntimeError):
     """A snapshot cannot be restored into this query (missing, incompatible, corrupt)."""
+
+
+class InjectedFault(BarrieredError, RuntimeError):
+    """A crash injected on purpose by :mod:`barriered.testing.faults` (recovery tests)."""

@@ -1,17 +1,14 @@
 """End to end on local Spark: the barriered source, keyed state, Delta snapshots, coordinator.
 
-Every run reads a skewed, deterministic ``rate`` upstream (channel 0 holds four times the
-records of the others and every channel is admitted at most 40 rows per micro-batch, so
-channel 0 lags), keeps a running total per user, and takes checkpoints as often as it
-can. The assertions recompute, from the upstream's own records, what each completed
-checkpoint must contain.
+Runs are made with the helpers of ``tests/runs.py`` (a skewed, deterministic ``rate``
+upstream, a running total per user, checkpoints as often as possible). The assertions
+recompute, from the upstream's own records, what each completed checkpoint must contain.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -23,101 +20,23 @@ from deltalake import DeltaTable
 import barriered
 from barriered import cli
 from barriered.datasource.offsets import SourceOffset
-from barriered.datasource.upstreams.rate import RateUpstream
-from barriered.examples import RunningTotals
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
+from runs import (
+    CHANNELS,
+    FILES_SOURCE,
+    MODES,
+    PREFIX,
+    SOURCE,
+    commit_metadata,
+    run,
+    state_at,
+    totals_before,
+    upstream,
+    write_files,
+)
 
 pytestmark = pytest.mark.spark
-
-PREFIX = "spark.sql.streaming.barriered."
-CHANNELS, ROWS, SKEW, KEYS = 3, 160, "0:4", 25
-SOURCE = {
-    "upstream": "rate",
-    "channels": str(CHANNELS),
-    "rowsPerSecond": "0",
-    "rowsPerChannel": str(ROWS),
-    "skew": SKEW,
-    "keys": str(KEYS),
-    "maxRowsPerChannel": "40",
-}
-MODES: dict[str, dict[str, str]] = {
-    "aligned": {"unaligned.enabled": "false"},
-    "unaligned": {"unaligned.enabled": "true", "alignedCheckpointTimeout": "0s"},
-    "aligned_with_timeout": {
-        "unaligned.enabled": "true",
-        "alignedCheckpointTimeout": "10ms",
-        "unaligned.adaptive": "false",
-    },
-    "at_least_once": {"mode": "atLeastOnce"},
-}
-
-
-@pytest.fixture()
-def session(spark: Any) -> Any:
-    """The shared session with barriered installed and per-test barriered keys reset."""
-    barriered.install(spark)
-    spark.conf.set(PREFIX + "checkpointInterval", "10ms")
-    spark.conf.set(PREFIX + "maxParallelism", "8")
-    spark.conf.set(PREFIX + "bufferPerChannel", "100")
-    spark.conf.set(PREFIX + "retainedCheckpoints", "100")  # every version stays readable
-    yield spark
-    for key in list(spark.conf.getAll):
-        if key.startswith(PREFIX):
-            spark.conf.unset(key)
-
-
-def upstream() -> RateUpstream:
-    return RateUpstream(CHANNELS, 0, ROWS, KEYS, {0: 4.0}, state_dir="/nonexistent")
-
-
-def totals_before(limits: dict[int, int]) -> dict[str, int]:
-    """Running totals over the records of each channel before ``limits[c]``."""
-    totals: Counter[str] = Counter()
-    up = upstream()
-    for channel, end in limits.items():
-        table = up.read(channel, 0, end)
-        for user, amount in zip(
-            table["user_id"].to_pylist(), table["amount"].to_pylist(), strict=True
-        ):
-            totals[user] += amount
-    return dict(totals)
-
-
-def run(
-    session: Any,
-    tmp_path: Path,
-    conf: dict[str, str],
-    source: dict[str, str] | None = None,
-    snap: str | None = None,
-    final: tuple[int, ...] | None = None,
-) -> tuple[Any, SnapshotLayout]:
-    """Run one availableNow query to its end and wait for its last checkpoint.
-
-    ``final`` are the channels' end positions (default: the rate upstream's).
-    """
-    for key, value in conf.items():
-        session.conf.set(PREFIX + key, value)
-    snap = snap or str(tmp_path / "snap")
-    events = session.readStream.format("barriered").options(**(source or SOURCE))
-    events = events.option("snapshotPath", snap).load()
-    out = barriered.keyed(events, "user_id").process(RunningTotals())
-    query = (
-        out.writeStream.format("noop")
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    layout = SnapshotLayout.configured(snap)
-    final = final or tuple(upstream().available())
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        done = checkpoints_table.completed(layout)
-        if done and tuple(json.loads(done[-1]["barrier_positions"]).values()) == final:
-            break
-        time.sleep(0.5)
-    return query, layout
 
 
 def offsets(query: Any) -> list[tuple[int, SourceOffset]]:
@@ -125,32 +44,6 @@ def offsets(query: Any) -> list[tuple[int, SourceOffset]]:
         (p.batchId, SourceOffset.from_dict(json.loads(p.sources[0].endOffset)))
         for p in query.recentProgress
     ]
-
-
-def state_totals(layout: SnapshotLayout, version: int) -> dict[str, int]:
-    """The ``total`` per user in the state table at ``version`` (any snapshot path)."""
-    table = DeltaTable(
-        layout.state_table, version=version, storage_options=dict(layout.storage_options)
-    ).to_pyarrow_table()
-    keys, values = table["key"].to_pylist(), table["value"].to_pylist()
-    return {
-        json.loads(k)["user_id"]: json.loads(v)["total"] for k, v in zip(keys, values, strict=True)
-    }
-
-
-def state_at(layout: SnapshotLayout, version: int) -> dict[str, int]:
-    rows = DeltaTable(layout.state_table, version=version).to_pyarrow_table().to_pylist()
-    keys = [json.loads(r["key"])["user_id"] for r in rows]
-    assert len(keys) == len(set(keys)), "a key appears twice in one snapshot"
-    return {k: json.loads(r["value"])["total"] for k, r in zip(keys, rows, strict=True)}
-
-
-def commit_metadata(layout: SnapshotLayout) -> dict[int, dict[str, Any]]:
-    return {
-        int(h["barriered.checkpoint_id"]): h
-        for h in DeltaTable(layout.state_table).history()
-        if "barriered.checkpoint_id" in h
-    }
 
 
 def inflight_rows(layout: SnapshotLayout, version: int, checkpoint_id: int) -> set[tuple[int, int]]:
@@ -284,24 +177,9 @@ def test_retention_keeps_what_the_retained_checkpoints_read(session: Any, tmp_pa
 def test_files_upstream_on_a_file_uri_snapshot_path(session: Any, tmp_path: Path) -> None:
     """JSON-lines files, one channel per folder; the snapshot path is a URI with options."""
     data = tmp_path / "events"
-    expected: Counter[str] = Counter()
     sizes = {"a": 180, "b": 45, "c": 60}  # folder a lags: 4x the records, same admission
-    for folder, rows in sizes.items():
-        (data / folder).mkdir(parents=True)
-        for part in range(3):
-            lines = []
-            for i in range(rows // 3):
-                user, amount = f"user-{(i * 7 + part) % 11}", i % 5 + 1
-                expected[user] += amount
-                lines.append(json.dumps({"user_id": user, "amount": amount}))
-            (data / folder / f"part-{part}.json").write_text("\n".join(lines) + "\n")
-    source = {
-        "upstream": "files",
-        "path": str(data),
-        "channelBy": "folder",
-        "schema": "user_id string, amount long",
-        "maxRowsPerChannel": "10",
-    }
+    expected = write_files(data, sizes)
+    source = {**FILES_SOURCE, "path": str(data)}
     snap = (tmp_path / "snap").as_uri()
     conf = {**MODES["aligned"], "snapshotStorageOptions": '{"timeout": "120s"}'}
     query, layout = run(session, tmp_path, conf, source, snap, final=tuple(sizes.values()))
@@ -312,7 +190,7 @@ def test_files_upstream_on_a_file_uri_snapshot_path(session: Any, tmp_path: Path
     assert all(r["effective_mode"] == "aligned" for r in done)
     last = done[-1]
     assert json.loads(last["barrier_positions"]) == {"0": 180, "1": 45, "2": 60}
-    assert state_totals(layout, last["state_table_version"]) == dict(expected)
+    assert state_at(layout, last["state_table_version"]) == dict(expected)
     blocked_batches = [end for _, end in offsets(query) if end.active and end.active.arrived]
     assert blocked_batches, "the lagging folder never made the others wait"
 
@@ -343,7 +221,7 @@ def test_delta_upstream_one_channel_per_partition(session: Any, tmp_path: Path) 
     )
     done = checkpoints_table.completed(layout)
     assert done and json.loads(done[-1]["barrier_positions"]) == {"0": 120, "1": 30}
-    assert state_totals(layout, done[-1]["state_table_version"]) == dict(expected)
+    assert state_at(layout, done[-1]["state_table_version"]) == dict(expected)
 
 
 def test_too_many_failed_checkpoints_fail_the_query(session: Any, tmp_path: Path) -> None:

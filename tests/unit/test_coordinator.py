@@ -608,3 +608,19 @@ def test_recent_alignments_that_time_out_switch_to_unaligned() -> None:
     decision = c.decide_mode()
     assert decision.mode == "unaligned"
     assert "median of the last 3 alignments is 1200 ms" in decision.reason
+
+
+def test_adopted_checkpoints_of_the_source_are_committed_even_below_next_id() -> None:
+    """A restored query's coordinator learns the source's final checkpoint from the same
+    offset that sets its next id: the final checkpoint must still be adopted."""
+    committed: list[int] = []
+    c, _ = make(KG, lambda done: committed.append(done.checkpoint_id), next_id=7)
+    assert c.adopt(6, "aligned", "final checkpoint of an availableNow run", at_ms=0)
+    assert not c.adopt(6, "aligned", "again")  # known: ignored
+    assert c.next_id == 7
+    c.on_cut(6)
+    for participant in sorted(KG):
+        c.acknowledge(6, participant)
+    assert committed == [6] and status(c, 6) == ("completed", None)
+    assert not c.adopt(6, "aligned", "finished and kept in the history")
+    assert c.adopt(9, "aligned", "ahead of next_id") and c.next_id == 10

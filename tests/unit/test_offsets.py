@@ -146,6 +146,7 @@ def test_initial_offset_round_trip() -> None:
         "started": [],
         "aborted": [],
         "restore": None,
+        "replay": None,
     }
     assert SourceOffset.from_dict(through_json(d)) == initial
 

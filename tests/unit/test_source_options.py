@@ -40,9 +40,13 @@ def test_missing_snapshot_path_says_how_to_set_it() -> None:
         parse_source_options({"upstream": "rate"})
 
 
-def test_restore_from_is_refused_until_restores_exist() -> None:
-    with pytest.raises(ConfigError, match="'restoreFrom' is not supported yet"):
-        parse_source_options({**BASE, "restoreFrom": "latest"})
+def test_restore_from_takes_latest_an_id_or_a_path() -> None:
+    assert parse_source_options({**BASE, "restoreFrom": " latest "}).restore_from == "latest"
+    assert parse_source_options({**BASE, "restoreFrom": "7"}).restore_from == "7"
+    assert parse_source_options({**BASE, "restoreFrom": "/sp/1"}).restore_from == "/sp/1"
+    assert parse_source_options({**BASE, "restoreFrom": ""}).restore_from is None
+    with pytest.raises(ConfigError, match="'restoreFrom' must be 'latest', a checkpoint id >= 1"):
+        parse_source_options({**BASE, "restoreFrom": "0"})
 
 
 def test_admission_must_be_positive() -> None:

@@ -361,7 +361,9 @@ class CheckpointCoordinator:
         Parameters
         ----------
         checkpoint_id : int
-            The id the source used; ids at or below one already known are ignored.
+            The id the source used; an id the coordinator already knows (pending or in
+            its history) is ignored. It may be below :attr:`next_id` (the coordinator of
+            a restored query learns the ids from the same offset).
         mode : str
             The mode the source used.
         reason : str
@@ -377,11 +379,11 @@ class CheckpointCoordinator:
         effects = _Effects()
         try:
             with self._lock:
-                if checkpoint_id < self._next_id:
+                if checkpoint_id in self._pending or self._tracker.get(checkpoint_id):
                     return False
                 now = self._at(at_ms)
                 expected = self._expected()
-                self._next_id = checkpoint_id + 1
+                self._next_id = max(self._next_id, checkpoint_id + 1)
                 pending = PendingCheckpoint(
                     checkpoint_id,
                     CHECKPOINT,

@@ -10,12 +10,16 @@ After every micro-batch the listener hands the barriered source's progress to
    :mod:`barriered.statestore.delta_tables`), expire old ones and trigger new ones
    (written to the trigger log the planner reads).
 
-Finished checkpoints are appended to the ``_checkpoints`` table.
+Finished checkpoints are appended to the ``_checkpoints`` table. After a completion the
+coordinator tells the source, through the trigger log, the positions before which no
+retained checkpoint needs the upstream's records any more (the upstream may release
+them). Savepoints are requested with :meth:`QueryCoordinator.request_savepoint`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -32,7 +36,7 @@ from barriered.coordinator.settings import CoordinatorSettings
 from barriered.coordinator.stats import CheckpointStats
 from barriered.datasource.offsets import SourceOffset
 from barriered.datasource.triggers import TriggerLog, TriggerRequest
-from barriered.errors import CheckpointFailureLimitExceeded
+from barriered.errors import CheckpointError, CheckpointFailureLimitExceeded
 from barriered.statestore import checkpoints_table, retention
 from barriered.statestore.acks import Ack, inflight_participant, read_acks, state_participant
 from barriered.statestore.delta_tables import (
@@ -45,6 +49,8 @@ from barriered.statestore.delta_tables import (
 )
 from barriered.statestore.fileio import filesystem, join, list_names, read_json
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.restore_point import committed_checkpoints
+from barriered.testing import faults
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +101,16 @@ class QueryCoordinator:
         self._collecting: set[int] = set()
         self._inflight_versions: dict[int, int | None] = {}
         self._barrier_batch: dict[int, int] = {}
+        self._crashed: str | None = None
+        #: Per completed checkpoint, where a restore from it reads the upstream from.
+        self._needs_upstream_from: dict[int, tuple[int, ...]] = {
+            cid: _upstream_start(
+                json.loads(meta.get("barriered.barrier") or "{}"),
+                json.loads(meta.get("barriered.inflight") or "{}"),
+                by_value=meta.get("barriered.inflight_version") is not None,
+            )
+            for cid, (_, meta) in committed_checkpoints(self.layout).items()
+        }
         self._completed = {
             int(row["checkpoint_id"]): retention.Retained(
                 int(row["checkpoint_id"]),
@@ -121,7 +137,16 @@ class QueryCoordinator:
                 names.add(state_participant(op["operator"], kg))
         return frozenset(names)
 
+    def _crash(self, message: str) -> None:
+        """An injected crash of the driver: do nothing more, and let the source fail."""
+        self._crashed = message
+        TriggerLog.read(self.layout.triggers_file).with_fatal(message).write(
+            self.layout.triggers_file
+        )
+        log.error("checkpoint coordinator of %s crashed: %s", self.layout.root, message)
+
     def _commit(self, done: CompletedCheckpoint) -> int:
+        faults.hit(self.layout, faults.BEFORE_COMMIT, done.checkpoint_id, self._crash)
         acks: list[Ack] = [a.payload for a in done.acks.values() if isinstance(a.payload, Ack)]
         inflight_files = [f for a in acks if a.participant.startswith("inflight/") for f in a.files]
         inflight_version = None
@@ -162,10 +187,14 @@ class QueryCoordinator:
             storage_options=self.layout.storage_options,
         )
         retention.record_removed(self.layout, retention.STATE, commit.version, commit.removed)
+        self._needs_upstream_from[done.checkpoint_id] = _upstream_start(
+            {str(k): v for k, v in done.positions.items()}, ranges, by_value=bool(inflight_files)
+        )
+        faults.hit(self.layout, faults.AFTER_COMMIT, done.checkpoint_id, self._crash)
         return commit.version
 
     def _on_stats(self, stats: CheckpointStats) -> None:
-        if stats.status == "pending":
+        if stats.status == "pending" or self._crashed:
             return
         row = stats.to_row()
         row["inflight_table_version"] = self._inflight_versions.get(stats.checkpoint_id)
@@ -193,15 +222,36 @@ class QueryCoordinator:
         self._completed = {cid: self._completed[cid] for cid in keep}
         retention.apply(self.layout, list(self._completed.values()))
         retention.discard(self.layout, done.checkpoint_id, delete_data=False)
-        TriggerLog.read(self.layout.triggers_file).with_completed(done.checkpoint_id).write(
-            self.layout.triggers_file
-        )
+        starts = [self._needs_upstream_from[c] for c in keep if c in self._needs_upstream_from]
+        release = [min(column) for column in zip(*starts, strict=True)] if starts else None
+        TriggerLog.read(self.layout.triggers_file).with_completed(
+            done.checkpoint_id, release
+        ).write(self.layout.triggers_file)
         log.info(
             "checkpoint %d completed (%s), state table version %s",
             done.checkpoint_id,
             done.effective_mode or done.mode,
             done.state_table_version,
         )
+
+    # -- savepoints -----------------------------------------------------------------------
+
+    def request_savepoint(self, target: str) -> int:
+        """Trigger an aligned savepoint now and publish it to the source; return its id.
+
+        It is committed to this snapshot path like any checkpoint (kind ``savepoint``);
+        :func:`barriered.savepoint` then copies it to ``target``.
+        """
+        if self._crashed:
+            raise CheckpointError(f"the coordinator crashed ({self._crashed})")
+        checkpoint_id = self.core.trigger_savepoint(target)
+        self.tick()
+        return checkpoint_id
+
+    def status(self, checkpoint_id: int) -> tuple[str, str | None] | None:
+        """``(status, failure reason)`` of a checkpoint this coordinator knows, else None."""
+        stats = self.core.stats(checkpoint_id)
+        return None if stats is None else (stats.status, stats.failure_reason)
 
     # -- progress -----------------------------------------------------------------------
 
@@ -212,6 +262,8 @@ class QueryCoordinator:
         try:
             yield
         except CheckpointFailureLimitExceeded as exc:
+            if self._crashed:
+                raise
             TriggerLog.read(self.layout.triggers_file).with_fatal(str(exc)).write(
                 self.layout.triggers_file
             )
@@ -219,6 +271,8 @@ class QueryCoordinator:
 
     def between_batches(self, tick: bool) -> None:
         """Collect late acknowledgements and, when ``tick``, expire and trigger."""
+        if self._crashed:
+            return
         with self._failing_the_query():
             self.collect_acks()
             if tick:
@@ -233,6 +287,8 @@ class QueryCoordinator:
         duration_ms: int,
     ) -> list[TriggerRequest]:
         """Handle one micro-batch's progress of the barriered source; return new triggers."""
+        if self._crashed:
+            return []
         with self._failing_the_query():
             return self._apply(
                 batch_id, start, SourceOffset.from_dict(dict(end)), report, duration_ms
@@ -276,6 +332,8 @@ class QueryCoordinator:
         self, batch_id: int | None = None, signals: ChannelSignals | None = None
     ) -> list[TriggerRequest]:
         """Expire, trigger and publish new trigger requests to the source."""
+        if self._crashed:
+            return []
         requests = self.core.tick(batch_id=batch_id, signals=signals)
         if not requests:
             return []
@@ -292,6 +350,8 @@ class QueryCoordinator:
     def collect_acks(self) -> None:
         """Feed newly published acknowledgements of cut checkpoints to the coordinator."""
         for cid in sorted(self._collecting):
+            if self._crashed:
+                return
             if cid not in self.core.pending_ids:
                 self._collecting.discard(cid)
                 continue
@@ -307,3 +367,15 @@ class QueryCoordinator:
                 self.core.acknowledge(cid, participant, stats)
             if cid not in self.core.pending_ids:
                 self._collecting.discard(cid)
+
+
+def _upstream_start(
+    barrier: Mapping[str, int], inflight: Mapping[str, Any], by_value: bool
+) -> tuple[int, ...]:
+    """Where a restore from a checkpoint reads the upstream from, per channel: ``B_n(c)``,
+    or the start of the in-flight range when it was captured by reference."""
+    starts = {int(c): int(b) for c, b in barrier.items()}
+    if not by_value:
+        for c, (a, _) in inflight.items():
+            starts[int(c)] = min(starts[int(c)], int(a))
+    return tuple(starts[c] for c in sorted(starts))

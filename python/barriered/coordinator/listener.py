@@ -47,7 +47,10 @@ class BarrieredListener(StreamingQueryListener):
 
     def __init__(self) -> None:
         self.coordinators: dict[str, QueryCoordinator] = {}
-        self._lock = threading.Lock()
+        #: Queries whose termination the listener has handled (nothing more comes).
+        self.terminated: set[str] = set()
+        #: Held around every call into a coordinator (also by ``barriered.savepoint``).
+        self.lock = threading.Lock()
 
     def coordinator(self, query_id: str) -> QueryCoordinator | None:
         """The coordinator of a running or finished query (None if it never progressed)."""
@@ -65,7 +68,7 @@ class BarrieredListener(StreamingQueryListener):
         try:
             end = json.loads(source.endOffset)
             start = _json_or_none(source.startOffset)
-            with self._lock:
+            with self.lock:
                 qc = self.coordinators.get(str(progress.id))
                 if qc is None or qc.layout.root != report["snapshotPath"]:
                     last_id = SourceOffset.from_dict(end).last_id
@@ -84,7 +87,7 @@ class BarrieredListener(StreamingQueryListener):
         if qc is None:
             return
         try:
-            with self._lock:
+            with self.lock:
                 qc.between_batches(tick)
         except Exception:
             log.exception("barriered coordinator failed %s", when)
@@ -94,3 +97,4 @@ class BarrieredListener(StreamingQueryListener):
 
     def onQueryTerminated(self, event: Any) -> None:
         self._between_batches(event.id, tick=False, when="at query termination")
+        self.terminated.add(str(event.id))

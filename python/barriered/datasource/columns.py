@@ -32,6 +32,8 @@ META_COLUMNS = tuple(f.name for f in META_FIELDS)
 #: Field metadata keys on ``_barrier`` that tell barriered.keyed() where snapshots go.
 META_SNAPSHOT_PATH = "barriered.snapshotPath"
 META_MAX_PARALLELISM = "barriered.maxParallelism"
+#: With ``restoreFrom``: the checkpoint the keyed operators load their state from (JSON).
+META_RESTORE = "barriered.restore"
 
 
 def output_schema(user: pa.Schema) -> pa.Schema:

@@ -93,6 +93,48 @@ class Cut:
 
 
 @dataclass(frozen=True)
+class Replay:
+    """In-flight records of a restored checkpoint, replayed before the upstream's.
+
+    Channel ``c``'s records ``[start, end)`` of a range are read from ``files`` (the
+    restored checkpoint's ``inflight`` table) instead of the upstream, so a restore
+    does not depend on the upstream still holding them.
+    """
+
+    table: str
+    checkpoint_id: int
+    ranges: tuple[tuple[int, int, int], ...]
+    files: tuple[tuple[int, str], ...]
+
+    def done(self, positions: tuple[int, ...] | list[int]) -> bool:
+        """Return True once every channel delivered past its replayed range."""
+        return all(positions[c] >= end for c, _, end in self.ranges)
+
+    def files_of(self, channel: int) -> tuple[str, ...]:
+        """The data files holding ``channel``'s replayed records."""
+        return tuple(path for c, path in self.files if c == channel)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return {
+            "table": self.table,
+            "checkpoint_id": self.checkpoint_id,
+            "ranges": [list(r) for r in self.ranges],
+            "files": [list(f) for f in self.files],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Replay:
+        """Parse the JSON form."""
+        return cls(
+            table=str(d["table"]),
+            checkpoint_id=int(d["checkpoint_id"]),
+            ranges=tuple((int(c), int(a), int(b)) for c, a, b in d["ranges"]),
+            files=tuple((int(c), str(p)) for c, p in d["files"]),
+        )
+
+
+@dataclass(frozen=True)
 class SourceOffset:
     """The end offset of a micro-batch of the "barriered" source.
 
@@ -103,7 +145,8 @@ class SourceOffset:
     last_id : int
         Highest checkpoint id the source started or saw aborted.
     last_cut : tuple[int, ...] or None
-        Barrier positions of the latest cut (used to skip an empty final checkpoint).
+        Barrier positions of the latest cut, None if it had in-flight records. An
+        availableNow run ending there needs no final checkpoint.
     active : ActiveCheckpoint or None
         The checkpoint still aligning after this batch.
     cut : Cut or None
@@ -114,6 +157,8 @@ class SourceOffset:
         Checkpoints aborted while planning this batch (``id``, ``reason``).
     restore : dict or None
         On the first batch of a restored query: what it was restored from.
+    replay : Replay or None
+        After a restore, until delivered: in-flight records read from the snapshot.
     """
 
     positions: tuple[int, ...]
@@ -124,6 +169,7 @@ class SourceOffset:
     started: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     aborted: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     restore: dict[str, Any] | None = None
+    replay: Replay | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form that Spark stores in its offset log."""
@@ -137,6 +183,7 @@ class SourceOffset:
             "started": list(self.started),
             "aborted": list(self.aborted),
             "restore": self.restore,
+            "replay": None if self.replay is None else self.replay.to_dict(),
         }
 
     @classmethod
@@ -151,6 +198,7 @@ class SourceOffset:
             started=tuple(d.get("started", ())),
             aborted=tuple(d.get("aborted", ())),
             restore=d.get("restore"),
+            replay=None if d.get("replay") is None else Replay.from_dict(d["replay"]),
         )
 
     def carried(self) -> SourceOffset:

@@ -28,8 +28,8 @@ SOURCE_OPTIONS: dict[str, str] = {
     "maxrowsperchannel": "Admission control: most rows one micro-batch takes from a "
     "channel (default: no limit). A channel whose upstream grows faster lags.",
     "rowsperpartition": "Largest range of one channel read by one Spark task (default 100000).",
-    "restorefrom": "Restore from 'latest', a checkpoint id or a savepoint path (not "
-    "supported yet: refused with an error).",
+    "restorefrom": "Restore from 'latest' or a checkpoint id (of this snapshot path), or "
+    "from a savepoint folder; use a new checkpointLocation (see statestore/README.md).",
 }
 
 #: Options of each upstream (lower case); ``storageoptions.*`` is a prefix.
@@ -87,11 +87,11 @@ def parse_source_options(options: Mapping[str, str]) -> SourceSettings:
         else None
     )
     conf.require_snapshot_path()
-    if rest.get("restorefrom"):
+    restore_from = rest.get("restorefrom", "").strip() or None
+    if restore_from is not None and restore_from.lstrip("-").isdigit() and int(restore_from) < 1:
         raise ConfigError(
-            "option 'restoreFrom' is not supported yet by this version of spark-barriered: "
-            "remove it (the snapshot path keeps every completed checkpoint for a later "
-            "restore)"
+            f"option 'restoreFrom' must be 'latest', a checkpoint id >= 1 or a savepoint "
+            f"path, got {restore_from!r}"
         )
     return SourceSettings(
         conf=conf,
@@ -99,5 +99,5 @@ def parse_source_options(options: Mapping[str, str]) -> SourceSettings:
         upstream=upstream,
         max_rows_per_channel=max_rows,
         rows_per_partition=int_option(rest, "rowsperpartition", 100_000, minimum=1),
-        restore_from=rest.get("restorefrom") or None,
+        restore_from=restore_from,
     )

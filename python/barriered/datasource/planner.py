@@ -110,6 +110,7 @@ class _Step:
         self.positions = list(start.positions)
         self.last_id = start.last_id
         self.last_cut = start.last_cut
+        self.replay = start.replay
         self.active = start.active
         self.started: list[dict[str, object]] = []
         self.aborted: list[dict[str, object]] = []
@@ -265,7 +266,9 @@ class _Step:
             base=self.inp.last_completed,
             at_ms=self.inp.now_ms,
         )
-        self.last_cut = active.barrier
+        # An availableNow run ends with a final checkpoint unless this cut is at its end
+        # positions with nothing in flight (its state alone is then the whole input).
+        self.last_cut = None if inflight else active.barrier
         self.active, self.handler, self.ctl = None, None, None
         log.info("checkpoint %d cut (%s), in-flight ranges %s", active.id, mode, list(inflight))
 
@@ -278,6 +281,7 @@ class _Step:
             cut=self.cut,
             started=tuple(self.started),
             aborted=tuple(self.aborted),
+            replay=None if self.replay is None or self.replay.done(self.positions) else self.replay,
         )
 
 

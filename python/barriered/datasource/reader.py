@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -23,15 +25,18 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from barriered.datasource.columns import data_batch, marker_batch
-from barriered.datasource.offsets import SourceOffset
+from barriered.datasource.columns import CHANNEL, SEQ, data_batch, marker_batch
+from barriered.datasource.offsets import Replay, SourceOffset
 from barriered.datasource.options import SourceSettings
 from barriered.datasource.planner import PlanInput, plan
 from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams.base import Upstream
-from barriered.errors import CheckpointFailureLimitExceeded
+from barriered.errors import CheckpointFailureLimitExceeded, InjectedFault, RestoreError
+from barriered.statestore.fileio import filesystem, join
 from barriered.statestore.inflight import capture
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.restore_point import RestorePoint, highest_checkpoint_id
+from barriered.testing import faults
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +48,17 @@ class RangePartition(InputPartition):
     channel: int
     start: int
     end: int
+
+
+@dataclass(frozen=True)
+class ReplayPartition(InputPartition):
+    """Records ``[start, end)`` of one channel, read from a restored checkpoint's
+    ``inflight`` files instead of the upstream."""
+
+    channel: int
+    start: int
+    end: int
+    files: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -68,10 +84,18 @@ class InflightPartition(InputPartition):
 class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Reads an upstream's channels and injects checkpoint barriers."""
 
-    def __init__(self, settings: SourceSettings, upstream: Upstream, layout: SnapshotLayout):
+    def __init__(
+        self,
+        settings: SourceSettings,
+        upstream: Upstream,
+        layout: SnapshotLayout,
+        restore: RestorePoint | None = None,
+    ):
         self.settings = settings
         self.upstream = upstream
         self.layout = layout
+        self.restore = restore
+        self._released: tuple[int, ...] | None = None
         self.user_schema = upstream.schema()
         self.channels = upstream.channel_count()
         self._target: list[int] | None = None
@@ -80,7 +104,17 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     # -- driver side ---------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:
-        return SourceOffset(positions=(0,) * self.channels).to_dict()
+        point = self.restore
+        if point is None:
+            return SourceOffset(positions=(0,) * self.channels).to_dict()
+        start = point.start_positions
+        return SourceOffset(
+            positions=start,
+            last_id=max(point.checkpoint_id, highest_checkpoint_id(self.layout)),
+            last_cut=None if point.inflight else start,
+            restore={"from": point.origin.root, "checkpoint_id": point.checkpoint_id},
+            replay=_replay(point),
+        ).to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         per_channel = self.settings.max_rows_per_channel
@@ -101,7 +135,11 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             admission = [self.settings.max_rows_per_channel] * self.channels
         triggers = TriggerLog.read(self.layout.triggers_file)
         if triggers.fatal:
+            if triggers.fatal.startswith(faults.MESSAGE_PREFIX):
+                raise InjectedFault(triggers.fatal)
             raise CheckpointFailureLimitExceeded(triggers.fatal)
+        if begin.active is not None:
+            faults.hit(self.layout, faults.ALIGNING, begin.active.id)
         conf = self.settings.conf
         end = plan(
             begin,
@@ -134,9 +172,16 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         begin, stop = SourceOffset.from_dict(start), SourceOffset.from_dict(end)
         parts: list[InputPartition] = []
         step = self.settings.rows_per_partition
+        replayed = {c: (a, b) for c, a, b in begin.replay.ranges} if begin.replay else {}
         for c in range(self.channels):
-            for a in range(begin.positions[c], stop.positions[c], step):
-                parts.append(RangePartition(c, a, min(a + step, stop.positions[c])))
+            lo, hi = begin.positions[c], stop.positions[c]
+            if c in replayed and lo < replayed[c][1]:
+                assert begin.replay is not None
+                stop_replay = min(hi, replayed[c][1])
+                parts.append(ReplayPartition(c, lo, stop_replay, begin.replay.files_of(c)))
+                lo = stop_replay
+            for a in range(lo, hi, step):
+                parts.append(RangePartition(c, a, min(a + step, hi)))
         cut = stop.cut
         if cut is not None:
             meta = {
@@ -155,13 +200,22 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return parts
 
     def commit(self, end: dict[str, Any]) -> None:
-        pass
+        """Release upstream data no retained checkpoint needs (``archiveTo``)."""
+        release = TriggerLog.read(self.layout.triggers_file).release
+        if release is None or release == self._released:
+            return
+        for channel, before in enumerate(release):
+            self.upstream.release(channel, before)
+        self._released = release
 
     # -- executor side -------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, RangePartition):
             table = self.upstream.read(partition.channel, partition.start, partition.end)
+            yield from data_batch(table, partition.channel, partition.start).to_batches()
+        elif isinstance(partition, ReplayPartition):
+            table = _read_replay(partition, self.user_schema)
             yield from data_batch(table, partition.channel, partition.start).to_batches()
         elif isinstance(partition, MarkerPartition):
             table = marker_batch(
@@ -181,3 +235,55 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 partition.end,
                 partition.capture,
             )
+
+
+def _replay(point: RestorePoint) -> Replay | None:
+    """The in-flight records of ``point`` stored by value, to replay before the upstream.
+
+    Ranges captured by reference have no files: they are re-read from the upstream.
+    """
+    files = point.inflight_files()
+    by_channel: dict[int, list[str]] = {}
+    for f in files:
+        name = f.path.rsplit("/", 1)[-1]
+        channel = int(name.split("-", 1)[0].removeprefix("ch"))
+        by_channel.setdefault(channel, []).append(f.path)
+    ranges = tuple((c, a, b) for c, a, b in point.inflight if c in by_channel)
+    if not ranges:
+        return None
+    return Replay(
+        table=point.origin.inflight_table,
+        checkpoint_id=point.checkpoint_id,
+        ranges=ranges,
+        files=tuple(
+            (c, join(point.origin.inflight_table, path))
+            for c in sorted(by_channel)
+            for path in by_channel[c]
+        ),
+    )
+
+
+def _read_replay(partition: ReplayPartition, schema: pa.Schema) -> pa.Table:
+    """Read records ``[start, end)`` of a channel from in-flight files, in ``_seq`` order."""
+    pieces = []
+    for path in partition.files:
+        fs, local = filesystem(path)
+        with fs.open_input_file(local) as f:
+            pieces.append(pq.read_table(f))
+    table = pa.concat_tables(pieces) if pieces else schema.empty_table()
+    if pieces:
+        keep = pc.and_(
+            pc.equal(table[CHANNEL], partition.channel),
+            pc.and_(
+                pc.greater_equal(table[SEQ], partition.start), pc.less(table[SEQ], partition.end)
+            ),
+        )
+        table = table.filter(keep).sort_by(SEQ)
+    if table.num_rows != partition.end - partition.start:
+        raise RestoreError(
+            f"in-flight files {list(partition.files)} hold {table.num_rows} records of channel "
+            f"{partition.channel} in [{partition.start}, {partition.end}), expected "
+            f"{partition.end - partition.start}; the restored checkpoint's in-flight data is "
+            "incomplete"
+        )
+    return table.select(schema.names).cast(schema)

@@ -5,8 +5,10 @@ file, ``_coordinator/triggers.json``, atomically; the source planner reads it be
 planning every micro-batch. Requests carry the checkpoint id the coordinator allocated;
 the planner starts each id at most once (ids at or below the offset's ``last_id`` are
 stale) and reports what it did in the offset. The file also carries the ids to cancel
-(expired or aborted by the coordinator) and the id of the latest completed checkpoint,
-which the keyed operator uses as the base of incremental snapshots.
+(expired or aborted by the coordinator), the id of the latest completed checkpoint,
+which the keyed operator uses as the base of incremental snapshots, and per channel the
+position before which no retained checkpoint needs the upstream's records (the source
+releases them, see ``archiveTo``).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class TriggerLog:
     cancelled: frozenset[int] = field(default_factory=frozenset)
     last_completed: int | None = None
     fatal: str | None = None
+    release: tuple[int, ...] | None = None
 
     @classmethod
     def read(cls, uri: str) -> TriggerLog:
@@ -62,6 +65,7 @@ class TriggerLog:
             cancelled=frozenset(int(x) for x in raw.get("cancelled", [])),
             last_completed=raw.get("last_completed"),
             fatal=raw.get("fatal"),
+            release=None if raw.get("release") is None else tuple(raw["release"]),
         )
 
     def write(self, uri: str) -> None:
@@ -75,6 +79,7 @@ class TriggerLog:
                 "cancelled": sorted(self.cancelled)[-_KEEP:],
                 "last_completed": self.last_completed,
                 "fatal": self.fatal,
+                "release": None if self.release is None else list(self.release),
             },
         )
 
@@ -86,11 +91,16 @@ class TriggerLog:
         """Return the log with ``ids`` marked cancelled."""
         return replace(self, cancelled=self.cancelled | set(ids))
 
-    def with_completed(self, checkpoint_id: int) -> TriggerLog:
-        """Return the log with ``checkpoint_id`` as the latest completed checkpoint."""
+    def with_completed(
+        self, checkpoint_id: int, release: Sequence[int] | None = None
+    ) -> TriggerLog:
+        """Return the log with ``checkpoint_id`` as the latest completed checkpoint and,
+        if given, the positions before which the upstream may be released."""
         last = self.last_completed
         return replace(
-            self, last_completed=checkpoint_id if last is None else max(last, checkpoint_id)
+            self,
+            last_completed=checkpoint_id if last is None else max(last, checkpoint_id),
+            release=self.release if release is None else tuple(release),
         )
 
     def with_fatal(self, message: str | None) -> TriggerLog:

@@ -178,7 +178,7 @@ def commit_files(
 
 
 def current_files(table: DeltaTable) -> list[dict[str, Any]]:
-    """Return the table's live files: path, size, partition_values (as strings)."""
+    """Return the table's live files: path, size, rows, partition_values (as strings)."""
     actions = pa.table(table.get_add_actions(flatten=True))
     prefix = "partition."
     out = []
@@ -188,6 +188,7 @@ def current_files(table: DeltaTable) -> list[dict[str, Any]]:
             {
                 "path": a["path"],
                 "size": a["size_bytes"],
+                "rows": a.get("num_records"),
                 "partition_values": {k: (None if v is None else str(v)) for k, v in pv.items()},
             }
         )

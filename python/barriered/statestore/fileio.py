@@ -82,9 +82,11 @@ def read_json(uri: str, default: Any = None) -> Any:
         ) from exc
 
 
-def list_names(uri: str) -> list[str]:
-    """Return the names of the (non-temporary) files directly under folder ``uri``."""
+def list_names(uri: str, folders: bool = False) -> list[str]:
+    """Return the names of the (non-temporary) files (or, with ``folders``, the
+    sub-folders) directly under folder ``uri``."""
     fs, path = filesystem(uri)
+    wanted = pafs.FileType.Directory if folders else pafs.FileType.File
     try:
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     except OSError as exc:
@@ -92,7 +94,7 @@ def list_names(uri: str) -> list[str]:
     return sorted(
         i.base_name
         for i in infos
-        if i.type == pafs.FileType.File and not i.base_name.startswith(".")
+        if i.type == wanted and not i.base_name.startswith(".")
     )
 
 
@@ -124,6 +126,33 @@ def delete_file(uri: str) -> None:
     except OSError as exc:
         if "not found" not in str(exc).lower() and "no such file" not in str(exc).lower():
             raise SnapshotStoreError(f"cannot delete {uri!r}: {exc}") from exc
+
+
+def exists(uri: str) -> bool:
+    """Return True when a file or folder exists at ``uri``."""
+    fs, path = filesystem(uri)
+    return bool(fs.get_file_info(path).type != pafs.FileType.NotFound)
+
+
+def copy_file(source: str, target: str) -> None:
+    """Copy one file (between any two file systems), creating the target's folder."""
+    src_fs, src = filesystem(source)
+    dst_fs, dst = filesystem(target)
+    try:
+        dst_fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
+        pafs.copy_files(src, dst, source_filesystem=src_fs, destination_filesystem=dst_fs)
+    except OSError as exc:
+        raise SnapshotStoreError(f"cannot copy {source!r} to {target!r}: {exc}") from exc
+
+
+def copy_tree(source: str, target: str) -> None:
+    """Copy the files of folder ``source`` (recursively) into folder ``target``."""
+    src_fs, src = filesystem(source)
+    if src_fs.get_file_info(src).type == pafs.FileType.NotFound:
+        return
+    for info in src_fs.get_file_info(pafs.FileSelector(src, recursive=True)):
+        if info.type == pafs.FileType.File and not info.base_name.startswith("."):
+            copy_file(join(source, info.path[len(src) :]), join(target, info.path[len(src) :]))
 
 
 def delete_tree(uri: str) -> None:

@@ -23,6 +23,7 @@ from barriered.statestore.acks import (
     write_data_file,
 )
 from barriered.statestore.layout import SnapshotLayout
+from barriered.testing import faults
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ def capture(
                 table,
             ),
         )
+    faults.hit(layout, faults.INFLIGHT_CAPTURE, checkpoint_id)
     ack = Ack(
         checkpoint_id,
         inflight_participant(channel),

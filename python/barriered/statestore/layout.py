@@ -12,6 +12,7 @@
       _coordinator/tombstones.json  removed files, deleted once no retained checkpoint reads them
       _acks/<id>/<participant>.json   acknowledgements of checkpoint <id>
       _source/                 the upstream's own manifest (positions of files)
+      _savepoint.json          only in a savepoint: which checkpoint it holds
 """
 
 from __future__ import annotations
@@ -90,6 +91,11 @@ class SnapshotLayout:
     def ack_file(self, checkpoint_id: int, participant: str) -> str:
         """The acknowledgement of ``participant`` for one checkpoint."""
         return join(self.acks_dir(checkpoint_id), participant.replace("/", "~") + ".json")
+
+    @property
+    def savepoint_file(self) -> str:
+        """Present only in a savepoint folder: the checkpoint it holds."""
+        return join(self.root, "_savepoint.json")
 
     @property
     def source_dir(self) -> str:

@@ -1,0 +1,332 @@
+"""What a restore starts from: one completed checkpoint (or savepoint) of a snapshot path.
+
+The ``state`` table's commit of checkpoint ``n`` is its completion point, and its commit
+metadata holds everything a restore needs besides the data: the barrier positions
+``B_n(c)``, the in-flight ranges and the ``inflight`` table version. A restore point is
+therefore read from the state table's history alone; the ``_checkpoints`` row may be
+missing (a crash right after the commit) and is only used to explain why an id cannot be
+restored. Nothing here writes anything.
+
+``restoreFrom`` takes ``latest``, a checkpoint id (both: of this query's snapshot path)
+or a path: a savepoint (``barriered.savepoint``), or another snapshot path, whose latest
+checkpoint is restored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from barriered.config import BarrieredConf, check_restore_compatible
+from barriered.datasource.triggers import TriggerLog
+from barriered.errors import RestoreError
+from barriered.statestore import checkpoints_table
+from barriered.statestore.delta_tables import current_files, open_table
+from barriered.statestore.fileio import exists, filesystem, join, list_names, read_json
+from barriered.statestore.layout import SnapshotLayout
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TableFile:
+    """One live data file of a Delta table at a version."""
+
+    path: str
+    size: int
+    rows: int
+    partition_values: Mapping[str, str | None]
+
+
+@dataclass(frozen=True)
+class RestorePoint:
+    """A completed checkpoint a query can be restored from.
+
+    Attributes
+    ----------
+    origin : SnapshotLayout
+        The snapshot path (or savepoint) holding it.
+    checkpoint_id : int
+    kind : str
+        ``checkpoint`` or ``savepoint``.
+    mode : str
+        The mode it was cut in (``aligned``, ``unaligned``, ...).
+    state_version : int
+        Its version of the ``state`` table.
+    barrier : tuple of int
+        ``B_n(c)`` per channel.
+    inflight : tuple of (channel, start, end)
+        Records the barrier overtook; they are replayed first on restore.
+    inflight_version : int or None
+        Its version of the ``inflight`` table (None: nothing was copied).
+    config : mapping
+        The ``_coordinator/config.json`` of the origin (configuration, channels, upstream).
+    savepoint : bool
+        True when the origin is a savepoint folder.
+    """
+
+    origin: SnapshotLayout
+    checkpoint_id: int
+    kind: str
+    mode: str
+    state_version: int
+    barrier: tuple[int, ...]
+    inflight: tuple[tuple[int, int, int], ...]
+    inflight_version: int | None
+    config: Mapping[str, Any]
+    savepoint: bool = False
+
+    @property
+    def start_positions(self) -> tuple[int, ...]:
+        """Where each channel resumes: the start of its in-flight range, else ``B_n(c)``."""
+        starts = {c: a for c, a, _ in self.inflight}
+        return tuple(starts.get(c, b) for c, b in enumerate(self.barrier))
+
+    def describe(self) -> str:
+        """One line for logs and errors."""
+        where = "savepoint" if self.savepoint else "snapshot path"
+        return f"{self.kind} {self.checkpoint_id} of {where} {self.origin.root!r}"
+
+    def to_meta(self) -> dict[str, Any]:
+        """The small JSON form carried to ``barriered.keyed`` in the schema metadata."""
+        return {
+            "root": self.origin.root,
+            "checkpoint_id": self.checkpoint_id,
+            "state_version": self.state_version,
+        }
+
+    # -- files ---------------------------------------------------------------------------
+
+    def state_files(self, operator: str | None = None) -> list[TableFile]:
+        """The ``state`` files of this checkpoint (of one operator, or all)."""
+        files = _files(self.origin, self.origin.state_table, self.state_version, self)
+        if operator is None:
+            return files
+        return [f for f in files if f.partition_values.get("operator") == operator]
+
+    def inflight_files(self) -> list[TableFile]:
+        """The ``inflight`` files of this checkpoint (value capture only)."""
+        if self.inflight_version is None:
+            return []
+        files = _files(self.origin, self.origin.inflight_table, self.inflight_version, self)
+        return [
+            f for f in files if f.partition_values.get("checkpoint_id") == str(self.checkpoint_id)
+        ]
+
+    def check_files(self) -> None:
+        """Check that every data file of the checkpoint is there, whole and readable.
+
+        Raises
+        ------
+        RestoreError
+            Naming the first missing, truncated or unreadable file. Nothing is changed.
+        """
+        tables = [(self.origin.state_table, self.state_files())]
+        tables.append((self.origin.inflight_table, self.inflight_files()))
+        for table_uri, files in tables:
+            for f in files:
+                _check_file(join(table_uri, f.path), f.size, self)
+
+    def operators(self) -> dict[str, dict[str, Any]]:
+        """The keyed operators registered on the origin, by name."""
+        folder = self.origin.operators_dir
+        specs = (read_json(join(folder, n)) for n in list_names(folder) if n.endswith(".json"))
+        return {str(s["operator"]): s for s in specs if s}
+
+    # -- compatibility -------------------------------------------------------------------
+
+    def check_config(self, conf: BarrieredConf) -> None:
+        """Refuse a query whose keys fixed for the life of a snapshot (``maxParallelism``)
+        differ from the snapshot's.
+
+        Raises
+        ------
+        ConfigError
+            Naming the key, both values and what to do.
+        """
+        check_restore_compatible(self.config.get("conf", {}), conf)
+
+    def check_upstream(self, channels: int, upstream: str) -> None:
+        """Refuse a source with another channel count or upstream than the snapshot's.
+
+        Raises
+        ------
+        RestoreError
+            Naming both values.
+        """
+        recorded = int(self.config.get("channels", channels))
+        if recorded != channels:
+            raise RestoreError(
+                f"cannot restore {self.describe()}: it was taken from {recorded} channels, "
+                f"this source has {channels}. Channels are fixed for the life of a snapshot; "
+                "restore with the same upstream options"
+            )
+        theirs = str(dict(self.config.get("upstream", {})).get("upstream", upstream))
+        if theirs != upstream:
+            raise RestoreError(
+                f"cannot restore {self.describe()}: it was taken from upstream {theirs!r}, "
+                f"this source reads {upstream!r}; it belongs to another query"
+            )
+
+
+def _files(
+    layout: SnapshotLayout, uri: str, version: int, point: RestorePoint
+) -> list[TableFile]:
+    try:
+        table = open_table(uri, version, layout.storage_options)
+    except Exception as exc:
+        raise RestoreError(
+            f"cannot restore {point.describe()}: table {uri!r} cannot be read at version "
+            f"{version} ({exc}). Nothing was changed; restore another retained checkpoint"
+        ) from exc
+    if table is None:
+        raise RestoreError(
+            f"cannot restore {point.describe()}: table {uri!r} is missing. Nothing was changed"
+        )
+    return [
+        TableFile(f["path"], int(f["size"]), int(f["rows"] or 0), f["partition_values"])
+        for f in current_files(table)
+    ]
+
+
+def _check_file(uri: str, size: int, point: RestorePoint) -> None:
+    fs, path = filesystem(uri)
+    info = fs.get_file_info(path)
+    problem = None
+    if info.size is None:
+        problem = "is missing"
+    elif info.size != size:
+        problem = f"has {info.size} bytes, the Delta log says {size}"
+    else:
+        try:
+            with fs.open_input_file(path) as f:
+                pq.read_metadata(f)
+        except Exception as exc:
+            problem = f"is not a readable Parquet file ({exc})"
+    if problem is not None:
+        raise RestoreError(
+            f"cannot restore {point.describe()}: data file {uri!r} {problem}. Nothing was "
+            "changed or deleted. If retention removed it, restore a newer checkpoint "
+            "(barriered checkpoints PATH lists them); otherwise put the file back"
+        )
+
+
+def committed_checkpoints(layout: SnapshotLayout) -> dict[int, tuple[int, dict[str, Any]]]:
+    """Checkpoint id -> (state table version, commit metadata) of every commit retained
+    in the ``state`` table's history."""
+    table = open_table(layout.state_table, storage_options=layout.storage_options)
+    if table is None:
+        return {}
+    out: dict[int, tuple[int, dict[str, Any]]] = {}
+    for entry in table.history():
+        cid = entry.get("barriered.checkpoint_id")
+        if cid is not None:
+            out[int(cid)] = (int(entry["version"]), dict(entry))
+    return out
+
+
+def highest_checkpoint_id(layout: SnapshotLayout) -> int:
+    """The highest checkpoint id ever used on ``layout`` (0 if none): committed, recorded,
+    requested, or with acknowledgements left by a crashed run. New ids must be above it,
+    so that nothing a crashed run left behind is mistaken for a new checkpoint's."""
+    ids = set(committed_checkpoints(layout))
+    ids.update(int(r["checkpoint_id"]) for r in checkpoints_table.read_rows(layout))
+    triggers = TriggerLog.read(layout.triggers_file)
+    ids.update(r.id for r in triggers.requests)
+    ids.update(triggers.cancelled)
+    ids.update(int(n) for n in list_names(join(layout.root, "_acks"), folders=True) if n.isdigit())
+    return max(ids, default=0)
+
+
+def _not_restorable(layout: SnapshotLayout, checkpoint_id: int, committed: list[int]) -> str:
+    rows = [
+        r for r in checkpoints_table.read_rows(layout) if int(r["checkpoint_id"]) == checkpoint_id
+    ]
+    known = f"completed checkpoints there: {committed or 'none'}"
+    if not rows:
+        return f"checkpoint {checkpoint_id} does not exist under {layout.root!r} ({known})"
+    row = rows[-1]
+    reason = f": {row['failure_reason']}" if row.get("failure_reason") else ""
+    return (
+        f"checkpoint {checkpoint_id} under {layout.root!r} is {row['status']}{reason}, "
+        f"not completed ({known})"
+    )
+
+
+def resolve(target: SnapshotLayout, restore_from: str) -> RestorePoint:
+    """Find the checkpoint ``restoreFrom`` names.
+
+    Parameters
+    ----------
+    target : SnapshotLayout
+        The restoring query's snapshot path (where ``latest`` and ids are looked up).
+    restore_from : str
+        ``latest``, a checkpoint id, or the path of a savepoint or snapshot path.
+
+    Raises
+    ------
+    RestoreError
+        When there is no such completed checkpoint, or the path holds none.
+    """
+    spec = restore_from.strip()
+    wanted: int | None = None
+    if spec.lower() == "latest":
+        origin = target
+    elif spec.isdigit():
+        origin, wanted = target, int(spec)
+    else:
+        origin = SnapshotLayout.at(spec, target.storage_options)
+        if not exists(origin.root):
+            raise RestoreError(
+                f"option 'restoreFrom': {spec!r} is not 'latest', a checkpoint id, or an "
+                "existing savepoint or snapshot path"
+            )
+    marker = read_json(origin.savepoint_file, default=None)
+    if marker is not None and wanted is None:
+        wanted = int(marker["checkpoint_id"])
+    committed = committed_checkpoints(origin)
+    ids = sorted(committed)
+    if wanted is None:
+        if not ids:
+            raise RestoreError(
+                f"option 'restoreFrom': no completed checkpoint under {origin.root!r} to "
+                "restore. Remove 'restoreFrom' to start from the beginning"
+            )
+        wanted = ids[-1]
+    if wanted not in committed:
+        raise RestoreError(f"option 'restoreFrom': {_not_restorable(origin, wanted, ids)}")
+    version, meta = committed[wanted]
+    config = read_json(origin.config_file, default=None)
+    if config is None:
+        raise RestoreError(
+            f"cannot restore checkpoint {wanted} of {origin.root!r}: "
+            f"{origin.config_file!r} is missing, so its configuration is unknown"
+        )
+    barrier = json.loads(meta.get("barriered.barrier") or "{}")
+    inflight = json.loads(meta.get("barriered.inflight") or "{}")
+    channels = int(config.get("channels", len(barrier)))
+    point = RestorePoint(
+        origin=origin,
+        checkpoint_id=wanted,
+        kind=str(meta.get("barriered.kind", "checkpoint")),
+        mode=str(meta.get("barriered.mode", "aligned")),
+        state_version=version,
+        barrier=tuple(int(barrier[str(c)]) for c in range(channels)),
+        inflight=tuple(
+            sorted((int(c), int(a), int(b)) for c, (a, b) in inflight.items() if b > a)
+        ),
+        inflight_version=(
+            None
+            if meta.get("barriered.inflight_version") is None
+            else int(meta["barriered.inflight_version"])
+        ),
+        config=config,
+        savepoint=marker is not None,
+    )
+    log.info("restore: %s, state table version %d", point.describe(), version)
+    return point

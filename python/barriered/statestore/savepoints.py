@@ -1,0 +1,171 @@
+"""Savepoints: a self-contained copy of one completed checkpoint.
+
+A savepoint folder has the layout of a snapshot path holding exactly one checkpoint:
+the ``state`` table (one commit, carrying the same barrier positions and in-flight
+ranges as the original), the ``inflight`` table when the checkpoint has in-flight
+records, its ``_checkpoints`` row, the configuration, the operator registrations and
+the upstream's manifest, plus ``_savepoint.json``. Data files are copied, not
+referenced, so the savepoint survives retention (and deletion) of the original snapshot
+path and can be moved to another machine. Restore it with
+``.option("restoreFrom", "<savepoint folder>")`` into a new snapshot path.
+
+Files are written in dependency order and ``_savepoint.json`` last; the target must not
+exist or be empty, and nothing is ever overwritten.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from barriered.errors import SnapshotStoreError
+from barriered.statestore import checkpoints_table
+from barriered.statestore.acks import DataFile
+from barriered.statestore.delta_tables import (
+    INFLIGHT_PARTITIONS,
+    STATE_PARTITIONS,
+    STATE_SCHEMA,
+    commit_files,
+)
+from barriered.statestore.fileio import (
+    copy_file,
+    copy_tree,
+    exists,
+    filesystem,
+    join,
+    list_names,
+    write_json,
+)
+from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.restore_point import (
+    TableFile,
+    committed_checkpoints,
+    resolve,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Savepoint:
+    """A written savepoint.
+
+    Attributes
+    ----------
+    path : str
+        The savepoint folder (pass it to ``restoreFrom``).
+    checkpoint_id : int
+        The checkpoint it holds.
+    origin : str
+        The snapshot path it was copied from.
+    state_files, state_bytes, inflight_rows : int
+        What it holds.
+    """
+
+    path: str
+    checkpoint_id: int
+    origin: str
+    state_files: int
+    state_bytes: int
+    inflight_rows: int
+
+
+def _copy(files: list[TableFile], source: str, target: str) -> list[DataFile]:
+    now = int(time.time() * 1000)
+    out = []
+    for f in files:
+        copy_file(join(source, f.path), join(target, f.path))
+        out.append(DataFile(f.path, f.size, f.rows, dict(f.partition_values), now))
+    return out
+
+
+def export(origin: SnapshotLayout, checkpoint_id: int | None, target: str) -> Savepoint:
+    """Copy a completed checkpoint of ``origin`` to the savepoint folder ``target``.
+
+    Parameters
+    ----------
+    origin : SnapshotLayout
+        The snapshot path.
+    checkpoint_id : int or None
+        The checkpoint (None: the latest completed one).
+    target : str
+        A folder that does not exist yet (or is empty).
+
+    Raises
+    ------
+    RestoreError
+        When the checkpoint is not completed or its files are missing or corrupt.
+    SnapshotStoreError
+        When ``target`` is not empty or cannot be written.
+    """
+    point = resolve(origin, "latest" if checkpoint_id is None else str(checkpoint_id))
+    point.check_files()
+    out = SnapshotLayout.at(target, origin.storage_options)
+    if exists(out.root) and (list_names(out.root) or list_names(out.root, folders=True)):
+        raise SnapshotStoreError(
+            f"savepoint folder {out.root!r} is not empty; nothing was written. Choose a new "
+            "folder: savepoints are never overwritten"
+        )
+    cid = point.checkpoint_id
+    copy_file(origin.config_file, out.config_file)
+    copy_tree(origin.operators_dir, out.operators_dir)
+    copy_tree(origin.source_dir, out.source_dir)
+    _, meta = committed_checkpoints(origin)[cid]
+    metadata = {k: v for k, v in meta.items() if k.startswith("barriered.")}
+    metadata.pop("barriered.checkpoint_id", None)
+    inflight = _copy(point.inflight_files(), origin.inflight_table, out.inflight_table)
+    inflight_version = None
+    if inflight:
+        fs, root = filesystem(join(out.inflight_table, inflight[0].path))
+        with fs.open_input_file(root) as f:
+            schema = pq.read_schema(f).append(pa.field("checkpoint_id", pa.int64()))
+        inflight_version = commit_files(
+            out.inflight_table, schema, INFLIGHT_PARTITIONS, cid, inflight,
+            storage_options=out.storage_options,
+        ).version  # fmt: skip
+    metadata["barriered.inflight_version"] = inflight_version
+    state = _copy(point.state_files(), origin.state_table, out.state_table)
+    state_version = commit_files(
+        out.state_table, STATE_SCHEMA, STATE_PARTITIONS, cid, state, metadata=metadata,
+        storage_options=out.storage_options,
+    ).version  # fmt: skip
+    rows = [r for r in checkpoints_table.read_rows(origin) if r["checkpoint_id"] == cid]
+    row = dict(rows[-1]) if rows else {"checkpoint_id": cid, "kind": point.kind}
+    row.update(
+        status="completed",
+        state_table_version=state_version,
+        inflight_table_version=inflight_version,
+    )
+    checkpoints_table.append(out, row)
+    saved = Savepoint(
+        path=out.root,
+        checkpoint_id=cid,
+        origin=origin.root,
+        state_files=len(state),
+        state_bytes=sum(f.size for f in state),
+        inflight_rows=sum(f.rows for f in inflight),
+    )
+    write_json(
+        out.savepoint_file,
+        {
+            "checkpoint_id": cid,
+            "kind": point.kind,
+            "mode": point.mode,
+            "origin": origin.root,
+            "created_ms": int(time.time() * 1000),
+            "state_files": saved.state_files,
+            "state_bytes": saved.state_bytes,
+        },
+    )
+    log.info(
+        "savepoint of checkpoint %d written to %s (%d state files, %d bytes)",
+        cid,
+        out.root,
+        saved.state_files,
+        saved.state_bytes,
+    )
+    return saved

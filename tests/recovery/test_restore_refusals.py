@@ -1,0 +1,195 @@
+"""Restores that must be refused: each names what is wrong and changes no file.
+
+One real run makes a snapshot path; each test copies it, damages or mismatches one
+thing, tries to restore, and asserts the message and that the snapshot path is exactly
+as before (same files, same sizes, same modification times).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import barriered
+from barriered import cli
+from barriered.examples import RunningTotals
+from barriered.statestore import checkpoints_table
+from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.restore_point import resolve
+from runs import MODES, PREFIX, SOURCE, commit_metadata, run, state_at
+
+pytestmark = pytest.mark.spark
+
+
+class RunningAverages:
+    """Same operator name as RunningTotals' snapshot, another state schema."""
+
+    state_schema = "total double, count long"
+    output_schema = "user_id string, total double"
+
+    def process(self, key: Any, rows: Any, state: Any) -> None:
+        return None
+
+
+@pytest.fixture(scope="module")
+def snapshot(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A snapshot path with several completed aligned checkpoints."""
+    barriered.install(spark)
+    tmp = tmp_path_factory.mktemp("refusals")
+    conf = {
+        **MODES["aligned"],
+        "checkpointInterval": "10ms",
+        "maxParallelism": "8",
+        "bufferPerChannel": "100",
+        "retainedCheckpoints": "100",
+    }
+    run(spark, tmp, conf)
+    for key in list(spark.conf.getAll):
+        if key.startswith(PREFIX):
+            spark.conf.unset(key)
+    yield tmp / "snap"
+
+
+def tree(root: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture()
+def copy(snapshot: Path, tmp_path: Path, session: Any) -> Path:
+    """A private copy of the snapshot path, with the fixture's configuration."""
+    session.conf.set(PREFIX + "unaligned.enabled", "false")
+    target = tmp_path / "snap"
+    shutil.copytree(snapshot, target)
+    return target
+
+
+def attempt(
+    session: Any,
+    snap: Path,
+    restore_from: str,
+    processor: Any = None,
+    keys: tuple[str, ...] = ("user_id",),
+    source: dict[str, str] | None = None,
+) -> str:
+    """Try to restore; return the error message (the query must not start)."""
+    before = tree(snap)
+    with pytest.raises(Exception) as failure:
+        events = (
+            session.readStream.format("barriered")
+            .options(**(source or SOURCE))
+            .option("snapshotPath", str(snap))
+            .option("restoreFrom", restore_from)
+            .load()
+        )
+        out = barriered.keyed(events, *keys).process(processor or RunningTotals(), "running_totals")
+        query = (
+            out.writeStream.format("noop")
+            .option("checkpointLocation", str(snap.parent / "ck-refused"))
+            .start()
+        )
+        query.awaitTermination(60)
+        raise AssertionError("the restore was not refused")
+    assert tree(snap) == before, "a refused restore changed the snapshot path"
+    return str(failure.value)
+
+
+def state_file(snap: Path) -> Path:
+    """A data file the latest checkpoint reads."""
+    point = resolve(SnapshotLayout.at(str(snap)), "latest")
+    return snap / "state" / point.state_files()[0].path
+
+
+def test_a_changed_max_parallelism_is_refused(session: Any, copy: Path) -> None:
+    session.conf.set(PREFIX + "maxParallelism", "16")
+    message = attempt(session, copy, "latest")
+    assert "maxParallelism is fixed for the life of the snapshot path" in message
+    assert "maxParallelism=8" in message
+
+
+def test_other_key_columns_are_refused(session: Any, copy: Path) -> None:
+    message = attempt(session, copy, "latest", keys=("amount",))
+    assert "cannot restore operator 'running_totals'" in message
+    assert "key columns were ['user_id'], now ['amount']" in message
+
+
+def test_another_state_schema_is_refused(session: Any, copy: Path) -> None:
+    message = attempt(session, copy, "latest", processor=RunningAverages())
+    assert "the state schema was 'total long, count long'" in message
+    assert "'total double, count long'" in message
+
+
+def test_a_checkpoint_that_does_not_exist_is_refused(session: Any, copy: Path) -> None:
+    message = attempt(session, copy, "999")
+    assert "checkpoint 999 does not exist" in message
+    assert "completed checkpoints there: [1" in message
+
+
+def test_an_aborted_checkpoint_is_refused(session: Any, copy: Path) -> None:
+    layout = SnapshotLayout.at(str(copy))
+    aborted = max(commit_metadata(layout)) + 1
+    checkpoints_table.append(
+        layout,
+        {"checkpoint_id": aborted, "status": "aborted", "failure_reason": "expired"},
+    )
+    message = attempt(session, copy, str(aborted))
+    assert f"checkpoint {aborted} under" in message and "is aborted: expired" in message
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated", "garbage"])
+def test_missing_or_corrupt_state_files_are_named(session: Any, copy: Path, damage: str) -> None:
+    victim = state_file(copy)
+    if damage == "missing":
+        victim.unlink()
+    elif damage == "truncated":
+        victim.write_bytes(victim.read_bytes()[:-20])
+    else:
+        victim.write_bytes(b"x" * victim.stat().st_size)
+    message = attempt(session, copy, "latest")
+    assert str(victim) in message
+    expected = {"missing": "is missing", "truncated": "bytes, the Delta log says",
+                "garbage": "is not a readable Parquet file"}[damage]  # fmt: skip
+    assert expected in message and "Nothing was changed or deleted" in message
+
+
+def test_a_snapshot_of_another_query_is_refused(session: Any, copy: Path) -> None:
+    message = attempt(session, copy, "latest", source={**SOURCE, "channels": "4"})
+    assert "it was taken from 3 channels, this source has 4" in message
+
+
+def test_an_unknown_restore_path_is_refused(session: Any, copy: Path, tmp_path: Path) -> None:
+    message = attempt(session, copy, str(tmp_path / "nowhere"))
+    assert "is not 'latest', a checkpoint id, or an existing savepoint" in message
+
+
+def test_a_savepoint_into_a_used_snapshot_path_is_refused(
+    session: Any, copy: Path, tmp_path: Path
+) -> None:
+    savepoint = tmp_path / "sp"
+    assert cli.main(["savepoint", str(copy), "-o", str(savepoint)]) == 0
+    message = attempt(session, copy, str(savepoint))
+    assert "already holds checkpoints of another run" in message
+
+
+def test_cli_savepoint_copies_one_checkpoint(copy: Path, tmp_path: Path) -> None:
+    layout = SnapshotLayout.at(str(copy))
+    committed = commit_metadata(layout)
+    first = min(committed)
+    target = tmp_path / "sp"
+    assert cli.main(["savepoint", str(copy), "-o", str(target), "--checkpoint", str(first)]) == 0
+    saved = SnapshotLayout.at(str(target))
+    rows = checkpoints_table.read_rows(saved)
+    assert [(r["checkpoint_id"], r["status"]) for r in rows] == [(first, "completed")]
+    version = int(committed[first]["version"])
+    assert state_at(saved, rows[0]["state_table_version"]) == state_at(layout, version)
+    # Self-contained: no file of the savepoint lies outside it.
+    assert all(not Path(p).is_absolute() for p in tree(target / "state"))
+    # Never overwritten.
+    assert cli.main(["savepoint", str(copy), "-o", str(target)]) == 2

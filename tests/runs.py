@@ -1,0 +1,169 @@
+"""Helpers shared by the Spark tests: a skewed deterministic upstream, real runs, recounts.
+
+Every run reads a skewed ``rate`` upstream (channel 0 holds four times the records of the
+others and every channel is admitted at most 40 rows per micro-batch, so channel 0 lags),
+keeps a running total per user, and takes checkpoints as often as it can. The recounts
+compute, from the upstream's own records, what a snapshot must contain.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from deltalake import DeltaTable
+
+import barriered
+from barriered.datasource.upstreams.rate import RateUpstream
+from barriered.examples import RunningTotals
+from barriered.statestore import checkpoints_table
+from barriered.statestore.layout import SnapshotLayout
+
+PREFIX = "spark.sql.streaming.barriered."
+CHANNELS, ROWS, SKEW, KEYS = 3, 160, "0:4", 25
+SOURCE = {
+    "upstream": "rate",
+    "channels": str(CHANNELS),
+    "rowsPerSecond": "0",
+    "rowsPerChannel": str(ROWS),
+    "skew": SKEW,
+    "keys": str(KEYS),
+    "maxRowsPerChannel": "40",
+}
+MODES: dict[str, dict[str, str]] = {
+    "aligned": {"unaligned.enabled": "false"},
+    "unaligned": {"unaligned.enabled": "true", "alignedCheckpointTimeout": "0s"},
+    "aligned_with_timeout": {
+        "unaligned.enabled": "true",
+        "alignedCheckpointTimeout": "10ms",
+        "unaligned.adaptive": "false",
+    },
+    "at_least_once": {"mode": "atLeastOnce"},
+}
+
+
+def write_files(
+    data: Path, sizes: dict[str, int], parts: int = 3, tag: str = "part"
+) -> Counter[str]:
+    """Write JSON-lines files, one folder per channel; return the totals they hold."""
+    expected: Counter[str] = Counter()
+    for folder, rows in sizes.items():
+        (data / folder).mkdir(parents=True, exist_ok=True)
+        for part in range(parts):
+            lines = []
+            for i in range(rows // parts):
+                user, amount = f"user-{(i * 7 + part) % 11}", i % 5 + 1
+                expected[user] += amount
+                lines.append(json.dumps({"user_id": user, "amount": amount}))
+            (data / folder / f"{tag}-{part}.json").write_text("\n".join(lines) + "\n")
+    return expected
+
+
+#: Source options reading the folders of :func:`write_files`.
+FILES_SOURCE = {
+    "upstream": "files",
+    "channelBy": "folder",
+    "schema": "user_id string, amount long",
+    "maxRowsPerChannel": "10",
+}
+
+
+def upstream() -> RateUpstream:
+    """The upstream of :data:`SOURCE`, to recount its records."""
+    return RateUpstream(CHANNELS, 0, ROWS, KEYS, {0: 4.0}, state_dir="/nonexistent")
+
+
+def totals_before(limits: dict[int, int]) -> dict[str, int]:
+    """Running totals over the records of each channel before ``limits[c]``."""
+    totals: Counter[str] = Counter()
+    up = upstream()
+    for channel, end in limits.items():
+        table = up.read(channel, 0, end)
+        for user, amount in zip(
+            table["user_id"].to_pylist(), table["amount"].to_pylist(), strict=True
+        ):
+            totals[user] += amount
+    return dict(totals)
+
+
+def start(
+    session: Any,
+    tmp_path: Path,
+    conf: dict[str, str],
+    source: dict[str, str] | None = None,
+    snap: str | None = None,
+    checkpoint: str = "ck",
+) -> Any:
+    """Start one availableNow query of running totals; return it."""
+    for key, value in conf.items():
+        session.conf.set(PREFIX + key, value)
+    snap = snap or str(tmp_path / "snap")
+    events = session.readStream.format("barriered").options(**(source or SOURCE))
+    events = events.option("snapshotPath", snap).load()
+    out = barriered.keyed(events, "user_id").process(RunningTotals())
+    return (
+        out.writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
+def wait_final_checkpoint(
+    layout: SnapshotLayout, final: tuple[int, ...], after_id: int = 0
+) -> dict[str, Any]:
+    """Wait for a completed checkpoint (with id > ``after_id``) at positions ``final``
+    with nothing in flight (its state alone covers the whole input); return its row."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        for row in checkpoints_table.completed(layout)[::-1]:
+            at_end = tuple(json.loads(row["barrier_positions"]).values()) == final
+            if row["checkpoint_id"] > after_id and at_end and not row["inflight_rows"]:
+                return row
+        time.sleep(0.2)
+    raise AssertionError(f"no completed checkpoint at {final} under {layout.root}")
+
+
+def run(
+    session: Any,
+    tmp_path: Path,
+    conf: dict[str, str],
+    source: dict[str, str] | None = None,
+    snap: str | None = None,
+    final: tuple[int, ...] | None = None,
+    checkpoint: str = "ck",
+    after_id: int = 0,
+) -> tuple[Any, SnapshotLayout]:
+    """Run one availableNow query to its end and wait for its last checkpoint.
+
+    ``final`` are the channels' end positions (default: the rate upstream's); the last
+    checkpoint must have an id above ``after_id`` (a restored run's own).
+    """
+    query = start(session, tmp_path, conf, source, snap, checkpoint)
+    query.awaitTermination()
+    layout = SnapshotLayout.configured(snap or str(tmp_path / "snap"))
+    wait_final_checkpoint(layout, final or tuple(upstream().available()), after_id)
+    return query, layout
+
+
+def state_at(layout: SnapshotLayout, version: int) -> dict[str, int]:
+    """The ``total`` per user in the state table at ``version`` (each key once)."""
+    table = DeltaTable(
+        layout.state_table, version=version, storage_options=dict(layout.storage_options)
+    ).to_pyarrow_table()
+    keys = [json.loads(k)["user_id"] for k in table["key"].to_pylist()]
+    assert len(keys) == len(set(keys)), "a key appears twice in one snapshot"
+    values = [json.loads(v)["total"] for v in table["value"].to_pylist()]
+    return dict(zip(keys, values, strict=True))
+
+
+def commit_metadata(layout: SnapshotLayout) -> dict[int, dict[str, Any]]:
+    """Commit metadata of every checkpoint commit of the state table, by id."""
+    return {
+        int(h["barriered.checkpoint_id"]): h
+        for h in DeltaTable(layout.state_table).history()
+        if "barriered.checkpoint_id" in h
+    }

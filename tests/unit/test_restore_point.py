@@ -1,0 +1,200 @@
+"""Restore points, savepoints and fault injection on real Delta tables (no Spark)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from barriered.config import BarrieredConf
+from barriered.datasource.offsets import Replay, SourceOffset
+from barriered.datasource.planner import PlanInput, plan
+from barriered.datasource.triggers import TriggerLog, TriggerRequest
+from barriered.errors import ConfigError, InjectedFault, RestoreError, SnapshotStoreError
+from barriered.statestore import checkpoints_table
+from barriered.statestore.acks import Ack, write_ack, write_data_file
+from barriered.statestore.delta_tables import (
+    INFLIGHT_PARTITIONS,
+    STATE_PARTITIONS,
+    STATE_SCHEMA,
+    as_json,
+    commit_files,
+)
+from barriered.statestore.fileio import write_json
+from barriered.statestore.keyed import STATE_FILE_SCHEMA
+from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.restore_point import highest_checkpoint_id, resolve
+from barriered.statestore.savepoints import export
+from barriered.testing import faults
+
+INFLIGHT_FILE = pa.schema(
+    [("user_id", pa.string()), ("_channel", pa.int32()), ("_seq", pa.int64())]
+)
+
+
+def checkpoint(
+    layout: SnapshotLayout,
+    cid: int,
+    barrier: list[int],
+    inflight: dict[int, tuple[int, int]] | None = None,
+) -> int:
+    """Commit checkpoint ``cid`` as the coordinator does: in-flight files, then state."""
+    inflight = inflight or {}
+    inflight_version = None
+    if inflight:
+        files = []
+        for channel, (a, b) in inflight.items():
+            table = pa.table(
+                {"user_id": [f"u{s}" for s in range(a, b)], "_channel": [channel] * (b - a),
+                 "_seq": list(range(a, b))},
+                schema=INFLIGHT_FILE,
+            )  # fmt: skip
+            files.append(
+                write_data_file(
+                    layout.inflight_table, {"checkpoint_id": str(cid)}, f"ch{channel}", table
+                )
+            )
+        inflight_version = commit_files(
+            layout.inflight_table, INFLIGHT_FILE.append(pa.field("checkpoint_id", pa.int64())),
+            INFLIGHT_PARTITIONS, cid, files,
+        ).version  # fmt: skip
+    state = pa.table(
+        {"key": ['{"user_id":"u1"}'], "value": [f'{{"total":{cid}}}'], "checkpoint_id": [cid]},
+        schema=STATE_FILE_SCHEMA,
+    )
+    f = write_data_file(layout.state_table, {"operator": "op", "key_group": "3"}, "t", state)
+    return commit_files(
+        layout.state_table,
+        STATE_SCHEMA,
+        STATE_PARTITIONS,
+        cid,
+        [f],
+        [{"operator": "op", "key_group": "3"}],
+        metadata={
+            "barriered.kind": "checkpoint",
+            "barriered.mode": "unaligned" if inflight else "aligned",
+            "barriered.barrier": as_json({str(c): b for c, b in enumerate(barrier)}),
+            "barriered.inflight": as_json({str(c): list(r) for c, r in inflight.items()}),
+            "barriered.inflight_version": inflight_version,
+        },
+    ).version
+
+
+@pytest.fixture()
+def layout(tmp_path: Path) -> SnapshotLayout:
+    layout = SnapshotLayout.at(str(tmp_path / "snap"))
+    conf = BarrieredConf(snapshot_path=layout.root, max_parallelism=8)
+    write_json(
+        layout.config_file,
+        {"conf": conf.to_dict(), "channels": 2, "upstream": {"upstream": "rate"}},
+    )
+    write_json(layout.operator_file("op"), {"operator": "op", "key_columns": ["user_id"]})
+    checkpoint(layout, 1, [10, 10])
+    checkpoint(layout, 2, [30, 20], inflight={0: (25, 30)})
+    return layout
+
+
+def test_latest_and_ids_resolve_from_the_state_table(layout: SnapshotLayout) -> None:
+    latest = resolve(layout, "latest")
+    assert (latest.checkpoint_id, latest.mode, latest.barrier) == (2, "unaligned", (30, 20))
+    assert latest.inflight == ((0, 25, 30),)
+    assert latest.start_positions == (25, 20)  # the in-flight range is replayed first
+    first = resolve(layout, "1")
+    assert (first.checkpoint_id, first.start_positions, first.inflight_version) == (
+        1,
+        (10, 10),
+        None,
+    )
+    latest.check_files()
+    assert [f.rows for f in latest.inflight_files()] == [5]
+
+
+def test_unknown_and_unfinished_ids_are_explained(layout: SnapshotLayout) -> None:
+    with pytest.raises(
+        RestoreError, match=r"checkpoint 9 does not exist .*completed checkpoints there: \[1, 2\]"
+    ):
+        resolve(layout, "9")
+    checkpoints_table.append(
+        layout, {"checkpoint_id": 3, "status": "aborted", "failure_reason": "expired"}
+    )
+    with pytest.raises(
+        RestoreError, match=r"checkpoint 3 under .* is aborted: expired, not completed"
+    ):
+        resolve(layout, "3")
+    with pytest.raises(RestoreError, match="no completed checkpoint under"):
+        resolve(SnapshotLayout.at(str(Path(layout.root).parent / "empty")), "latest")
+
+
+def test_a_changed_max_parallelism_or_channel_count_is_refused(layout: SnapshotLayout) -> None:
+    point = resolve(layout, "latest")
+    with pytest.raises(ConfigError, match="maxParallelism is fixed"):
+        point.check_config(BarrieredConf(snapshot_path=layout.root, max_parallelism=16))
+    with pytest.raises(RestoreError, match="taken from 2 channels, this source has 3"):
+        point.check_upstream(3, "rate")
+    with pytest.raises(RestoreError, match="taken from upstream 'rate', this source reads 'files'"):
+        point.check_upstream(2, "files")
+
+
+def test_damaged_files_are_named_and_left_alone(layout: SnapshotLayout) -> None:
+    (victim,) = Path(layout.inflight_table).rglob("*.parquet")
+    victim.write_bytes(victim.read_bytes()[:10])
+    with pytest.raises(RestoreError, match=f"{victim}' has 10 bytes"):
+        resolve(layout, "latest").check_files()
+    assert victim.read_bytes()  # not deleted
+    resolve(layout, "1").check_files()  # the other checkpoint does not read it
+
+
+def test_new_ids_stay_above_everything_a_crashed_run_left(layout: SnapshotLayout) -> None:
+    assert highest_checkpoint_id(layout) == 2
+    TriggerLog().with_request(TriggerRequest(4)).write(layout.triggers_file)
+    assert highest_checkpoint_id(layout) == 4
+    write_ack(layout, Ack(7, "state/op/3", changed=True))  # acks of a never-committed cut
+    assert highest_checkpoint_id(layout) == 7
+
+
+def test_a_savepoint_is_a_self_contained_copy(layout: SnapshotLayout, tmp_path: Path) -> None:
+    saved = export(layout, None, str(tmp_path / "sp"))
+    assert (saved.checkpoint_id, saved.state_files, saved.inflight_rows) == (2, 1, 5)
+    point = resolve(layout, str(tmp_path / "sp"))  # a path: the savepoint's checkpoint
+    assert point.savepoint and point.checkpoint_id == 2
+    assert (point.barrier, point.inflight, point.start_positions) == (
+        (30, 20),
+        ((0, 25, 30),),
+        (25, 20),
+    )
+    point.check_files()
+    assert all(f.path and not f.path.startswith("/") for f in point.state_files())
+    marker = json.loads((tmp_path / "sp" / "_savepoint.json").read_text())
+    assert marker["origin"] == layout.root
+    with pytest.raises(SnapshotStoreError, match="is not empty; nothing was written"):
+        export(layout, 1, str(tmp_path / "sp"))
+
+
+def test_replay_is_carried_until_every_range_is_delivered() -> None:
+    replay = Replay("/t", 2, ((0, 25, 30),), ((0, "/t/a.parquet"),))
+    start = SourceOffset(positions=(25, 20), last_id=2, replay=replay)
+    assert SourceOffset.from_dict(json.loads(json.dumps(start.to_dict()))) == start
+    inp = PlanInput(
+        available=[40, 20], admission=[3, 3], target=None, requests=(), cancelled=(),
+        last_completed=2, now_ms=0, buffer_per_channel=100, aligned_timeout_ms=0,
+    )  # fmt: skip
+    first = plan(start, inp)
+    assert first.positions == (28, 20) and first.replay == replay
+    second = plan(first, inp)
+    assert second.positions == (31, 20) and second.replay is None
+
+
+def test_a_fault_fires_once_at_the_first_matching_checkpoint(layout: SnapshotLayout) -> None:
+    faults.inject(layout.root, faults.BEFORE_COMMIT, checkpoint_id=3)
+    faults.hit(layout, faults.BEFORE_COMMIT, 2)  # below the armed id: nothing happens
+    assert faults.fired(layout.root, faults.BEFORE_COMMIT) is None
+    crashes: list[str] = []
+    with pytest.raises(InjectedFault, match=r"injected fault at before_commit \(checkpoint 4\)"):
+        faults.hit(layout, faults.BEFORE_COMMIT, 4, crashes.append)
+    assert crashes == ["injected fault at before_commit (checkpoint 4)"]
+    assert faults.fired(layout.root, faults.BEFORE_COMMIT)["checkpoint_id"] == 4  # type: ignore[index]
+    faults.hit(layout, faults.BEFORE_COMMIT, 5)  # fired already: never again
+    with pytest.raises(ValueError, match="unknown fault point"):
+        faults.inject(layout.root, "somewhere")
