@@ -235,6 +235,20 @@ def ratio(numerator: float | None, denominator: float | None, digits: int = 3) -
     return round(numerator / denominator, digits)
 
 
+def target(name: str, value: float | None, bound: float, at_least: bool) -> dict[str, Any]:
+    """One target check: ``value >= bound`` (``at_least``) or ``value <= bound``.
+
+    Returns
+    -------
+    dict
+        ``{name: {"value", "bound", "met", "margin"}}``; ``margin`` is how far ``value``
+        is on the good side of ``bound`` (negative: missed by that much).
+    """
+    margin = None if value is None else round((value - bound) * (1 if at_least else -1), 3)
+    check = {"value": value, "bound": bound, "met": margin is not None and margin >= 0}
+    return {name: {**check, "margin": margin}}
+
+
 def checkpoint_rows(snapshot_path: str) -> list[dict[str, Any]]:
     """Every row of the ``_checkpoints`` table of ``snapshot_path``, by id."""
     return checkpoints_table.read_rows(SnapshotLayout.configured(snapshot_path))

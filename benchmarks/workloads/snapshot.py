@@ -14,6 +14,7 @@ compared with a sequential write of the same bytes to the same folder, flushed w
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -60,10 +61,8 @@ def drop_file(folder: Path, name: str, users: list[str]) -> None:
     os.replace(folder / f".{name}.tmp", folder / f"{name}.parquet")
 
 
-def wait_for_checkpoint(ctx: Context, snap: str, position: int, timeout: float) -> dict[str, Any]:
+def wait_for_checkpoint(snap: str, position: int, timeout: float) -> dict[str, Any]:
     """The first completed checkpoint whose barrier covers ``position`` records."""
-    import json
-
     deadline = time.time() + timeout
     while time.time() < deadline:
         for row in checkpoint_rows(snap):
@@ -131,7 +130,7 @@ def run(ctx: Context) -> dict[str, Any]:
     }
     query = start(running_count(ctx.spark, snap, options), ctx.path("ck"))
     try:
-        load = wait_for_checkpoint(ctx, snap, position, timeout=900)
+        load = wait_for_checkpoint(snap, position, timeout=900)
         ctx.emit(f"  loaded {size['keys']} keys: checkpoint {load['checkpoint_id']}")
         levels: dict[str, Any] = {}
         for pct in LEVELS:
@@ -140,7 +139,7 @@ def run(ctx: Context) -> dict[str, Any]:
             for r in range(size["repeats"]):
                 drop_file(data, f"{pct:03d}-{r}", [groups[g][r % len(groups[g])] for g in chosen])
                 position += len(chosen)
-                rows.append(wait_for_checkpoint(ctx, snap, position, timeout=300))
+                rows.append(wait_for_checkpoint(snap, position, timeout=300))
             cut_ms = {p["batchId"]: p["batchDuration"] for p in progress(query)}
             levels[f"{pct}%"] = {
                 "key_groups_changed": len(chosen),
