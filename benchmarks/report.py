@@ -30,6 +30,16 @@ METHOD = """\
   *alignment* is first barrier delivered → cut; *micro-batches* is
   `cut_batch_id - trigger_batch_id`, the batches that ran between the coordinator's
   trigger (after batch `trigger_batch_id`) and the batch whose end is the snapshot.
+* Fast-channel records while aligning are the records channels 1-3 delivered in the
+  batches after the one that fixed a checkpoint's barriers, up to its cut (taken from
+  the source's start/end offsets in the query progress), per batch.
+* Snapshot throughput is the state bytes a checkpoint wrote over its end-to-end
+  duration; the sequential reference writes the same number of bytes to one new file in
+  the same folder and `fsync`s it (median of 3), in the same run. The snapshot writer
+  does not `fsync`, so the reference is the slower of the two ways to write.
+* Restore time is `start()` → end of the first batch of the restored query (which loads
+  the state as transformWithStateInPandas initial state) minus the same for a fresh
+  query on the same small input (baseline: session, planning, Python workers).
 * The machine is shared: the 1-minute load average before and after each workload is
   recorded with its numbers. Quick runs (`--quick`) are smoke runs with small sizes;
   their results go to `benchmarks/results/quick/` and are not quoted here.
