@@ -43,7 +43,7 @@ TARGET_BATCHES = 2
 
 SIZES = {
     "full": {"per_batch": 1000, "rate": 250, "buffer_batches": 4, "seconds": 50},
-    "quick": {"per_batch": 1000, "rate": 250, "buffer_batches": 4, "seconds": 30},
+    "quick": {"per_batch": 1000, "rate": 250, "buffer_batches": 4, "seconds": 20},
 }
 INTERVAL = "5s"
 #: The demo's session keys per mode (aligned-with-timeout: Flink's fixed timeout).

@@ -46,7 +46,7 @@ TARGET = 0.90
 
 SIZES = {
     "full": {"per_batch": 2500, "seconds": 15, "rounds": 4, "warmup": 20, "interval": "5s"},
-    "quick": {"per_batch": 1000, "seconds": 12, "rounds": 1, "warmup": 8, "interval": "5s"},
+    "quick": {"per_batch": 1000, "seconds": 10, "rounds": 1, "warmup": 5, "interval": "5s"},
 }
 
 VARIANTS: dict[str, dict[str, str]] = {

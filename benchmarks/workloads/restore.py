@@ -32,7 +32,7 @@ from benchmarks.workloads.snapshot import (
 
 SIZES = {
     "full": {"keys": (100_000, 1_000_000)},
-    "quick": {"keys": (10_000, 50_000)},
+    "quick": {"keys": (5_000, 20_000)},
 }
 SEED_PARTITIONS, RESCALED_PARTITIONS = 2, 4
 
