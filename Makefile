@@ -21,7 +21,7 @@ demo: $(STAMP)  ## the main job: a local demo on real Spark
 	$(PY) -m barriered demo --out $(or $(OUT),out/demo) --duration $(or $(DURATION),40)
 
 test: $(STAMP)  ## the whole suite: lint, types, unit, Spark integration and recovery tests
-	$(VENV)/bin/ruff check python tests
+	$(VENV)/bin/ruff check python tests benchmarks
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
 
@@ -29,9 +29,12 @@ test-fast: $(STAMP)  ## pure-Python tests only (no Spark)
 	$(PY) -m pytest -q -m "not spark"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check python tests
-	$(VENV)/bin/ruff format --check python tests
+	$(VENV)/bin/ruff check python tests benchmarks
+	$(VENV)/bin/ruff format --check python tests benchmarks
 	$(VENV)/bin/mypy
+
+bench: $(STAMP)  ## the benchmark suite (ARGS=--quick for a smoke run, ARGS="--only NAME")
+	$(PY) -m benchmarks.run $(ARGS)
 
 docs: $(STAMP)
 	$(PY) -m barriered.config

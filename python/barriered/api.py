@@ -314,8 +314,7 @@ def savepoint(query: Any, path: str, timeout: float = 300.0) -> Savepoint:
             return export(qc.layout, checkpoint_id, path)
         if status == "aborted":
             raise CheckpointError(
-                f"savepoint {checkpoint_id} was aborted: {reason}; nothing was written to "
-                f"{path!r}"
+                f"savepoint {checkpoint_id} was aborted: {reason}; nothing was written to {path!r}"
             )
         if not query.isActive:
             raise CheckpointError(

@@ -92,9 +92,7 @@ def list_names(uri: str, folders: bool = False) -> list[str]:
     except OSError as exc:
         raise SnapshotStoreError(f"cannot list {uri!r}: {exc}") from exc
     return sorted(
-        i.base_name
-        for i in infos
-        if i.type == wanted and not i.base_name.startswith(".")
+        i.base_name for i in infos if i.type == wanted and not i.base_name.startswith(".")
     )
 
 

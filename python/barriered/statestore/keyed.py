@@ -178,15 +178,18 @@ class KeyedStatefulProcessor(StatefulProcessor):
         if len(data):
             changed = False
             data = data.sort_values([CHANNEL, SEQ], kind="stable")
-            user_cols = [c for c in data.columns if c not in _META]
+            user_rows = data[[c for c in data.columns if c not in _META]].reset_index(drop=True)
             cols = list(self.spec.key_columns)
-            for user_key, group in data.groupby(cols, sort=False, dropna=False):
+            # Positions per key (ascending, so in (_channel, _seq) order), then one row
+            # selection per key: iterating a pandas groupby builds and copies every group.
+            groups = data.groupby(cols, sort=False, dropna=False).indices
+            for user_key, positions in groups.items():
                 key_tuple = tuple(
                     _plain(v) for v in (user_key if isinstance(user_key, tuple) else (user_key,))
                 )
                 state = KeyState(self.values, key_tuple, self._fields)
                 out = self.processor.process(
-                    key_tuple, group[user_cols].reset_index(drop=True), state
+                    key_tuple, user_rows.iloc[positions].reset_index(drop=True), state
                 )
                 changed = changed or state.changed
                 if out is not None and len(out):
@@ -199,7 +202,10 @@ class KeyedStatefulProcessor(StatefulProcessor):
                 key_group, int(checkpoint_id), json.loads(meta_json), mod_count, snapshots
             )
         self._save_meta(mod_count, snapshots)
-        yield from outputs
+        if outputs:
+            # One frame per key group and batch: every yielded frame is a separate Arrow
+            # batch to the JVM, which costs far more than this concat.
+            yield pd.concat(outputs, ignore_index=True)
 
     def _snapshot(
         self,

@@ -174,9 +174,7 @@ class RestorePoint:
             )
 
 
-def _files(
-    layout: SnapshotLayout, uri: str, version: int, point: RestorePoint
-) -> list[TableFile]:
+def _files(layout: SnapshotLayout, uri: str, version: int, point: RestorePoint) -> list[TableFile]:
     try:
         table = open_table(uri, version, layout.storage_options)
     except Exception as exc:
@@ -317,9 +315,7 @@ def resolve(target: SnapshotLayout, restore_from: str) -> RestorePoint:
         mode=str(meta.get("barriered.mode", "aligned")),
         state_version=version,
         barrier=tuple(int(barrier[str(c)]) for c in range(channels)),
-        inflight=tuple(
-            sorted((int(c), int(a), int(b)) for c, (a, b) in inflight.items() if b > a)
-        ),
+        inflight=tuple(sorted((int(c), int(a), int(b)) for c, (a, b) in inflight.items() if b > a)),
         inflight_version=(
             None
             if meta.get("barriered.inflight_version") is None

@@ -1,0 +1,75 @@
+"""The machine, the versions and the one SparkSession the whole suite runs on."""
+
+from __future__ import annotations
+
+import os
+import platform
+from importlib import metadata
+from typing import Any
+
+
+def _first(path: str, prefix: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith(prefix):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def machine() -> dict[str, Any]:
+    """Cores, memory, CPU model and OS of this machine.
+
+    Returns
+    -------
+    dict
+        ``cores``, ``memory_gib``, ``cpu_model``, ``os``.
+    """
+    mem_kb = _first("/proc/meminfo", "MemTotal")
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": round(int(mem_kb.split()[0]) / 2**20, 1) if mem_kb else None,
+        "cpu_model": _first("/proc/cpuinfo", "model name") or platform.processor() or None,
+        "os": platform.platform(),
+    }
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (how busy the machine was), or None."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def versions(spark: Any | None = None) -> dict[str, str | None]:
+    """Versions of Python, Java and the packages the numbers depend on."""
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for package in ("pyspark", "deltalake", "pyarrow", "pandas", "spark-barriered"):
+        try:
+            out[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            out[package] = None
+    if spark is not None:
+        out["java"] = spark.sparkContext._jvm.java.lang.System.getProperty("java.version")
+    return out
+
+
+def session() -> Any:
+    """The suite's SparkSession: the demo's local[2] session with the RocksDB state store.
+
+    Returns
+    -------
+    SparkSession
+        With barriered installed and every progress report kept.
+    """
+    import barriered
+    from barriered.demo import local_session
+
+    spark = local_session()
+    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    barriered.install(spark)
+    return spark

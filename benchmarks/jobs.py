@@ -1,0 +1,85 @@
+"""The job every workload measures: a keyed running count per ``user_id``.
+
+The processor is shipped to the Python workers by value (the ``benchmarks`` package is
+not installed, so the workers could not import it by name).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pandas as pd
+from pyspark import cloudpickle
+
+import barriered
+from benchmarks.harness import barriered_stream
+
+#: The keyed state the benchmarks keep, and the rows they emit per key and batch.
+STATE_SCHEMA = "count long"
+OUTPUT_SCHEMA = "user_id string, count long"
+
+
+class RunningCount:
+    """Records seen per key; emits the new count of every key that got records."""
+
+    state_schema = STATE_SCHEMA
+    output_schema = OUTPUT_SCHEMA
+
+    def process(self, key: tuple[Any, ...], rows: pd.DataFrame, state: Any) -> pd.DataFrame:
+        """Add this batch's records of ``key`` to its count."""
+        current = state.get()
+        count = (0 if current is None else int(current["count"])) + len(rows)
+        state.update({"count": count})
+        return pd.DataFrame({"user_id": [key[0]], "count": [count]})
+
+
+class SilentCount(RunningCount):
+    """:class:`RunningCount` that emits nothing: seeds large states faster (same state)."""
+
+    def process(self, key: tuple[Any, ...], rows: pd.DataFrame, state: Any) -> None:
+        """Add this batch's records of ``key`` to its count."""
+        current = state.get()
+        state.update({"count": (0 if current is None else int(current["count"])) + len(rows)})
+
+
+#: The operator id on the snapshot path, the same for both processors.
+OPERATOR = "running_count"
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def rate_options(
+    channels: int,
+    keys: int,
+    per_batch: int,
+    rows_per_second: float = 0,
+    rows_per_channel: int | None = None,
+    skew: str = "",
+) -> dict[str, str]:
+    """Options of a ``rate`` upstream admitted ``per_batch`` rows per channel and batch.
+
+    ``rows_per_second=0`` makes every record available at once (a backlog on every
+    channel: the job runs as fast as it can).
+    """
+    options = {
+        "upstream": "rate",
+        "channels": str(channels),
+        "keys": str(keys),
+        "rowsPerSecond": str(rows_per_second),
+        "maxRowsPerChannel": str(per_batch),
+    }
+    if rows_per_channel is not None:
+        options["rowsPerChannel"] = str(rows_per_channel)
+    if skew:
+        options["skew"] = skew
+    return options
+
+
+def running_count(
+    spark: Any, snapshot_path: str, options: dict[str, str], silent: bool = False
+) -> Any:
+    """The keyed running count over a barriered source (``silent``: no output rows)."""
+    events = barriered_stream(spark, snapshot_path, options)
+    processor = SilentCount() if silent else RunningCount()
+    return barriered.keyed(events, "user_id").process(processor, name=OPERATOR)

@@ -1,0 +1,19 @@
+"""The workloads of the suite, by name, in the order the runner runs them.
+
+Each module has ``run(ctx) -> dict`` (the ``params``, ``results`` and ``targets`` of one
+JSON record) and ``markdown(record) -> str`` (its section of RESULTS.md); it may have
+``artifacts(record, folder)`` (files drawn from the record, such as a plot).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from benchmarks.workloads import backpressure, overhead, restore, snapshot
+
+WORKLOADS: dict[str, ModuleType] = {
+    "overhead": overhead,
+    "backpressure": backpressure,
+    "snapshot": snapshot,
+    "restore": restore,
+}

@@ -1,0 +1,207 @@
+"""Snapshot cost: bytes and time per checkpoint when 1%, 10% or 100% of key groups changed.
+
+A ``files`` upstream (one channel, Parquet files) first delivers one record for each of
+``keys`` distinct users, so the keyed running count holds ``keys`` keys in 128 key
+groups. Then, for each level, a file with one record per chosen key group is dropped in
+(the users are picked with the pure-Python port of Spark's ``hash`` in
+:mod:`barriered.statestore.key_groups`, so exactly those key groups change) and the
+suite waits for the checkpoint that covers it. A changed key group rewrites all its keys
+(one Parquet file); an unchanged one acknowledges without writing (incremental
+snapshots). The write throughput of a checkpoint (state bytes / end-to-end duration) is
+compared with a sequential write of the same bytes to the same folder, flushed with
+``fsync``, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+
+from barriered.statestore.key_groups import key_group_for_key
+from barriered.statestore.layout import SnapshotLayout
+from benchmarks.harness import (
+    Context,
+    checkpoint_rows,
+    configure,
+    percentile,
+    progress,
+    ratio,
+    start,
+)
+from benchmarks.jobs import running_count
+from benchmarks.markdown import table
+
+MAX_PARALLELISM = 128
+LEVELS = (1, 10, 100)  # percent of key groups changed
+SIZES = {"full": {"keys": 100_000, "repeats": 4}, "quick": {"keys": 10_000, "repeats": 2}}
+SCHEMA = pa.schema([("user_id", pa.string()), ("amount", pa.int64())])
+
+
+def users_by_group(keys: int) -> dict[int, list[str]]:
+    """``user-0 .. user-{keys-1}`` by key group (Spark's ``hash``, computed in Python)."""
+    groups: dict[int, list[str]] = {}
+    for i in range(keys):
+        user = f"user-{i}"
+        groups.setdefault(key_group_for_key((user,), ("string",), MAX_PARALLELISM), []).append(user)
+    return groups
+
+
+def drop_file(folder: Path, name: str, users: list[str]) -> None:
+    """Write one record per user as a Parquet file, atomically (rename into place)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    table = pa.table({"user_id": users, "amount": [1] * len(users)}, schema=SCHEMA)
+    pq.write_table(table, folder / f".{name}.tmp")
+    os.replace(folder / f".{name}.tmp", folder / f"{name}.parquet")
+
+
+def wait_for_checkpoint(snap: str, position: int, timeout: float) -> dict[str, Any]:
+    """The first completed checkpoint whose barrier covers ``position`` records."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for row in checkpoint_rows(snap):
+            covered = sum(json.loads(row["barrier_positions"]).values())
+            if row["status"] == "completed" and covered >= position:
+                return row
+        time.sleep(0.3)
+    raise TimeoutError(f"no checkpoint covered position {position} within {timeout:.0f} s")
+
+
+def sequential_write(folder: str, size: int, repeats: int = 3) -> float:
+    """MB/s of writing ``size`` bytes to one new file in ``folder`` (write, fsync, close)."""
+    data = os.urandom(max(size, 1))
+    times = []
+    for i in range(repeats):
+        path = os.path.join(folder, f"sequential-{i}.bin")
+        began = time.perf_counter()
+        with open(path, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        times.append(time.perf_counter() - began)
+        os.remove(path)
+    return len(data) / 1e6 / (percentile(times, 50) or 1e-9)
+
+
+def state_size(snap: str) -> dict[str, int]:
+    """Files, bytes and rows of the state table's latest version."""
+    table = DeltaTable(SnapshotLayout.configured(snap).state_table)
+    files = [uri.removeprefix("file://") for uri in table.file_uris()]
+    return {
+        "files": len(files),
+        "bytes": sum(os.path.getsize(f) for f in files),
+        "rows": table.to_pyarrow_table(columns=["key"]).num_rows,
+    }
+
+
+def _measure(ctx: Context, row: dict[str, Any], cut_ms: dict[int, int]) -> dict[str, Any]:
+    return {
+        "checkpoint_id": row["checkpoint_id"],
+        "state_bytes": row["state_bytes"],
+        "state_rows": row["state_rows"],
+        "end_to_end_ms": row["end_to_end_duration_ms"],
+        "cut_batch_ms": cut_ms.get(row["cut_batch_id"]),
+    }
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    """Load the keys, then change 1%, 10% and 100% of the key groups; return the costs."""
+    size = SIZES["quick" if ctx.quick else "full"]
+    groups = users_by_group(size["keys"])
+    configure(
+        ctx.spark,
+        {"checkpointInterval": "1s", "maxParallelism": str(MAX_PARALLELISM)},
+    )
+    snap, data = ctx.path("snap"), ctx.workdir / "data" / "c0"
+    drop_file(data, "00-load", [u for users in groups.values() for u in users])
+    position = size["keys"]
+    options = {
+        "upstream": "files",
+        "path": str(data.parent),
+        "format": "parquet",
+        "channelBy": "folder",
+        "schema": "user_id string, amount long",
+    }
+    query = start(running_count(ctx.spark, snap, options), ctx.path("ck"))
+    try:
+        load = wait_for_checkpoint(snap, position, timeout=900)
+        ctx.emit(f"  loaded {size['keys']} keys: checkpoint {load['checkpoint_id']}")
+        levels: dict[str, Any] = {}
+        for pct in LEVELS:
+            chosen = sorted(groups)[: max(1, round(MAX_PARALLELISM * pct / 100))]
+            rows = []
+            for r in range(size["repeats"]):
+                drop_file(data, f"{pct:03d}-{r}", [groups[g][r % len(groups[g])] for g in chosen])
+                position += len(chosen)
+                rows.append(wait_for_checkpoint(snap, position, timeout=300))
+            cut_ms = {p["batchId"]: p["batchDuration"] for p in progress(query)}
+            levels[f"{pct}%"] = {
+                "key_groups_changed": len(chosen),
+                "checkpoints": [_measure(ctx, row, cut_ms) for row in rows],
+            }
+            ctx.emit(f"  {pct}%: {[row['state_bytes'] for row in rows]} bytes")
+    finally:
+        query.stop()
+    full = state_size(snap)
+    for level in levels.values():
+        points = level["checkpoints"]
+        level["state_bytes_p50"] = percentile([c["state_bytes"] for c in points], 50)
+        level["end_to_end_ms_p50"] = percentile([c["end_to_end_ms"] for c in points], 50)
+        level["cut_batch_ms_p50"] = percentile(
+            [c["cut_batch_ms"] for c in points if c["cut_batch_ms"] is not None], 50
+        )
+        level["snapshot_mb_s"] = round(
+            level["state_bytes_p50"] / 1e6 / (level["end_to_end_ms_p50"] / 1000), 3
+        )
+        level["sequential_mb_s"] = round(sequential_write(snap, level["state_bytes_p50"]), 1)
+        level["throughput_ratio"] = ratio(
+            level["snapshot_mb_s"], level["sequential_mb_s"], digits=5
+        )
+    return {
+        "params": {"keys": size["keys"], "max_parallelism": MAX_PARALLELISM, **size},
+        "results": {"full_state": full, "levels": levels},
+    }
+
+
+def markdown(record: dict[str, Any]) -> str:
+    """The snapshot-cost section of RESULTS.md."""
+    results = record["results"]
+    full = results["full_state"]
+    rows = [
+        [
+            f"{pct} ({level['key_groups_changed']})",
+            level["state_bytes_p50"],
+            level["end_to_end_ms_p50"],
+            level["cut_batch_ms_p50"],
+            level["snapshot_mb_s"],
+            level["sequential_mb_s"],
+            level["throughput_ratio"],
+        ]
+        for pct, level in results["levels"].items()
+    ]
+    return "\n".join(
+        [
+            f"{record['params']['keys']:,} keys in {record['params']['max_parallelism']} key "
+            f"groups; full state: {full['rows']:,} rows, {full['bytes']:,} bytes in "
+            f"{full['files']} files.",
+            "",
+            table(
+                [
+                    "key groups changed",
+                    "state bytes written p50",
+                    "end-to-end ms p50",
+                    "cut batch ms p50",
+                    "snapshot MB/s",
+                    "sequential MB/s (fsync)",
+                    "ratio",
+                ],
+                rows,
+            ),
+        ]
+    )
