@@ -18,6 +18,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from barriered.datasource.upstreams import delta as delta_module
 from barriered.datasource.upstreams import make_upstream
+from barriered.datasource.upstreams import manifest as manifest_module
 from barriered.datasource.upstreams.delta import DeltaUpstream
 from barriered.errors import ConfigError, SnapshotStoreError
 
@@ -165,7 +166,7 @@ def test_pickled_copy_reads_the_same_rows(
     copy = pickle.loads(pickle.dumps(upstream))
     for channel in range(2):
         assert copy.read(channel, 0, ends[channel]) == upstream.read(channel, 0, ends[channel])
-    monkeypatch.setattr(delta_module, "PICKLE_MANIFEST_LIMIT", 1)
+    monkeypatch.setattr(manifest_module, "PICKLE_MANIFEST_LIMIT", 1)
     bare = pickle.loads(pickle.dumps(upstream))
     assert bare._index is None
     assert bare.read(1, 1, ends[1]) == upstream.read(1, 1, ends[1])

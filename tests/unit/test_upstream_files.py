@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from barriered.datasource.upstreams import files as files_module
 from barriered.datasource.upstreams import make_upstream
+from barriered.datasource.upstreams import manifest as manifest_module
 from barriered.datasource.upstreams.files import FilesUpstream
 from barriered.datasource.upstreams.options import schema_option
 from barriered.errors import BarrieredError, ConfigError, SnapshotStoreError
@@ -275,7 +275,7 @@ def test_large_manifest_is_not_pickled(
         write_json(data / f"f{i}.json", rows_for(f"f{i}", 2, base=2 * i))
     upstream = FilesUpstream.from_options(opts(data, channels="1"), state)
     upstream.available()
-    monkeypatch.setattr(files_module, "PICKLE_MANIFEST_LIMIT", 1)
+    monkeypatch.setattr(manifest_module, "PICKLE_MANIFEST_LIMIT", 1)
     copy = pickle.loads(pickle.dumps(upstream))
     assert copy._index is None
     assert copy.read(0, 1, 5) == upstream.read(0, 1, 5)

@@ -32,14 +32,11 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from barriered.datasource.upstreams.base import Upstream
-from barriered.datasource.upstreams.files import PICKLE_MANIFEST_LIMIT
 from barriered.datasource.upstreams.manifest import (
     ChannelIndex,
+    ManifestUpstream,
     cast_column,
-    check_range,
     describe_schema,
-    dumps,
     file_signature,
     read_header,
     read_parquet_rows,
@@ -47,7 +44,6 @@ from barriered.datasource.upstreams.manifest import (
     refuse_changed_option,
     schema_from_text,
     schema_to_text,
-    write_lines_atomic,
 )
 from barriered.datasource.upstreams.options import Options, int_option, prefixed_options
 from barriered.errors import ConfigError, SnapshotStoreError
@@ -136,7 +132,7 @@ class DataFile:
             ) from exc
 
 
-class DeltaUpstream(Upstream):
+class DeltaUpstream(ManifestUpstream[DataFile]):
     """Records of an append-only Delta table, in commit order, split into channels.
 
     Build it with :meth:`from_options`, which checks the table, fixes the schema and
@@ -189,7 +185,7 @@ class DeltaUpstream(Upstream):
         self.state_dir = state_dir
         self.manifest_path = os.path.join(state_dir, MANIFEST_NAME)
         self._index: ChannelIndex[DataFile] | None = None
-        self._files: dict[str, DataFile] = {}
+        self._known: dict[str, DataFile] = {}
         self._values: list[str | None] = []
         self._last_version = starting_version - 1
         self._signature: tuple[int, int, int] | None = None
@@ -372,16 +368,7 @@ class DeltaUpstream(Upstream):
                 f"{header['path']!r}, {header['channels']} channels); the upstream state "
                 "folder must not be shared"
             )
-        index: ChannelIndex[DataFile] = ChannelIndex(self.channels)
-        files: dict[str, DataFile] = {}
-        for record in records[1:]:
-            if record.get("kind") != "file":
-                continue
-            entry = DataFile.from_record(record, self.manifest_path)
-            index.add(entry, self.manifest_path)
-            files[entry.path] = entry
-        self._index = index
-        self._files = files
+        self._index_records(records, DataFile.from_record)
         self._values = list(header.get("values") or [])
         self._last_version = int(header["lastVersion"])
 
@@ -399,7 +386,7 @@ class DeltaUpstream(Upstream):
                     "state folder must be kept for the life of the snapshot path"
                 )
             self._index = ChannelIndex(self.channels)
-            self._files = {}
+            self._known = {}
             self._values = []
             self._last_version = self.starting_version - 1
             return self._index
@@ -408,19 +395,9 @@ class DeltaUpstream(Upstream):
         assert self._index is not None
         return self._index
 
-    def _save(self) -> None:
-        lines = [dumps(self._header_record())]
-        lines.extend(dumps(entry.record()) for entry in self._files.values())
-        write_lines_atomic(self.manifest_path, lines)
-        self._signature = file_signature(self.manifest_path)
-
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
+        state = super().__getstate__()
         state["_fs"] = None
-        if len(self._files) > PICKLE_MANIFEST_LIMIT:
-            state["_index"] = None
-            state["_files"] = {}
-            state["_signature"] = None
         return state
 
     # ------------------------------------------------------------------ storage
@@ -576,7 +553,7 @@ class DeltaUpstream(Upstream):
                 adds.append(action["add"])
         for add in sorted(adds, key=lambda a: str(a["path"])):
             rel = str(add["path"])
-            if rel in self._files:
+            if rel in self._known:
                 continue
             if add.get("deletionVector"):
                 raise SnapshotStoreError(
@@ -605,7 +582,7 @@ class DeltaUpstream(Upstream):
                 partition=partition,
             )
             index.add(entry, self.manifest_path)
-            self._files[rel] = entry
+            self._known[rel] = entry
 
     def available(self) -> list[int]:
         index = self._load()
@@ -670,22 +647,6 @@ class DeltaUpstream(Upstream):
             ) from exc
         return pa.Table.from_arrays(columns, schema=self._schema)
 
-    def read(self, channel: int, start: int, end: int) -> pa.Table:
-        check_range(channel, start, end, self.channels)
-        if start == end:
-            return self._schema.empty_table()
-        index = self._index
-        if index is None or end > index.ends[channel]:
-            index = self._load(force=True)
-        if end > index.ends[channel]:
-            raise SnapshotStoreError(
-                f"channel {channel} of the delta upstream has {index.ends[channel]} records "
-                f"in {self.manifest_path!r}, but records [{start}, {end}) were asked for: the "
-                "upstream state folder does not belong to this stream or was lost"
-            )
-        pieces = [self._read_entry(e, lo, hi) for e, lo, hi in index.locate(channel, start, end)]
-        return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
-
     def describe(self) -> Mapping[str, object]:
         self._load()
         return {
@@ -695,7 +656,7 @@ class DeltaUpstream(Upstream):
             "channelBy": self.channel_by,
             "startingVersion": self.starting_version,
             "version": self._last_version,
-            "files": len(self._files),
+            "files": len(self._known),
         }
 
 

@@ -31,14 +31,13 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
-from barriered.datasource.upstreams.base import Upstream
 from barriered.datasource.upstreams.manifest import (
     _ARROW_ERRORS,
     ChannelIndex,
+    ManifestUpstream,
     check_range,
     conform,
     describe_schema,
-    dumps,
     file_signature,
     normalize_schema,
     read_header,
@@ -47,7 +46,6 @@ from barriered.datasource.upstreams.manifest import (
     refuse_changed_option,
     schema_from_text,
     schema_to_text,
-    write_lines_atomic,
 )
 from barriered.datasource.upstreams.options import (
     Options,
@@ -69,9 +67,6 @@ EXTENSIONS = {
     ".parquet": "parquet",
 }
 DEFAULT_CHANNELS = 4
-#: Manifests with at most this many files travel inside the pickled upstream; larger
-#: ones are re-read from ``state_dir`` on the executor.
-PICKLE_MANIFEST_LIMIT = 2000
 _HEADER_KEYS = ("path", "format", "channels", "channelBy", "schema")
 
 #: What reading a malformed data file can raise (JSON errors are ValueErrors).
@@ -240,7 +235,7 @@ class FileEntry:
             ) from exc
 
 
-class FilesUpstream(Upstream):
+class FilesUpstream(ManifestUpstream[FileEntry]):
     """Records of the JSON-lines, CSV or Parquet files of a directory.
 
     Build it with :meth:`from_options`, which validates the options, infers what is not
@@ -447,16 +442,7 @@ class FilesUpstream(Upstream):
                 f"(path {header['path']!r}, {header['channels']} channels, format "
                 f"{header['format']!r}); the upstream state folder must not be shared"
             )
-        index: ChannelIndex[FileEntry] = ChannelIndex(self.channels)
-        known: dict[str, FileEntry] = {}
-        for record in records[1:]:
-            if record.get("kind") != "file":
-                continue
-            entry = FileEntry.from_record(record, self.manifest_path)
-            index.add(entry, self.manifest_path)
-            known[entry.path] = entry
-        self._index = index
-        self._known = known
+        self._index_records(records, FileEntry.from_record)
 
     def _load(self, force: bool = False) -> ChannelIndex[FileEntry]:
         """Return the index, (re)reading the manifest when it changed on disk (driver) or
@@ -484,19 +470,7 @@ class FilesUpstream(Upstream):
         if fresh:
             self._index = ChannelIndex(self.channels)
             self._known = {}
-        assert self._index is not None
-        lines = [dumps(self._header_record())]
-        lines.extend(dumps(entry.record()) for entry in self._known.values())
-        write_lines_atomic(self.manifest_path, lines)
-        self._signature = file_signature(self.manifest_path)
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        if len(self._known) > PICKLE_MANIFEST_LIMIT:
-            state["_index"] = None
-            state["_known"] = {}
-            state["_signature"] = None
-        return state
+        super()._save()
 
     # ------------------------------------------------------------------ protocol
 
@@ -664,29 +638,6 @@ class FilesUpstream(Upstream):
             "upstream discovered it. The upstream must not modify files in place: write "
             "new files (under a .tmp or hidden name, renamed when complete)"
         )
-
-    def read(self, channel: int, start: int, end: int) -> pa.Table:
-        check_range(channel, start, end, self.channels)
-        if start == end:
-            return self._schema.empty_table()
-        # On executors: trust the pickled copy when it covers the range (its "archived"
-        # flags may be stale, _locations() looks in both places), else re-read the manifest.
-        index = self._index
-        if index is None or end > index.ends[channel]:
-            index = self._load(force=True)
-        if end > index.ends[channel]:
-            raise SnapshotStoreError(
-                f"channel {channel} of the files upstream has {index.ends[channel]} records "
-                f"in {self.manifest_path!r}, but records [{start}, {end}) were asked for: the "
-                "upstream state folder does not belong to this stream or was lost"
-            )
-        pieces = [self._read_entry(e, lo, hi) for e, lo, hi in index.locate(channel, start, end)]
-        table = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
-        if table.num_rows != end - start:  # pragma: no cover - guarded by the checks above
-            raise SnapshotStoreError(
-                f"channel {channel}: read {table.num_rows} records for [{start}, {end})"
-            )
-        return table
 
     def release(self, channel: int, before: int) -> None:
         """With ``archiveTo`` set, move the files of ``channel`` whose records all lie before

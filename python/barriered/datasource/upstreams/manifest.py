@@ -11,14 +11,20 @@ import base64
 import bisect
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from abc import abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Generic, NoReturn, Protocol, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from barriered.datasource.upstreams.base import Upstream
 from barriered.errors import ConfigError, SnapshotStoreError
+
+#: Manifests with at most this many files travel inside the pickled upstream; larger
+#: ones are re-read from ``state_dir`` on the executor.
+PICKLE_MANIFEST_LIMIT = 2000
 
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
 _OFFSET_RE = r"(?:[Zz]|[+-]\d\d(?::?\d\d)?)$"
@@ -307,3 +313,96 @@ def refuse_changed_option(
         f"it, so it cannot change: use {saved!r} again, or start the stream on a "
         "new snapshot path"
     )
+
+
+class _ManifestEntry(_Positioned, Protocol):
+    @property
+    def path(self) -> str: ...
+
+    def record(self) -> dict[str, Any]: ...
+
+
+M = TypeVar("M", bound=_ManifestEntry)
+
+
+class ManifestUpstream(Upstream, Generic[M]):
+    """An upstream whose channels are sequences of files recorded in a manifest.
+
+    The manifest (JSON lines: a header, then one line per file with its channel, start
+    position and row count) fixes every record's position for the life of the stream.
+    Subclasses set ``channels``, ``manifest_path`` and ``_schema``, write the header
+    (:meth:`_header_record`), load the manifest (:meth:`_load`) and read the rows of one
+    file (:meth:`_read_entry`); reading ranges, saving and pickling are shared here.
+    """
+
+    channels: int
+    manifest_path: str
+    _schema: pa.Schema
+    _index: ChannelIndex[M] | None
+    _known: dict[str, M]
+    _signature: tuple[int, int, int] | None
+
+    @abstractmethod
+    def _header_record(self) -> dict[str, Any]:
+        """The manifest's first line."""
+
+    @abstractmethod
+    def _load(self, force: bool = False) -> ChannelIndex[M]:
+        """Return the index, re-reading the manifest when it changed (or with ``force``)."""
+
+    @abstractmethod
+    def _read_entry(self, entry: M, lo: int, hi: int) -> pa.Table:
+        """Rows ``[lo, hi)`` of one file, in the upstream's schema."""
+
+    def _index_records(
+        self, records: list[dict[str, Any]], parse: Callable[[Mapping[str, Any], str], M]
+    ) -> None:
+        """Rebuild the in-memory index from the file lines of a manifest."""
+        index: ChannelIndex[M] = ChannelIndex(self.channels)
+        known: dict[str, M] = {}
+        for record in records[1:]:
+            if record.get("kind") != "file":
+                continue
+            entry = parse(record, self.manifest_path)
+            index.add(entry, self.manifest_path)
+            known[entry.path] = entry
+        self._index = index
+        self._known = known
+
+    def _save(self) -> None:
+        """Write the manifest atomically: the header, then every known file."""
+        lines = [dumps(self._header_record())]
+        lines.extend(dumps(entry.record()) for entry in self._known.values())
+        write_lines_atomic(self.manifest_path, lines)
+        self._signature = file_signature(self.manifest_path)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        if len(self._known) > PICKLE_MANIFEST_LIMIT:
+            state["_index"] = None
+            state["_known"] = {}
+            state["_signature"] = None
+        return state
+
+    def read(self, channel: int, start: int, end: int) -> pa.Table:
+        check_range(channel, start, end, self.channels)
+        if start == end:
+            return self._schema.empty_table()
+        # On executors: trust the pickled copy when it covers the range, else re-read the
+        # manifest (a copy may also be stale in other ways; _read_entry copes with that).
+        index = self._index
+        if index is None or end > index.ends[channel]:
+            index = self._load(force=True)
+        if end > index.ends[channel]:
+            raise SnapshotStoreError(
+                f"channel {channel} of the {self.name} upstream has {index.ends[channel]} "
+                f"records in {self.manifest_path!r}, but records [{start}, {end}) were asked "
+                "for: the upstream state folder does not belong to this stream or was lost"
+            )
+        pieces = [self._read_entry(e, lo, hi) for e, lo, hi in index.locate(channel, start, end)]
+        table = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+        if table.num_rows != end - start:  # pragma: no cover - guarded by the checks above
+            raise SnapshotStoreError(
+                f"channel {channel}: read {table.num_rows} records for [{start}, {end})"
+            )
+        return table
