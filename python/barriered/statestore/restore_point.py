@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -68,6 +68,8 @@ class RestorePoint:
         The ``_coordinator/config.json`` of the origin (configuration, channels, upstream).
     savepoint : bool
         True when the origin is a savepoint folder.
+    metadata : mapping
+        The ``barriered.*`` metadata of its ``state`` commit.
     """
 
     origin: SnapshotLayout
@@ -80,6 +82,7 @@ class RestorePoint:
     inflight_version: int | None
     config: Mapping[str, Any]
     savepoint: bool = False
+    metadata: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def start_positions(self) -> tuple[int, ...]:
@@ -323,6 +326,7 @@ def resolve(target: SnapshotLayout, restore_from: str) -> RestorePoint:
         ),
         config=config,
         savepoint=marker is not None,
+        metadata={k: v for k, v in meta.items() if k.startswith("barriered.")},
     )
     log.info("restore: %s, state table version %d", point.describe(), version)
     return point

@@ -43,7 +43,6 @@ from barriered.statestore.fileio import (
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import (
     TableFile,
-    committed_checkpoints,
     resolve,
 )
 
@@ -114,8 +113,7 @@ def export(origin: SnapshotLayout, checkpoint_id: int | None, target: str) -> Sa
     copy_file(origin.config_file, out.config_file)
     copy_tree(origin.operators_dir, out.operators_dir)
     copy_tree(origin.source_dir, out.source_dir)
-    _, meta = committed_checkpoints(origin)[cid]
-    metadata = {k: v for k, v in meta.items() if k.startswith("barriered.")}
+    metadata = dict(point.metadata)
     metadata.pop("barriered.checkpoint_id", None)
     inflight = _copy(point.inflight_files(), origin.inflight_table, out.inflight_table)
     inflight_version = None
