@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: install demo test test-fast lint bench docs
+.PHONY: install demo test test-full test-fast lint bench docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,9 +20,12 @@ install: $(STAMP)
 demo: $(STAMP)  ## the main job: a local demo on real Spark
 	$(PY) -m barriered demo --out $(or $(OUT),out/demo) --duration $(or $(DURATION),40)
 
-test: $(STAMP)  ## the whole suite: lint, types, unit, Spark integration and recovery tests
+test: $(STAMP)  ## lint, types, unit, and one representative Spark case per capability
 	$(VENV)/bin/ruff check python tests benchmarks
 	$(VENV)/bin/mypy
+	$(PY) -m pytest -q -m "not full"
+
+test-full: $(STAMP)  ## everything: every mode x crash point x operator, soaks, cluster, Connect
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)  ## pure-Python tests only (no Spark)

@@ -37,16 +37,18 @@ pytestmark = pytest.mark.spark
 
 #: The crash points that exist in each mode (aligned never captures in-flight records,
 #: unaligned never aligns).
+#: ``make test`` runs one representative crash per point; ``make test-full`` all of them.
+FULL = pytest.mark.full
 CRASHES = [
-    ("aligned", faults.ALIGNING),
+    pytest.param("aligned", faults.ALIGNING, marks=FULL),
     ("aligned", faults.BEFORE_COMMIT),
-    ("aligned", faults.AFTER_COMMIT),
+    pytest.param("aligned", faults.AFTER_COMMIT, marks=FULL),
     ("unaligned", faults.INFLIGHT_CAPTURE),
-    ("unaligned", faults.BEFORE_COMMIT),
-    ("unaligned", faults.AFTER_COMMIT),
+    pytest.param("unaligned", faults.BEFORE_COMMIT, marks=FULL),
+    pytest.param("unaligned", faults.AFTER_COMMIT, marks=FULL),
     ("aligned_with_timeout", faults.ALIGNING),
-    ("aligned_with_timeout", faults.INFLIGHT_CAPTURE),
-    ("aligned_with_timeout", faults.BEFORE_COMMIT),
+    pytest.param("aligned_with_timeout", faults.INFLIGHT_CAPTURE, marks=FULL),
+    pytest.param("aligned_with_timeout", faults.BEFORE_COMMIT, marks=FULL),
     ("aligned_with_timeout", faults.AFTER_COMMIT),
 ]
 
@@ -144,7 +146,7 @@ def state_store_partitions(checkpoint: Path) -> int:
     return len([p for p in operator.iterdir() if p.name.isdigit()])
 
 
-@pytest.mark.parametrize(("before", "after"), [(4, 2), (2, 8)])
+@pytest.mark.parametrize(("before", "after"), [(4, 2), pytest.param(2, 8, marks=FULL)])
 def test_restore_into_another_number_of_partitions(
     session: Any, tmp_path: Path, before: int, after: int
 ) -> None:
