@@ -117,7 +117,9 @@ def test_garbage_in_the_checkpoint_history_names_the_file(
     assert files_under(layout.root) == before
 
 
-@pytest.mark.parametrize("damage", ["log folder gone", "a commit in the middle gone"])
+@pytest.mark.parametrize(
+    "damage", ["log folder gone", "a commit in the middle gone", "the latest commit garbled"]
+)
 def test_a_damaged_state_log_never_advises_starting_over(
     layout: SnapshotLayout, damage: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -125,21 +127,31 @@ def test_a_damaged_state_log_never_advises_starting_over(
     if damage == "log folder gone":
         shutil.rmtree(log_dir)
         cause = f"the state table's log {str(log_dir)!r} is missing"
-    else:
+    elif damage == "a commit in the middle gone":
         state_commit(layout, 1).unlink()
         cause = (
             f"Delta table {layout.state_table!r} cannot be read: commit "
             f"{str(state_commit(layout, 1))!r} is missing"
         )
+    else:
+        state_commit(layout, 2).write_text("garbage{\n")
+        cause = (
+            f"Delta table {layout.state_table!r} cannot be read: commit "
+            f"{str(state_commit(layout, 2))!r} is not valid JSON"
+        )
     before = files_under(layout.root)
 
     code, _, err = run_cli(["checkpoints", layout.root], capsys)
     assert code == 0
-    assert err.splitlines() == [
+    first, last = err.splitlines()
+    assert first.startswith(
         f"barriered: warning: checkpoints 1, 2, 3 are listed as completed but cannot be "
-        f"restored: {cause}",
-        "barriered: warning: no listed checkpoint can be restored: put the missing files back",
-    ]
+        f"restored: {cause}"
+    )
+    assert last == (
+        "barriered: warning: no listed checkpoint can be restored: put the missing or "
+        "damaged files back"
+    )
     for spec in ("latest", "2"):
         with pytest.raises(RestoreError) as refused:
             resolve(layout, spec)

@@ -118,7 +118,9 @@ class PathIntegrity:
                 f"barriered restore-plan {self.root} --from {self.restore_id})"
             )
         elif lines:
-            lines.append("no listed checkpoint can be restored: put the missing files back")
+            lines.append(
+                "no listed checkpoint can be restored: put the missing or damaged files back"
+            )
         return lines
 
     def reason(self, checkpoint_id: int) -> str | None:
