@@ -115,20 +115,15 @@ def folder_problem(uri: str) -> str | None:
     are looked at; an object store has no files in the way of a folder."""
     if "://" in uri and not uri.startswith("file://"):
         return None
-    path = os.path.abspath(uri.removeprefix("file://"))
-    while True:
-        if os.path.isdir(path):
-            return None
+    target = path = os.path.abspath(uri.removeprefix("file://"))
+    while not os.path.isdir(path):
         if os.path.lexists(path):
-            return (
-                "is a file"
-                if path == os.path.abspath(uri.removeprefix("file://"))
-                else (f"is under the file {path!r}")
-            )
+            return "is a file" if path == target else f"is under the file {path!r}"
         parent = os.path.dirname(path)
         if parent == path:
             return None
         path = parent
+    return None
 
 
 def to_local_or_uri(uri: str) -> str:
