@@ -78,6 +78,10 @@ def test_a_lost_latest_state_commit_is_named_and_never_a_silent_fallback(
     with pytest.raises(RestoreError, match=rf"{listed}commit '{lost}' is missing"):
         resolve(layout, "3")
 
+    code, _, err = run_cli(["inspect", layout.root], capsys)
+    assert code == 1 and f"commit {str(lost)!r} is missing" in err.splitlines()[-1]
+    assert run_cli(["inspect", layout.root, "--checkpoint", "2"], capsys)[0] == 0
+
     older = resolve(layout, "2")  # the explicit id restores the older checkpoint
     assert (older.checkpoint_id, older.state_version, older.barrier) == (2, 1, (30, 20))
     code, out, _ = run_cli(["restore-plan", layout.root, "--from", "2"], capsys)
