@@ -1,7 +1,5 @@
-"""``python -m barriered``: the command line."""
-
-import sys
+"""``python -m barriered``: the command line (ends the process with its exit code)."""
 
 from barriered.cli import main
 
-sys.exit(main())
+main()

@@ -15,17 +15,22 @@ Each command is a function ``cmd_<name>(args) -> exit code`` registered by
 :func:`build_parser`; the work itself lives in :mod:`barriered.tools`. Long work shows
 a progress bar on a terminal and plain lines on stderr otherwise. An error is one line
 ``barriered: error: ...`` on stderr and exit code 1 (2 for a bad command line), never a
-traceback unless ``--traceback`` is given.
+traceback unless ``--traceback`` is given. The process ends through :func:`exit_process`,
+so its exit code is the command's even when native threads of delta-rs are still running.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from barriered.errors import BarrieredError
 from barriered.tools.progress import reporting
@@ -38,15 +43,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from barriered.demo import run_demo
 
     with reporting() as progress:
-        run_demo(args.out, args.duration, progress)
+        # stop_session: Spark (and its JVM) stops before the process ends (exit_process)
+        run_demo(args.out, args.duration, progress, stop_session=True)
     return 0
 
 
 def cmd_checkpoints(args: argparse.Namespace) -> int:
     """Print the checkpoint history of a snapshot path."""
+    from barriered.statestore import integrity
     from barriered.tools.history import format_history, open_history
 
-    _, rows = open_history(args.path)
+    layout, rows = open_history(args.path)
     if args.json:
         for row in rows:
             print(json.dumps(row, sort_keys=True))
@@ -54,6 +61,8 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
         print(format_history(rows))
     else:
         print(f"barriered: no checkpoint has finished yet under {args.path}", file=sys.stderr)
+    for line in integrity.check(layout).warnings():
+        print(f"barriered: warning: {line}", file=sys.stderr)
     return 0
 
 
@@ -202,7 +211,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``barriered`` and ``python -m barriered``; returns the exit code."""
+    """Entry point of ``barriered`` and ``python -m barriered``.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        The arguments. Given: the exit code is returned (for callers and tests). None
+        (the console script and ``python -m barriered``): the process ends with the
+        exit code through :func:`exit_process`, so it is exactly the command's.
+    """
+    if argv is not None:
+        return _run(argv)
+    try:
+        code = _run(None)
+    except SystemExit as exc:  # argparse: --help (0) and a bad command line (2)
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    exit_process(code)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.run(args)
@@ -212,7 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:
         if args.traceback:
-            raise
+            traceback.print_exc()
+            return 1
         if isinstance(exc, BarrieredError):
             message = str(exc)
         else:
@@ -222,5 +250,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def exit_process(code: int) -> NoReturn:
+    """End the process now with ``code``, after flushing logs, stdout and stderr.
+
+    delta-rs keeps native threads running until the interpreter tears down; tearing
+    them down can abort the process (SIGABRT, ``terminate called without an active
+    exception``, exit 134) after the work succeeded (delta-rs issue #2184).
+    ``os._exit`` skips that teardown, so the exit code is the command's, every time.
+    Anything that must be stopped (a SparkSession) is stopped before.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed or broken pipe
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Literal
 
 from barriered.errors import ConfigError
+from barriered.statestore.fileio import folder_problem
 
 __all__ = [
     "ALIGNED_CHECKPOINT_TIMEOUT",
@@ -742,13 +743,21 @@ class BarrieredConf:
         Raises
         ------
         ConfigError
-            If no snapshot path is configured.
+            If no snapshot path is configured, or it is a file or under a file.
         """
         if self.snapshot_path is None:
             raise ConfigError(
                 f"no snapshot path: set {SNAPSHOT_PATH.key} in the session conf or "
                 ".option('snapshotPath', ...) on the barriered source (a directory for "
                 "the Delta tables of this query's checkpoints)"
+            )
+        problem = folder_problem(self.snapshot_path)
+        if problem is not None:
+            raise ConfigError(
+                f"{SNAPSHOT_PATH.key} (or the source option 'snapshotPath') is "
+                f"{self.snapshot_path!r}, which {problem}: the snapshot path is a folder for "
+                "the Delta tables of this query's checkpoints. Give a new folder, or the one "
+                "this query wrote before; nothing was written"
             )
         return self.snapshot_path
 

@@ -157,26 +157,36 @@ def summary(results: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
-def run_demo(out: str, duration: float, progress: Progress | None = None) -> dict[str, Any]:
+def run_demo(
+    out: str, duration: float, progress: Progress | None = None, stop_session: bool = False
+) -> dict[str, Any]:
     """Run every phase for ``duration / 3`` seconds; return the rows per phase.
 
     ``progress`` shows the phases and prints a line per finished checkpoint (default:
-    plain lines on stdout).
+    plain lines on stdout). With ``stop_session``, a SparkSession the demo started is
+    stopped at the end (also after an error); an active one it found is left running.
     """
+    from pyspark.sql import SparkSession
+
     import barriered
 
     progress = progress or Progress(sys.stdout, sys.stdout)
     target = Path(out).resolve()
     for sub in ("snapshots", "spark-checkpoints"):
         shutil.rmtree(target / sub, ignore_errors=True)
+    found = SparkSession.getActiveSession()
     spark = local_session()
-    barriered.install(spark)
-    spark.conf.set(PREFIX + "checkpointInterval", "2s")
-    spark.conf.set(PREFIX + "maxParallelism", "32")
-    spark.conf.set(PREFIX + "bufferPerChannel", "600")
-    results = {}
-    for phase in PHASES:
-        results[phase] = run_phase(spark, phase, target, duration / len(PHASES), progress)
+    try:
+        barriered.install(spark)
+        spark.conf.set(PREFIX + "checkpointInterval", "2s")
+        spark.conf.set(PREFIX + "maxParallelism", "32")
+        spark.conf.set(PREFIX + "bufferPerChannel", "600")
+        results = {}
+        for phase in PHASES:
+            results[phase] = run_phase(spark, phase, target, duration / len(PHASES), progress)
+    finally:
+        if stop_session and found is None:
+            spark.stop()
     progress.log(summary(results))
     progress.log(f"Delta tables: {target / 'snapshots'}")
     return results

@@ -8,7 +8,8 @@ from typing import Any
 import pyarrow as pa
 
 from barriered.coordinator.stats import STATS_COLUMNS
-from barriered.statestore.delta_tables import append_rows, open_table
+from barriered.errors import SnapshotStoreError
+from barriered.statestore.delta_tables import append_rows, open_table, read_table
 from barriered.statestore.layout import SnapshotLayout
 
 _ARROW_TYPES = {"bigint": pa.int64(), "int": pa.int32(), "string": pa.string()}
@@ -35,11 +36,25 @@ def append(layout: SnapshotLayout, row: Mapping[str, Any]) -> None:
 
 
 def read_rows(layout: SnapshotLayout) -> list[dict[str, Any]]:
-    """Return every row, ordered by checkpoint id (empty when there is no table yet)."""
-    table = open_table(layout.checkpoints_table, storage_options=layout.storage_options)
-    if table is None:
-        return []
-    rows: list[dict[str, Any]] = table.to_pyarrow_table().to_pylist()
+    """Return every row, ordered by checkpoint id (empty when there is no table yet).
+
+    Raises
+    ------
+    SnapshotStoreError
+        When the table is damaged: the message names the file and what to do.
+    """
+    try:
+        table = open_table(layout.checkpoints_table, storage_options=layout.storage_options)
+        if table is None:
+            return []
+        rows: list[dict[str, Any]] = read_table(table).to_pylist()
+    except SnapshotStoreError as exc:
+        raise SnapshotStoreError(
+            f"the checkpoint history of {layout.root!r} cannot be read: {exc}. Put an intact "
+            "copy of that file back (from a backup); until then nothing can be restored into "
+            "this snapshot path, but its checkpoints can be restored onto a new snapshot path "
+            f"with .option('restoreFrom', {layout.root!r})"
+        ) from exc
     return sorted(rows, key=lambda r: (r["checkpoint_id"], r.get("end_timestamp_ms") or 0))
 
 

@@ -10,14 +10,17 @@ the barrier positions, so a checkpoint can be rebuilt from the state table alone
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import TableNotFoundError
@@ -31,6 +34,7 @@ from deltalake.transaction import (
 
 from barriered.errors import SnapshotStoreError
 from barriered.statestore.acks import Ack, DataFile
+from barriered.statestore.fileio import filesystem, join, list_names
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +55,104 @@ APP_ID_PREFIX = "barriered."
 def open_table(
     uri: str, version: int | None = None, storage_options: Mapping[str, str] | None = None
 ) -> DeltaTable | None:
-    """Return the Delta table at ``uri`` (at ``version``), or None if there is none."""
+    """Return the Delta table at ``uri`` (at ``version``), or None if there is none.
+
+    Raises
+    ------
+    SnapshotStoreError
+        When the table's log cannot be read: the message names the log file that is
+        missing or damaged, when one can be found. Nothing is changed.
+    """
     try:
         return DeltaTable(uri, version=version, storage_options=dict(storage_options or {}))
     except TableNotFoundError:
         return None
+    except Exception as exc:  # delta-rs raises DeltaError, OSError, ... for a damaged log
+        at = "" if version is None else f" at version {version}"
+        raise SnapshotStoreError(
+            f"Delta table {uri!r} cannot be read{at}: {log_damage(uri, version, exc)}. "
+            "Nothing was changed"
+        ) from exc
+
+
+def read_table(
+    table: DeltaTable, columns: Sequence[str] | None = None, where: pc.Expression | None = None
+) -> pa.Table:
+    """Read ``table`` (some ``columns``, rows matching ``where``) into memory.
+
+    Raises
+    ------
+    SnapshotStoreError
+        When a data file is missing or unreadable: the message names it. Nothing is changed.
+    """
+    try:
+        return table.to_pyarrow_dataset().to_table(
+            columns=None if columns is None else list(columns), filter=where
+        )
+    except Exception as exc:  # OSError (missing), ArrowInvalid (not Parquet), DeltaError
+        uri = table.table_uri.rstrip("/")
+        uri = uri.removeprefix("file://") if uri.startswith("file:///") else uri
+        raise SnapshotStoreError(
+            f"Delta table {uri!r} at version {table.version()} cannot be read: "
+            f"{_data_damage(uri, exc)}. Nothing was changed"
+        ) from exc
+
+
+def log_file(uri: str, version: int) -> str:
+    """The log file of commit ``version`` of the table at ``uri``."""
+    return join(uri, "_delta_log", f"{version:020d}.json")
+
+
+def log_file_problem(uri: str, version: int) -> str | None:
+    """What is wrong with the log file of commit ``version`` (None: it is there and parses)."""
+    path = log_file(uri, version)
+    fs, local = filesystem(path)
+    try:
+        with fs.open_input_stream(local) as f:
+            raw = f.read()
+    except OSError:
+        return f"its commit {path!r} is missing"
+    if not raw.strip():
+        return f"its commit {path!r} is empty"
+    try:
+        for line in raw.decode("utf-8").splitlines():
+            if line.strip():
+                json.loads(line)
+    except ValueError as exc:
+        return f"its commit {path!r} is not valid JSON ({exc})"
+    return None
+
+
+def log_damage(uri: str, version: int | None, exc: BaseException) -> str:
+    """Name the log file that makes the table at ``uri`` unreadable: missing (also a gap
+    in the versions), empty or not JSON; else the first line of delta-rs's error."""
+    versions = sorted(
+        int(n[:-5])
+        for n in list_names(join(uri, "_delta_log"))
+        if n.endswith(".json") and n[:-5].isdigit()
+    )
+    wanted = [version] if version is not None and version not in versions else []
+    gaps = [v for a, b in itertools.pairwise(versions) for v in range(a + 1, b)]
+    for v in [*wanted, *gaps[:1], *reversed(versions)]:
+        problem = log_file_problem(uri, v)
+        if problem is not None:
+            return problem.removeprefix("its ")
+    return _first_line(exc)
+
+
+def _data_damage(uri: str, exc: BaseException) -> str:
+    found = re.search(r"(?:Parquet input source|Failed to open local file) '([^']+)'", str(exc))
+    if found is None:
+        return f"a data file is missing or unreadable ({_first_line(exc)})"
+    name = found.group(1)
+    path = name if name.startswith(("/", uri)) or "://" in name else join(uri, name)
+    return f"data file {path!r} is missing or not a readable Parquet file ({_first_line(exc)})"
+
+
+def _first_line(exc: BaseException) -> str:
+    """delta-rs's message without the native backtrace it appends."""
+    text = str(exc).split("\n", 1)[0]
+    return re.split(r"\s+0: ", text, maxsplit=1)[0].strip() or type(exc).__name__
 
 
 def _adds(files: Iterable[DataFile]) -> list[AddAction]:

@@ -109,6 +109,23 @@ def ensure_dir(uri: str) -> None:
         ) from exc
 
 
+def folder_problem(uri: str) -> str | None:
+    """Why ``uri`` cannot be a folder: ``"is a file"`` or ``"is under the file '...'"``
+    (None: it is a folder, or it does not exist and can be created). Only local paths
+    are looked at; an object store has no files in the way of a folder."""
+    if "://" in uri and not uri.startswith("file://"):
+        return None
+    target = path = os.path.abspath(uri.removeprefix("file://"))
+    while not os.path.isdir(path):
+        if os.path.lexists(path):
+            return "is a file" if path == target else f"is under the file {path!r}"
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+    return None
+
+
 def to_local_or_uri(uri: str) -> str:
     """Return ``uri`` unchanged for URIs, or an absolute path for local paths."""
     return uri if "://" in uri else os.path.abspath(uri)

@@ -21,7 +21,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from barriered.statestore.fileio import join, read_json, to_local_or_uri
+from barriered.errors import SnapshotStoreError
+from barriered.statestore.fileio import folder_problem, join, read_json, to_local_or_uri
 
 
 @dataclass(frozen=True)
@@ -39,8 +40,19 @@ class SnapshotLayout:
 
     @classmethod
     def configured(cls, root: str) -> SnapshotLayout:
-        """Return the layout with the storage options the source recorded at start."""
+        """Return the layout with the storage options the source recorded at start.
+
+        Raises
+        ------
+        SnapshotStoreError
+            When ``root`` is a file or under a file.
+        """
         layout = cls.at(root)
+        problem = folder_problem(layout.root)
+        if problem is not None:
+            raise SnapshotStoreError(
+                f"{root!r} {problem}, not a snapshot path: give the folder set as snapshotPath"
+            )
         stored = read_json(layout.config_file, default=None) or {}
         raw = stored.get("conf", {}).get("snapshot_storage_options") or "{}"
         return cls.at(root, json.loads(raw))

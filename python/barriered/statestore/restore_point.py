@@ -25,9 +25,11 @@ import pyarrow.parquet as pq
 from barriered.config import BarrieredConf, check_restore_compatible
 from barriered.datasource.triggers import TriggerLog
 from barriered.errors import RestoreError
-from barriered.statestore import checkpoints_table
+from barriered.statestore import checkpoints_table, integrity
 from barriered.statestore.delta_tables import current_files, open_table
 from barriered.statestore.fileio import exists, filesystem, join, list_names, read_json
+from barriered.statestore.integrity import PathIntegrity
+from barriered.statestore.integrity import committed_checkpoints as committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)
@@ -217,20 +219,6 @@ def _check_file(uri: str, size: int, point: RestorePoint) -> None:
         )
 
 
-def committed_checkpoints(layout: SnapshotLayout) -> dict[int, tuple[int, dict[str, Any]]]:
-    """Checkpoint id -> (state table version, commit metadata) of every commit retained
-    in the ``state`` table's history."""
-    table = open_table(layout.state_table, storage_options=layout.storage_options)
-    if table is None:
-        return {}
-    out: dict[int, tuple[int, dict[str, Any]]] = {}
-    for entry in table.history():
-        cid = entry.get("barriered.checkpoint_id")
-        if cid is not None:
-            out[int(cid)] = (int(entry["version"]), dict(entry))
-    return out
-
-
 def highest_checkpoint_id(layout: SnapshotLayout) -> int:
     """The highest checkpoint id ever used on ``layout`` (0 if none): committed, recorded,
     requested, or with acknowledgements left by a crashed run. New ids must be above it,
@@ -244,17 +232,21 @@ def highest_checkpoint_id(layout: SnapshotLayout) -> int:
     return max(ids, default=0)
 
 
-def _not_restorable(layout: SnapshotLayout, checkpoint_id: int, committed: list[int]) -> str:
-    rows = [
-        r for r in checkpoints_table.read_rows(layout) if int(r["checkpoint_id"]) == checkpoint_id
-    ]
-    known = f"completed checkpoints there: {committed or 'none'}"
+def _not_restorable(found: PathIntegrity, checkpoint_id: int) -> str:
+    rows = [r for r in found.rows if int(r["checkpoint_id"]) == checkpoint_id]
+    known = f"completed checkpoints there: {found.restorable or 'none'}"
     if not rows:
-        return f"checkpoint {checkpoint_id} does not exist under {layout.root!r} ({known})"
+        return f"checkpoint {checkpoint_id} does not exist under {found.root!r} ({known})"
     row = rows[-1]
+    if row["status"] == "completed":
+        return (
+            f"checkpoint {checkpoint_id} under {found.root!r} is listed as completed but "
+            f"cannot be restored: {found.reason(checkpoint_id)}. Nothing was changed; put the "
+            f"missing file back or restore another checkpoint ({known})"
+        )
     reason = f": {row['failure_reason']}" if row.get("failure_reason") else ""
     return (
-        f"checkpoint {checkpoint_id} under {layout.root!r} is {row['status']}{reason}, "
+        f"checkpoint {checkpoint_id} under {found.root!r} is {row['status']}{reason}, "
         f"not completed ({known})"
     )
 
@@ -290,18 +282,24 @@ def resolve(target: SnapshotLayout, restore_from: str) -> RestorePoint:
     marker = read_json(origin.savepoint_file, default=None)
     if marker is not None and wanted is None:
         wanted = int(marker["checkpoint_id"])
-    committed = committed_checkpoints(origin)
-    ids = sorted(committed)
+    found = integrity.check(origin)
+    if found.history_problem is not None:
+        if origin.root == target.root:  # the restored query could not number its checkpoints
+            raise RestoreError(f"option 'restoreFrom': {found.history_problem}")
+        log.warning("restore from %s: %s", origin.root, found.history_problem)
     if wanted is None:
-        if not ids:
+        refusal = found.refusal() or found.state_problem
+        if refusal is not None:
+            raise RestoreError(f"option 'restoreFrom': {refusal}")
+        if found.restore_id is None:
             raise RestoreError(
                 f"option 'restoreFrom': no completed checkpoint under {origin.root!r} to "
                 "restore. Remove 'restoreFrom' to start from the beginning"
             )
-        wanted = ids[-1]
-    if wanted not in committed:
-        raise RestoreError(f"option 'restoreFrom': {_not_restorable(origin, wanted, ids)}")
-    version, meta = committed[wanted]
+        wanted = found.restore_id
+    if wanted not in found.committed:
+        raise RestoreError(f"option 'restoreFrom': {_not_restorable(found, wanted)}")
+    version, meta = found.committed[wanted]
     config = read_json(origin.config_file, default=None)
     if config is None:
         raise RestoreError(

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from barriered.errors import SnapshotStoreError
+from barriered.statestore.delta_tables import open_table, read_table
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import committed_checkpoints
 from barriered.tools.history import (
@@ -74,27 +75,17 @@ class CheckpointContents:
 
 
 def _table(layout: SnapshotLayout, uri: str, version: int | None) -> DeltaTable:
-    try:
-        return DeltaTable(uri, version=version, storage_options=dict(layout.storage_options))
-    except Exception as exc:  # delta-rs raises several types for a missing/corrupt table
-        raise SnapshotStoreError(f"cannot read {uri!r} at version {version}: {exc}") from exc
-
-
-def _read(table: DeltaTable, columns: list[str], where: pc.Expression | None = None) -> pa.Table:
-    try:
-        return table.to_pyarrow_dataset().to_table(columns=columns, filter=where)
-    except OSError as exc:
-        raise SnapshotStoreError(
-            f"a data file of {table.table_uri!r} at version {table.version()} is missing or "
-            f"unreadable: {exc}"
-        ) from exc
+    table = open_table(uri, version, layout.storage_options)
+    if table is None:
+        raise SnapshotStoreError(f"Delta table {uri!r} is missing (no _delta_log)")
+    return table
 
 
 def key_group_states(layout: SnapshotLayout, version: int) -> list[KeyGroupState]:
     """The key groups stored in the ``state`` table at ``version``."""
     table = _table(layout, layout.state_table, version)
     actions = pa.table(table.get_add_actions(flatten=True))
-    data = _read(table, ["operator", "key_group", "checkpoint_id"])
+    data = read_table(table, ["operator", "key_group", "checkpoint_id"])
     by_group = data.group_by(["operator", "key_group"]).aggregate(
         [("checkpoint_id", "count"), ("checkpoint_id", "max")]
     )
@@ -134,7 +125,7 @@ def inflight_stored_rows(
 ) -> dict[int, int]:
     """Rows of ``checkpoint_id`` per channel in the ``inflight`` table at ``version``."""
     table = _table(layout, layout.inflight_table, version)
-    data = _read(table, ["_channel"], pc.field("checkpoint_id") == checkpoint_id)
+    data = read_table(table, ["_channel"], pc.field("checkpoint_id") == checkpoint_id)
     counts = data.group_by("_channel").aggregate([("_channel", "count")])
     return {int(r["_channel"]): int(r["_channel_count"]) for r in counts.to_pylist()}
 

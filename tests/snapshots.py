@@ -1,0 +1,110 @@
+"""Snapshot paths built with the package's own Delta writers, as the coordinator commits
+them (no Spark), and a record of every file under a path to prove a refusal wrote nothing."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+
+from barriered.config import BarrieredConf
+from barriered.statestore import checkpoints_table
+from barriered.statestore.acks import write_data_file
+from barriered.statestore.delta_tables import (
+    INFLIGHT_PARTITIONS,
+    STATE_PARTITIONS,
+    STATE_SCHEMA,
+    as_json,
+    commit_files,
+)
+from barriered.statestore.fileio import write_json
+from barriered.statestore.keyed import STATE_FILE_SCHEMA
+from barriered.statestore.layout import SnapshotLayout
+
+INFLIGHT_FILE = pa.schema(
+    [("user_id", pa.string()), ("_channel", pa.int32()), ("_seq", pa.int64())]
+)
+
+
+def checkpoint(
+    layout: SnapshotLayout,
+    cid: int,
+    barrier: list[int],
+    inflight: dict[int, tuple[int, int]] | None = None,
+) -> int:
+    """Commit checkpoint ``cid`` as the coordinator does: in-flight files, then state."""
+    inflight = inflight or {}
+    inflight_version = None
+    if inflight:
+        files = []
+        for channel, (a, b) in inflight.items():
+            table = pa.table(
+                {"user_id": [f"u{s}" for s in range(a, b)], "_channel": [channel] * (b - a),
+                 "_seq": list(range(a, b))},
+                schema=INFLIGHT_FILE,
+            )  # fmt: skip
+            files.append(
+                write_data_file(
+                    layout.inflight_table, {"checkpoint_id": str(cid)}, f"ch{channel}", table
+                )
+            )
+        inflight_version = commit_files(
+            layout.inflight_table, INFLIGHT_FILE.append(pa.field("checkpoint_id", pa.int64())),
+            INFLIGHT_PARTITIONS, cid, files,
+        ).version  # fmt: skip
+    state = pa.table(
+        {"key": ['{"user_id":"u1"}'], "value": [f'{{"total":{cid}}}'], "checkpoint_id": [cid]},
+        schema=STATE_FILE_SCHEMA,
+    )
+    f = write_data_file(layout.state_table, {"operator": "op", "key_group": "3"}, "t", state)
+    return commit_files(
+        layout.state_table,
+        STATE_SCHEMA,
+        STATE_PARTITIONS,
+        cid,
+        [f],
+        [{"operator": "op", "key_group": "3"}],
+        metadata={
+            "barriered.kind": "checkpoint",
+            "barriered.mode": "unaligned" if inflight else "aligned",
+            "barriered.barrier": as_json({str(c): b for c, b in enumerate(barrier)}),
+            "barriered.inflight": as_json({str(c): list(r) for c, r in inflight.items()}),
+            "barriered.inflight_version": inflight_version,
+        },
+    ).version
+
+
+def snapshot_path(root: Path, barriers: list[list[int]]) -> SnapshotLayout:
+    """A snapshot path of a 2-channel ``rate`` query with one completed checkpoint per
+    entry of ``barriers`` (ids 1, 2, ...), committed and listed in ``_checkpoints``."""
+    layout = SnapshotLayout.at(str(root))
+    conf = BarrieredConf(snapshot_path=layout.root, max_parallelism=8)
+    write_json(
+        layout.config_file,
+        {"conf": conf.to_dict(), "channels": 2, "upstream": {"upstream": "rate"}},
+    )
+    write_json(layout.operator_file("op"), {"operator": "op", "key_columns": ["user_id"]})
+    for cid, barrier in enumerate(barriers, start=1):
+        version = checkpoint(layout, cid, barrier)
+        row = {
+            "checkpoint_id": cid,
+            "kind": "checkpoint",
+            "mode": "aligned",
+            "status": "completed",
+            "state_table_version": version,
+            "barrier_positions": as_json({str(c): b for c, b in enumerate(barrier)}),
+        }
+        checkpoints_table.append(layout, row)
+    return layout
+
+
+def files_under(root: str) -> dict[str, tuple[int, int]]:
+    """Every file under ``root``: relative path -> (size, mtime in ns)."""
+    out = {}
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            info = os.stat(path)
+            out[os.path.relpath(path, root)] = (info.st_size, info.st_mtime_ns)
+    return out
