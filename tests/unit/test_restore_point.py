@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from barriered.config import BarrieredConf
@@ -14,72 +13,13 @@ from barriered.datasource.planner import PlanInput, plan
 from barriered.datasource.triggers import TriggerLog, TriggerRequest
 from barriered.errors import ConfigError, InjectedFault, RestoreError, SnapshotStoreError
 from barriered.statestore import checkpoints_table
-from barriered.statestore.acks import Ack, write_ack, write_data_file
-from barriered.statestore.delta_tables import (
-    INFLIGHT_PARTITIONS,
-    STATE_PARTITIONS,
-    STATE_SCHEMA,
-    as_json,
-    commit_files,
-)
+from barriered.statestore.acks import Ack, write_ack
 from barriered.statestore.fileio import write_json
-from barriered.statestore.keyed import STATE_FILE_SCHEMA
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import highest_checkpoint_id, resolve
 from barriered.statestore.savepoints import export
 from barriered.testing import faults
-
-INFLIGHT_FILE = pa.schema(
-    [("user_id", pa.string()), ("_channel", pa.int32()), ("_seq", pa.int64())]
-)
-
-
-def checkpoint(
-    layout: SnapshotLayout,
-    cid: int,
-    barrier: list[int],
-    inflight: dict[int, tuple[int, int]] | None = None,
-) -> int:
-    """Commit checkpoint ``cid`` as the coordinator does: in-flight files, then state."""
-    inflight = inflight or {}
-    inflight_version = None
-    if inflight:
-        files = []
-        for channel, (a, b) in inflight.items():
-            table = pa.table(
-                {"user_id": [f"u{s}" for s in range(a, b)], "_channel": [channel] * (b - a),
-                 "_seq": list(range(a, b))},
-                schema=INFLIGHT_FILE,
-            )  # fmt: skip
-            files.append(
-                write_data_file(
-                    layout.inflight_table, {"checkpoint_id": str(cid)}, f"ch{channel}", table
-                )
-            )
-        inflight_version = commit_files(
-            layout.inflight_table, INFLIGHT_FILE.append(pa.field("checkpoint_id", pa.int64())),
-            INFLIGHT_PARTITIONS, cid, files,
-        ).version  # fmt: skip
-    state = pa.table(
-        {"key": ['{"user_id":"u1"}'], "value": [f'{{"total":{cid}}}'], "checkpoint_id": [cid]},
-        schema=STATE_FILE_SCHEMA,
-    )
-    f = write_data_file(layout.state_table, {"operator": "op", "key_group": "3"}, "t", state)
-    return commit_files(
-        layout.state_table,
-        STATE_SCHEMA,
-        STATE_PARTITIONS,
-        cid,
-        [f],
-        [{"operator": "op", "key_group": "3"}],
-        metadata={
-            "barriered.kind": "checkpoint",
-            "barriered.mode": "unaligned" if inflight else "aligned",
-            "barriered.barrier": as_json({str(c): b for c, b in enumerate(barrier)}),
-            "barriered.inflight": as_json({str(c): list(r) for c, r in inflight.items()}),
-            "barriered.inflight_version": inflight_version,
-        },
-    ).version
+from commits import checkpoint
 
 
 @pytest.fixture()

@@ -1,0 +1,14 @@
+"""What a refusal must leave alone: every file under a folder with its size and mtime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Relative path -> (size, mtime_ns) of every file under ``root`` (empty if missing)."""
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
