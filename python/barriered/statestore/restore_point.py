@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from barriered.config import BarrieredConf, check_restore_compatible
 from barriered.datasource.triggers import TriggerLog
-from barriered.errors import RestoreError
+from barriered.errors import ConfigError, RestoreError
 from barriered.statestore import checkpoints_table
 from barriered.statestore.delta_tables import current_files, open_table
 from barriered.statestore.fileio import exists, filesystem, join, list_names, read_json
@@ -146,7 +146,7 @@ class RestorePoint:
         RestoreError
             Naming the manifest file. Nothing is changed.
         """
-        from barriered.datasource.upstreams import manifest_name
+        from barriered.datasource.upstreams import local_dir, manifest_name
         from barriered.datasource.upstreams.manifest import manifest_ends
 
         upstream = str(dict(self.config.get("upstream", {})).get("upstream", ""))
@@ -154,9 +154,11 @@ class RestorePoint:
         if name is None:
             return
         path = join(self.origin.source_dir, name)
-        local = "://" not in path
-        ends = manifest_ends(path, len(self.barrier)) if local else None
-        if not exists(path) or (local and ends is None):
+        try:
+            ends = manifest_ends(local_dir(path, upstream), len(self.barrier))
+        except ConfigError:  # not a local path: the upstream itself refuses to read it
+            ends = [] if exists(path) else None
+        if ends is None:
             raise RestoreError(
                 f"cannot restore {self.describe()}: its upstream manifest {path!r} is "
                 f"missing. The checkpoint's positions of the {upstream} upstream refer to "
@@ -165,7 +167,8 @@ class RestorePoint:
                 "back (from a backup, or the _source folder of a savepoint of this "
                 "checkpoint), or restore a savepoint that holds it"
             )
-        for channel, (end, barrier) in enumerate(zip(ends or [], self.barrier, strict=True)):
+        for channel, end in enumerate(ends):  # empty when not readable here
+            barrier = self.barrier[channel]
             if end < barrier:
                 raise RestoreError(
                     f"cannot restore {self.describe()}: upstream manifest {path!r} records "

@@ -30,7 +30,7 @@ def make_upstream(
         without its manifest instead of building a new one.
     """
     name = str(options.get("upstream", "rate")).lower()
-    state_dir = _local_dir(state_dir, name)
+    state_dir = local_dir(state_dir, name)
     if name == "rate":
         from barriered.datasource.upstreams.rate import RateUpstream
 
@@ -59,8 +59,14 @@ def manifest_name(upstream: str) -> str | None:
     return None
 
 
-def _local_dir(uri: str, upstream: str) -> str:
-    """The local path of ``uri`` (a path or a ``file://`` URI)."""
+def local_dir(uri: str, upstream: str) -> str:
+    """The local path of ``uri`` (a path or a ``file://`` URI).
+
+    Raises
+    ------
+    ConfigError
+        For another URI: upstream ``upstream`` keeps its manifest in local files.
+    """
     if "://" not in uri:
         return uri
     parsed = urlparse(uri)
@@ -72,4 +78,4 @@ def _local_dir(uri: str, upstream: str) -> str:
     )
 
 
-__all__ = ["Upstream", "make_upstream", "manifest_name"]
+__all__ = ["Upstream", "local_dir", "make_upstream", "manifest_name"]

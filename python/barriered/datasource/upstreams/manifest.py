@@ -148,8 +148,17 @@ def manifest_ends(manifest_path: str, channels: int) -> list[int] | None:
     ends = [0] * channels
     for record in records[1:]:
         channel = record.get("channel")
-        if record.get("kind") == "file" and isinstance(channel, int) and 0 <= channel < channels:
-            ends[channel] = max(ends[channel], int(record["start"]) + int(record["rows"]))
+        if record.get("kind") != "file" or not isinstance(channel, int):
+            continue
+        try:
+            end = int(record["start"]) + int(record["rows"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SnapshotStoreError(
+                f"upstream manifest {manifest_path!r} has a malformed file entry {record!r} "
+                f"({exc}); restore it from a backup"
+            ) from exc
+        if 0 <= channel < channels:
+            ends[channel] = max(ends[channel], end)
     return ends
 
 
