@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import datetime
 import errno
-import json
 import logging
 import os
 import shutil
@@ -32,18 +31,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.csv as pcsv
-import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
+from barriered.datasource.upstreams.file_formats import (
+    FORMATS,
+    READ_ERRORS,
+    infer_format,
+    infer_schema,
+    read_text_file,
+)
 from barriered.datasource.upstreams.manifest import (
-    _ARROW_ERRORS,
     ChannelIndex,
     ManifestUpstream,
     check_range,
     conform,
     describe_schema,
-    normalize_schema,
     open_manifest,
     read_header,
     read_parquet_rows,
@@ -63,20 +65,9 @@ log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "files_manifest.jsonl"
 MANIFEST_VERSION = 1
-FORMATS = ("json", "csv", "parquet")
 CHANNEL_BY = ("folder", "hash")
-EXTENSIONS = {
-    ".json": "json",
-    ".jsonl": "json",
-    ".ndjson": "json",
-    ".csv": "csv",
-    ".parquet": "parquet",
-}
 DEFAULT_CHANNELS = 4
 _HEADER_KEYS = ("path", "format", "channels", "channelBy", "schema")
-
-#: What reading a malformed data file can raise (JSON errors are ValueErrors).
-_READ_ERRORS = (OSError, ValueError, TypeError, UnicodeDecodeError, *_ARROW_ERRORS)
 
 
 # --------------------------------------------------------------------------------------
@@ -111,89 +102,6 @@ def _listing(root: str) -> tuple[list[str], list[str]]:
             elif entry.is_file():
                 files.append(entry.name)
     return sorted(folders), sorted(files)
-
-
-def _infer_format(first_file: str) -> str:
-    lower = first_file.lower()
-    for ext, fmt in EXTENSIONS.items():
-        if lower.endswith(ext):
-            return fmt
-    raise ConfigError(
-        f"option 'format' is not set and cannot be inferred from the first file "
-        f"{first_file!r} (known extensions: {', '.join(EXTENSIONS)}); set option 'format' "
-        f"to one of {', '.join(FORMATS)}"
-    )
-
-
-def _infer_schema(file_path: str, fmt: str) -> pa.Schema:
-    if os.path.getsize(file_path) == 0:
-        raise ConfigError(
-            f"cannot infer the schema from the first file {file_path!r}: it is empty; "
-            "set option 'schema' (e.g. 'id long, name string')"
-        )
-    try:
-        if fmt == "parquet":
-            schema = pq.read_schema(file_path)
-        elif fmt == "json":
-            schema = pjson.read_json(file_path).schema
-        else:
-            schema = pcsv.read_csv(file_path).schema
-    except _READ_ERRORS as exc:
-        raise ConfigError(
-            f"cannot infer the schema from the first file {file_path!r} as {fmt} ({exc}); "
-            "check option 'format' or set option 'schema'"
-        ) from exc
-    if len(schema) == 0:
-        raise ConfigError(
-            f"the first file {file_path!r} has no columns; set option 'schema' "
-            "(e.g. 'id long, name string')"
-        )
-    return normalize_schema(schema)
-
-
-def _parse_schema(schema: pa.Schema) -> pa.Schema:
-    """The schema given to the JSON/CSV readers: timestamps are parsed by us, as strings."""
-    return pa.schema(
-        [pa.field(f.name, pa.string()) if pa.types.is_timestamp(f.type) else f for f in schema]
-    )
-
-
-def _read_text_file(file_path: str, fmt: str, schema: pa.Schema) -> pa.Table:
-    """Read a whole JSON-lines or CSV file conformed to ``schema``."""
-    if os.path.getsize(file_path) == 0:
-        return schema.empty_table()
-    parse_schema = _parse_schema(schema)
-    if fmt == "csv":
-        convert = pcsv.ConvertOptions(
-            column_types={f.name: f.type for f in parse_schema},
-            include_columns=parse_schema.names,
-            include_missing_columns=True,
-        )
-        return conform(pcsv.read_csv(file_path, convert_options=convert), schema)
-    try:
-        options = pjson.ParseOptions(
-            explicit_schema=parse_schema, unexpected_field_behavior="ignore"
-        )
-        table = pjson.read_json(file_path, parse_options=options)
-    except _ARROW_ERRORS:
-        # Values of another JSON type than the schema's (e.g. numbers in a string
-        # column, as Spark accepts): parse in Python, then convert column by column.
-        table = _read_json_leniently(file_path, parse_schema)
-    return conform(table, schema)
-
-
-def _read_json_leniently(file_path: str, parse_schema: pa.Schema) -> pa.Table:
-    """Read JSON lines with :mod:`json`; non-string values of string columns are kept as
-    their JSON text (``7`` becomes ``"7"``)."""
-    with open(file_path, encoding="utf-8") as f:
-        records = [json.loads(line) for line in f if line.strip()]
-    columns = []
-    for fld in parse_schema:
-        values = [r.get(fld.name) if isinstance(r, dict) else None for r in records]
-        if pa.types.is_string(fld.type):
-            values = [v if v is None or isinstance(v, str) else json.dumps(v) for v in values]
-        columns.append(pa.array(values, type=fld.type))
-    return pa.Table.from_arrays(columns, schema=parse_schema)
 
 
 @dataclass
@@ -387,9 +295,9 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             folders = []
             channels = channels or DEFAULT_CHANNELS
         if fmt is None:
-            fmt = _infer_format(files[0])
+            fmt = infer_format(files[0])
         if schema is None:
-            schema = _infer_schema(os.path.join(path, files[0]), fmt)
+            schema = infer_schema(os.path.join(path, files[0]), fmt)
         upstream = cls(path, fmt, channels, channel_by, folders, schema, archive_to, state_dir)
         upstream._reset()
         return upstream
@@ -509,8 +417,8 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
                     pa.schema(present),
                 )
                 return int(parquet.metadata.num_rows)
-            return int(_read_text_file(file_path, self.format, self._schema).num_rows)
-        except _READ_ERRORS as exc:
+            return int(read_text_file(file_path, self.format, self._schema).num_rows)
+        except READ_ERRORS as exc:
             raise ConfigError(
                 f"file {file_path!r} cannot be read as {self.format} with the stream's "
                 f"schema ({', '.join(describe_schema(self._schema))}): {exc}. Fix or remove "
@@ -666,11 +574,11 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
                     rows = read_parquet_rows(parquet, lo, hi, self._schema.names)
                     return conform(rows, self._schema, num_rows=hi - lo)
             else:
-                table = _read_text_file(location, self.format, self._schema)
+                table = read_text_file(location, self.format, self._schema)
                 total = table.num_rows
                 if total == entry.rows:
                     return table.slice(lo, hi - lo)
-        except _READ_ERRORS as exc:
+        except READ_ERRORS as exc:
             raise SnapshotStoreError(
                 f"file {location!r} cannot be read any more ({exc}); it was readable when "
                 "the files upstream discovered it. The upstream must not modify files in "
