@@ -64,9 +64,10 @@ class BarrieredDataSource(DataSource):
             settings.conf.require_snapshot_path(), settings.conf.storage_options
         )
         point = None
-        required_by = _positions_recorded(layout, settings.upstream)
         source_dir = layout.source_dir
-        if settings.restore_from is not None:
+        if settings.restore_from is None:
+            required_by = _positions_recorded(layout, settings.upstream)
+        else:
             point = resolve(layout, settings.restore_from)
             point.check_config(settings.conf)
             point.check_files()
