@@ -3,7 +3,6 @@ them (no Spark), and a record of every file under a path to prove a refusal wrot
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -97,14 +96,3 @@ def snapshot_path(root: Path, barriers: list[list[int]]) -> SnapshotLayout:
         }
         checkpoints_table.append(layout, row)
     return layout
-
-
-def files_under(root: str) -> dict[str, tuple[int, int]]:
-    """Every file under ``root``: relative path -> (size, mtime in ns)."""
-    out = {}
-    for folder, _, names in os.walk(root):
-        for name in names:
-            path = os.path.join(folder, name)
-            info = os.stat(path)
-            out[os.path.relpath(path, root)] = (info.st_size, info.st_mtime_ns)
-    return out

@@ -8,6 +8,7 @@ as before (same files, same sizes, same modification times).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,11 +18,13 @@ import pytest
 
 import barriered
 from barriered import cli
+from barriered.errors import ConfigError
 from barriered.examples import RunningTotals
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import resolve
-from runs import MODES, PREFIX, SOURCE, commit_metadata, run, state_at
+from file_tree import tree
+from runs import FILES_SOURCE, MODES, PREFIX, SOURCE, commit_metadata, run, state_at, write_files
 
 pytestmark = pytest.mark.spark
 
@@ -53,14 +56,6 @@ def snapshot(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
         if key.startswith(PREFIX):
             spark.conf.unset(key)
     yield tmp / "snap"
-
-
-def tree(root: Path) -> dict[str, tuple[int, int]]:
-    return {
-        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.fixture()
@@ -212,3 +207,18 @@ def test_cli_restore_plan_checks_files_and_shows_the_start(
     victim.unlink()
     assert cli.main(["restore-plan", str(copy), "--from", str(latest)]) == 1
     assert f"{victim}' is missing" in capsys.readouterr().err
+
+
+def test_a_missing_key_column_leaves_no_upstream_manifest(session: Any, tmp_path: Path) -> None:
+    data, snap = tmp_path / "data", tmp_path / "snap"
+    write_files(data, {"a": 6, "b": 6})
+    with pytest.raises(ConfigError, match=re.escape("unknown key column(s) ['nope']")):
+        events = (
+            session.readStream.format("barriered")
+            .options(**FILES_SOURCE)
+            .option("path", str(data))
+            .option("snapshotPath", str(snap))
+            .load()
+        )
+        barriered.keyed(events, "nope")
+    assert tree(snap) == {}  # not even _source/files_manifest.jsonl

@@ -21,7 +21,8 @@ from barriered.errors import ConfigError, RestoreError
 from barriered.statestore import integrity
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import resolve
-from snapshots import files_under, snapshot_path
+from file_tree import tree
+from snapshots import snapshot_path
 
 BARRIERS = [[10, 10], [30, 20], [40, 30]]
 
@@ -46,7 +47,7 @@ def test_a_lost_latest_state_commit_is_named_and_never_a_silent_fallback(
 ) -> None:
     lost = state_commit(layout, 2)  # checkpoint 3's completion point
     lost.unlink()
-    before = files_under(layout.root)
+    before = tree(layout.root)
 
     found = integrity.check(layout)
     assert (found.listed, found.restorable, found.restore_id) == ((1, 2, 3), [1, 2], 2)
@@ -86,7 +87,7 @@ def test_a_lost_latest_state_commit_is_named_and_never_a_silent_fallback(
     assert (older.checkpoint_id, older.state_version, older.barrier) == (2, 1, (30, 20))
     code, out, _ = run_cli(["restore-plan", layout.root, "--from", "2"], capsys)
     assert code == 0 and out.startswith(f"checkpoint 2 of snapshot path '{layout.root}'")
-    assert files_under(layout.root) == before  # nothing written, nothing deleted
+    assert tree(layout.root) == before  # nothing written, nothing deleted
 
 
 @pytest.mark.parametrize("damage", ["log", "parquet"])
@@ -102,7 +103,7 @@ def test_garbage_in_the_checkpoint_history_names_the_file(
         victim = sorted(history.glob("*.parquet"))[0]
         victim.write_bytes(b"garbage")
         problem = rf"data file '{victim}' is missing or not a readable Parquet file"
-    before = files_under(layout.root)
+    before = tree(layout.root)
 
     code, out, err = run_cli(["checkpoints", layout.root], capsys)
     assert (code, out) == (1, "") and len(err.splitlines()) == 1
@@ -118,7 +119,7 @@ def test_garbage_in_the_checkpoint_history_names_the_file(
         resolve(layout, "latest")  # the restored query could not number its checkpoints
     elsewhere = resolve(SnapshotLayout.at(str(tmp_path / "new")), layout.root)
     assert (elsewhere.checkpoint_id, elsewhere.barrier) == (3, (40, 30))  # the advice works
-    assert files_under(layout.root) == before
+    assert tree(layout.root) == before
 
 
 @pytest.mark.parametrize(
@@ -143,7 +144,7 @@ def test_a_damaged_state_log_never_advises_starting_over(
             f"Delta table {layout.state_table!r} cannot be read: commit "
             f"{str(state_commit(layout, 2))!r} is not valid JSON"
         )
-    before = files_under(layout.root)
+    before = tree(layout.root)
 
     code, _, err = run_cli(["checkpoints", layout.root], capsys)
     assert code == 0
@@ -163,7 +164,7 @@ def test_a_damaged_state_log_never_advises_starting_over(
     code, out, err = run_cli(["restore-plan", layout.root], capsys)
     assert (code, out) == (1, "") and cause in err
     assert "start from the beginning" not in err
-    assert files_under(layout.root) == before
+    assert tree(layout.root) == before
 
 
 def test_a_snapshot_path_that_is_a_file_names_the_option(
@@ -171,7 +172,7 @@ def test_a_snapshot_path_that_is_a_file_names_the_option(
 ) -> None:
     blocker = tmp_path / "blocker"
     blocker.write_text("not a folder")
-    before = files_under(str(tmp_path))
+    before = tree(str(tmp_path))
     key = "spark.sql.streaming.barriered.snapshotPath"
     for path, problem in (
         (blocker, "which is a file"),
@@ -186,7 +187,7 @@ def test_a_snapshot_path_that_is_a_file_names_the_option(
             )
     code, _, err = run_cli(["restore-plan", str(blocker / "snap")], capsys)
     assert code == 1 and f"is under the file '{blocker}', not a snapshot path" in err
-    assert files_under(str(tmp_path)) == before
+    assert tree(str(tmp_path)) == before
 
 
 def run_many(argv: list[str], times: int) -> list[tuple[int, str]]:

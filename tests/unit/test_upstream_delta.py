@@ -21,6 +21,7 @@ from barriered.datasource.upstreams import make_upstream
 from barriered.datasource.upstreams import manifest as manifest_module
 from barriered.datasource.upstreams.delta import DeltaUpstream
 from barriered.errors import ConfigError, SnapshotStoreError
+from file_tree import tree
 
 Rows = list[dict[str, Any]]
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
@@ -359,3 +360,30 @@ def test_option_names_are_case_insensitive(table: Path, state: str) -> None:
     assert isinstance(upstream, DeltaUpstream)
     assert upstream.starting_version == 5
     assert upstream.storage_options == {"aws_region": "eu-west-1"}
+
+
+def test_nothing_is_written_until_the_stream_starts(table: Path, tmp_path: Path) -> None:
+    state = tmp_path / "snap" / "_source"
+    upstream = DeltaUpstream.from_options(opts(table, startingVersion="latest"), str(state))
+    assert not (tmp_path / "snap").exists()
+    upstream.persist()  # fixes 'latest' (version 6) for the life of the stream
+    append(table, batch(100, 2))
+    restarted = DeltaUpstream.from_options(opts(table), str(state))
+    assert sum(restarted.available()) == 2
+
+
+def test_a_missing_manifest_that_positions_refer_to_is_refused(
+    table: Path, state: str, tmp_path: Path
+) -> None:
+    upstream = DeltaUpstream.from_options(opts(table, channels="2"), state)
+    assert sum(upstream.available()) == sum(3 + i for i in range(6))
+    manifest = Path(state, "delta_manifest.jsonl")
+    manifest.unlink()
+    before = tree(tmp_path)
+    with pytest.raises(
+        SnapshotStoreError,
+        match=rf"manifest '{re.escape(str(manifest))}' is missing, but checkpoint 3 refers to "
+        "positions of the delta upstream",
+    ):
+        DeltaUpstream.from_options(opts(table, channels="2"), state, "checkpoint 3")
+    assert tree(tmp_path) == before

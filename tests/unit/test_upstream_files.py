@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import pickle
 import re
 import zlib
@@ -368,9 +369,119 @@ def test_same_size_rewrite_with_other_row_count_is_caught(data: Path, state: str
     (data / "a.json").write_text('{"id":1}\n{"id":2}\n', encoding="utf-8")
     upstream = FilesUpstream.from_options(opts(data, channels="1"), state)
     assert upstream.available() == [2]
+    stamp = (data / "a.json").stat().st_mtime_ns
     (data / "a.json").write_text('{"id":1234567890}\n', encoding="utf-8")  # same 18 bytes
+    os.utime(data / "a.json", ns=(stamp, stamp))  # within one timestamp tick: undetectable
+    assert upstream.available() == [2]
     with pytest.raises(SnapshotStoreError, match=r"a\.json.* now has 1 records"):
         upstream.read(0, 0, 2)
+
+
+def manifest_lines(state: str) -> list[dict[str, Any]]:
+    text = Path(state, "files_manifest.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_rows_appended_to_a_read_file_fail_the_next_listing(data: Path, state: str) -> None:
+    write_json(data / "a.json", rows_for("a", 3))
+    write_json(data / "b.json", rows_for("b", 3))
+    upstream = FilesUpstream.from_options(opts(data, channels="1"), state)
+    assert upstream.available() == [6]
+    assert upstream.read(0, 0, 6).to_pylist() == rows_for("a", 3) + rows_for("b", 3)
+    manifest = Path(state, "files_manifest.jsonl").read_bytes()
+    size = (data / "a.json").stat().st_size
+    with open(data / "a.json", "a", encoding="utf-8") as f:
+        f.write(json.dumps({"id": 99, "name": "late"}) + "\n")
+    grown = (data / "a.json").stat().st_size
+    expected = (
+        rf"file '{re.escape(str(data / 'a.json'))}' changed after the files upstream recorded "
+        rf"it \(records 0\.\.3 of channel 0, {size} bytes, modified .*; now {grown} "
+        r"bytes.*append new records as a new file"
+    )
+    with pytest.raises(SnapshotStoreError, match=expected):
+        upstream.available()
+    with pytest.raises(SnapshotStoreError, match=expected):  # after a restart as well
+        FilesUpstream.from_options(opts(data, channels="1"), state).available()
+    assert Path(state, "files_manifest.jsonl").read_bytes() == manifest
+
+
+def test_a_same_size_rewrite_fails_the_next_listing_and_reads(data: Path, state: str) -> None:
+    (data / "a.json").write_text('{"id":1}\n{"id":2}\n', encoding="utf-8")
+    upstream = FilesUpstream.from_options(opts(data, channels="1"), state)
+    assert upstream.available() == [2]
+    stamp = (data / "a.json").stat().st_mtime_ns
+    (data / "a.json").write_text('{"id":3}\n{"id":4}\n', encoding="utf-8")  # same 18 bytes
+    later = stamp + 1_000_000_000  # a rewrite one second later (any timestamp granularity)
+    os.utime(data / "a.json", ns=(later, later))
+    expected = (
+        rf"a\.json' changed after .*18 bytes, modified .*\(mtime_ns {stamp}\); now 18 bytes, "
+        rf"modified .*\(mtime_ns {later}\)"
+    )
+    with pytest.raises(SnapshotStoreError, match=expected):
+        upstream.available()
+    with pytest.raises(SnapshotStoreError, match=expected):
+        upstream.read(0, 0, 2)
+    os.utime(data / "a.json", ns=(stamp, stamp))  # the message's way out: original time back
+    assert upstream.available() == [2]
+
+
+def test_a_manifest_without_modification_times_records_them(data: Path, state: str) -> None:
+    write_json(data / "a.json", rows_for("a", 2))
+    write_json(data / "b.json", rows_for("b", 2))
+    FilesUpstream.from_options(opts(data, channels="1"), state).available()
+    lines = manifest_lines(state)
+    for line in lines[1:]:  # as written before modification times were kept in ns
+        line["mtime"] = line.pop("mtimeNs") / 1e9
+    Path(state, "files_manifest.jsonl").write_text(
+        "".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8"
+    )
+    upstream = FilesUpstream.from_options(opts(data, channels="1"), state)
+    assert upstream.available() == [4]
+    recorded = {line["path"]: line.get("mtimeNs") for line in manifest_lines(state)[1:]}
+    assert recorded == {n: (data / n).stat().st_mtime_ns for n in ("a.json", "b.json")}
+    later = recorded["b.json"] + 1_000_000_000
+    os.utime(data / "b.json", ns=(later, later))
+    with pytest.raises(SnapshotStoreError, match=r"b\.json' changed after"):
+        upstream.available()
+
+
+def test_nothing_is_written_until_the_stream_starts(data: Path, tmp_path: Path) -> None:
+    state = tmp_path / "snap" / "_source"
+    write_json(data / "a.json", rows_for("a", 2))
+    upstream = FilesUpstream.from_options(
+        opts(data, channels="1", archiveTo=str(tmp_path / "arc")), str(state)
+    )
+    assert not (tmp_path / "snap").exists() and not (tmp_path / "arc").exists()
+    upstream.persist()
+    assert [line["kind"] for line in manifest_lines(str(state))] == ["header"]
+    assert upstream.available() == [2]
+    assert [line["kind"] for line in manifest_lines(str(state))] == ["header", "file"]
+    upstream.persist()  # a stream that has a manifest keeps it
+    assert [line["kind"] for line in manifest_lines(str(state))] == ["header", "file"]
+
+
+def test_a_missing_manifest_that_positions_refer_to_is_refused(data: Path, state: str) -> None:
+    write_json(data / "b.json", rows_for("b", 2))
+    FilesUpstream.from_options(opts(data, channels="1"), state).available()
+    Path(state, "files_manifest.jsonl").unlink()
+    write_json(data / "a.json", rows_for("a", 2))  # would take positions 0..2 if rebuilt
+    manifest = re.escape(str(Path(state, "files_manifest.jsonl")))
+    with pytest.raises(
+        SnapshotStoreError,
+        match=rf"upstream manifest '{manifest}' is missing, but checkpoint 7 refers to positions",
+    ):
+        FilesUpstream.from_options(opts(data, channels="1"), state, "checkpoint 7")
+    assert not Path(state, "files_manifest.jsonl").exists()
+
+
+def test_a_manifest_that_disappears_while_running_is_an_error(data: Path, state: str) -> None:
+    write_json(data / "a.json", rows_for("a", 2))
+    upstream = FilesUpstream.from_options(opts(data, channels="1"), state)
+    assert upstream.available() == [2]
+    Path(state, "files_manifest.jsonl").unlink()
+    with pytest.raises(SnapshotStoreError, match=r"files_manifest\.jsonl' disappeared"):
+        upstream.available()
+    assert not Path(state, "files_manifest.jsonl").exists()
 
 
 # ----------------------------------------------------------------------------- schema

@@ -26,7 +26,14 @@ from barriered.datasource.upstreams.base import Upstream
 from barriered.datasource.upstreams.options import Options
 from barriered.errors import ConfigError, RestoreError
 from barriered.statestore import checkpoints_table
-from barriered.statestore.fileio import copy_tree, ensure_dir, exists, read_json, write_json
+from barriered.statestore.fileio import (
+    copy_tree,
+    ensure_dir,
+    exists,
+    list_names,
+    read_json,
+    write_json,
+)
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint, resolve
 
@@ -39,7 +46,9 @@ class BarrieredDataSource(DataSource):
     Options are documented in datasource/README.md; invalid ones fail the query at
     start with a :class:`~barriered.errors.ConfigError` naming them. With
     ``restoreFrom``, the checkpoint is found and checked (configuration, channels, data
-    files) when the stream is loaded, before anything is written.
+    files, upstream manifest) when the stream is loaded, before anything is written.
+    Loading (:meth:`schema`) writes nothing; :meth:`streamReader` writes (the upstream's
+    manifest, the configuration) only after every check passed.
     """
 
     @classmethod
@@ -47,21 +56,25 @@ class BarrieredDataSource(DataSource):
         return "barriered"
 
     def _setup(self) -> tuple[SourceSettings, Upstream, SnapshotLayout, RestorePoint | None]:
+        """Parse and check everything; read only. A restore into another snapshot path
+        reads the upstream's manifest from the restore point's (:meth:`streamReader`
+        copies it)."""
         settings = parse_source_options(self.options)
         layout = SnapshotLayout.at(
             settings.conf.require_snapshot_path(), settings.conf.storage_options
         )
         point = None
-        if settings.restore_from is not None:
+        source_dir = layout.source_dir
+        if settings.restore_from is None:
+            required_by = _positions_recorded(layout, settings.upstream)
+        else:
             point = resolve(layout, settings.restore_from)
             point.check_config(settings.conf)
             point.check_files()
-            if point.origin.root != layout.root:
-                _adopt_upstream_manifest(point, layout)
-        upstream = make_upstream(
-            Options({**settings.upstream_options, "upstream": settings.upstream}),
-            layout.source_dir,
-        )
+            required_by = point.describe()
+            if _adopts_manifest(point, layout):
+                source_dir = point.origin.source_dir
+        upstream = _upstream(settings, source_dir, required_by)
         if point is not None:
             point.check_upstream(upstream.channel_count(), upstream.name)
         return settings, upstream, layout, point
@@ -88,7 +101,7 @@ class BarrieredDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         settings, upstream, layout, point = self._setup()
-        ensure_dir(layout.root)
+        _check_schema(schema, upstream)
         previous = read_json(layout.config_file, default=None)
         if previous is not None:
             check_restore_compatible(previous.get("conf", {}), settings.conf)
@@ -99,6 +112,12 @@ class BarrieredDataSource(DataSource):
                     f"{upstream.channel_count()}; channels are fixed for the life of a "
                     "snapshot path (use a new snapshotPath)"
                 )
+        # Every check passed: from here on the query starts and writes.
+        ensure_dir(layout.root)
+        if point is not None and _adopts_manifest(point, layout):
+            copy_tree(point.origin.source_dir, layout.source_dir)
+            upstream = _upstream(settings, layout.source_dir, point.describe())
+        upstream.persist()
         write_json(
             layout.config_file,
             {
@@ -115,15 +134,63 @@ class BarrieredDataSource(DataSource):
         return BarrieredStreamReader(settings, upstream, layout, point)
 
 
-def _adopt_upstream_manifest(point: RestorePoint, layout: SnapshotLayout) -> None:
-    """Restoring another snapshot path's checkpoint (a savepoint) into ``layout``: start
-    from its upstream manifest, so positions mean the same records. ``layout`` must not
-    hold checkpoints of its own (they would mix with the restored ones)."""
+def _upstream(settings: SourceSettings, state_dir: str, required_by: str | None) -> Upstream:
+    return make_upstream(
+        Options({**settings.upstream_options, "upstream": settings.upstream}),
+        state_dir,
+        required_by,
+    )
+
+
+def _positions_recorded(layout: SnapshotLayout, upstream: str) -> str | None:
+    """What under ``layout`` already refers to positions of upstream ``upstream`` (so its
+    manifest must exist), or None for a new snapshot path.
+
+    The configuration a query wrote at start names its upstream (the upstream's manifest
+    is always written before it); without it, a trigger log or checkpoints tell.
+    """
+    config = read_json(layout.config_file, default=None)
+    if config is not None:
+        recorded = dict(config.get("upstream") or {}).get("upstream")
+        if recorded != upstream:
+            return None
+        return f"{layout.config_file!r} (a query read upstream {upstream!r} into this path)"
+    for uri in (layout.triggers_file, layout.checkpoints_table, layout.state_table):
+        if exists(uri):
+            return f"{uri!r} (this snapshot path has been used)"
+    return None
+
+
+def _adopts_manifest(point: RestorePoint, layout: SnapshotLayout) -> bool:
+    """Restoring another snapshot path's checkpoint (a savepoint) into ``layout``: whether
+    the upstream's state folder is taken from it (so positions mean the same records).
+    ``layout`` must not hold checkpoints of its own (they would mix with the restored ones).
+
+    Raises
+    ------
+    RestoreError
+        When ``layout`` holds checkpoints of another run.
+    """
+    if point.origin.root == layout.root:
+        return False
     if checkpoints_table.read_rows(layout) or exists(layout.state_table):
         raise RestoreError(
             f"option 'restoreFrom' names {point.describe()}, but snapshotPath "
             f"{layout.root!r} already holds checkpoints of another run. Restore into a new, "
             "empty snapshotPath, or use restoreFrom=latest to continue this one"
         )
-    if not exists(layout.source_dir):
-        copy_tree(point.origin.source_dir, layout.source_dir)
+    return not list_names(layout.source_dir)
+
+
+def _check_schema(schema: StructType, upstream: Upstream) -> None:
+    """Refuse to start when the upstream's columns differ from the stream's schema (a
+    schema inferred again at start from files that changed since the stream was loaded)."""
+    expected = from_arrow_schema(output_schema(upstream.schema()))
+    given = [(f.name, f.dataType) for f in schema.fields]
+    if given != [(f.name, f.dataType) for f in expected.fields]:
+        raise ConfigError(
+            f"the {upstream.name} upstream now has the columns "
+            f"{expected.simpleString()}, but the stream was loaded with "
+            f"{schema.simpleString()} (the files its schema was inferred from changed in "
+            "between); set options 'format' and 'schema' and load the stream again"
+        )

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from barriered.config import BarrieredConf, check_restore_compatible
 from barriered.datasource.triggers import TriggerLog
-from barriered.errors import RestoreError
+from barriered.errors import ConfigError, RestoreError
 from barriered.statestore import checkpoints_table, integrity
 from barriered.statestore.delta_tables import current_files, open_table
 from barriered.statestore.fileio import exists, filesystem, join, list_names, read_json
@@ -124,7 +124,8 @@ class RestorePoint:
         ]
 
     def check_files(self) -> None:
-        """Check that every data file of the checkpoint is there, whole and readable.
+        """Check that every data file of the checkpoint is there, whole and readable, and
+        that the upstream's manifest (if the upstream keeps one) covers its positions.
 
         Raises
         ------
@@ -136,6 +137,47 @@ class RestorePoint:
         for table_uri, files in tables:
             for f in files:
                 _check_file(join(table_uri, f.path), f.size, self)
+        self.check_manifest()
+
+    def check_manifest(self) -> None:
+        """Check that the upstream's manifest is there and reaches every barrier position:
+        the checkpoint's positions mean records only through it, so it is never rebuilt.
+
+        Raises
+        ------
+        RestoreError
+            Naming the manifest file. Nothing is changed.
+        """
+        from barriered.datasource.upstreams import local_dir, manifest_name
+        from barriered.datasource.upstreams.manifest import manifest_ends
+
+        upstream = str(dict(self.config.get("upstream", {})).get("upstream", ""))
+        name = manifest_name(upstream)
+        if name is None:
+            return
+        path = join(self.origin.source_dir, name)
+        try:
+            ends = manifest_ends(local_dir(path, upstream), len(self.barrier))
+        except ConfigError:  # not a local path: the upstream itself refuses to read it
+            ends = [] if exists(path) else None
+        if ends is None:
+            raise RestoreError(
+                f"cannot restore {self.describe()}: its upstream manifest {path!r} is "
+                f"missing. The checkpoint's positions of the {upstream} upstream refer to "
+                "it, and it is never rebuilt from what the upstream holds now (records "
+                "could move to other positions). Nothing was changed. Put the manifest "
+                "back (from a backup, or the _source folder of a savepoint of this "
+                "checkpoint), or restore a savepoint that holds it"
+            )
+        for channel, end in enumerate(ends):  # empty when not readable here
+            barrier = self.barrier[channel]
+            if end < barrier:
+                raise RestoreError(
+                    f"cannot restore {self.describe()}: upstream manifest {path!r} records "
+                    f"{end} records of channel {channel}, but the checkpoint's barrier there "
+                    f"is at {barrier}: it is not the manifest this query wrote (or an older "
+                    "copy). Nothing was changed. Put back the manifest of this snapshot path"
+                )
 
     def operators(self) -> dict[str, dict[str, Any]]:
         """The keyed operators registered on the origin, by name."""

@@ -9,8 +9,13 @@ from barriered.datasource.upstreams.base import Upstream
 from barriered.errors import ConfigError
 
 
-def make_upstream(options: Mapping[str, str], state_dir: str) -> Upstream:
+def make_upstream(
+    options: Mapping[str, str], state_dir: str, required_by: str | None = None
+) -> Upstream:
     """Create the upstream named by option ``upstream`` (rate, files or delta).
+
+    Nothing is written: an upstream that keeps a manifest writes it when the query
+    starts (:meth:`Upstream.persist`) or when it first finds records.
 
     Parameters
     ----------
@@ -19,9 +24,13 @@ def make_upstream(options: Mapping[str, str], state_dir: str) -> Upstream:
     state_dir : str
         A folder under the snapshot path where the upstream may keep its own manifest: a
         local (or mounted) path or a ``file://`` URI; the manifests are local files.
+    required_by : str or None
+        What already refers to this stream's positions (a restore point, the snapshot
+        path's configuration or checkpoints): a manifest upstream then refuses to start
+        without its manifest instead of building a new one.
     """
     name = str(options.get("upstream", "rate")).lower()
-    state_dir = _local_dir(state_dir, name)
+    state_dir = local_dir(state_dir, name)
     if name == "rate":
         from barriered.datasource.upstreams.rate import RateUpstream
 
@@ -29,16 +38,35 @@ def make_upstream(options: Mapping[str, str], state_dir: str) -> Upstream:
     if name == "files":
         from barriered.datasource.upstreams.files import FilesUpstream
 
-        return FilesUpstream.from_options(options, state_dir)
+        return FilesUpstream.from_options(options, state_dir, required_by)
     if name == "delta":
         from barriered.datasource.upstreams.delta import DeltaUpstream
 
-        return DeltaUpstream.from_options(options, state_dir)
+        return DeltaUpstream.from_options(options, state_dir, required_by)
     raise ConfigError(f"option 'upstream' must be one of 'rate', 'files', 'delta', got {name!r}")
 
 
-def _local_dir(uri: str, upstream: str) -> str:
-    """The local path of ``uri`` (a path or a ``file://`` URI)."""
+def manifest_name(upstream: str) -> str | None:
+    """The manifest file upstream ``upstream`` keeps in its state folder (None: none)."""
+    if upstream == "files":
+        from barriered.datasource.upstreams.files import MANIFEST_NAME as files_manifest
+
+        return files_manifest
+    if upstream == "delta":
+        from barriered.datasource.upstreams.delta import MANIFEST_NAME as delta_manifest
+
+        return delta_manifest
+    return None
+
+
+def local_dir(uri: str, upstream: str) -> str:
+    """The local path of ``uri`` (a path or a ``file://`` URI).
+
+    Raises
+    ------
+    ConfigError
+        For another URI: upstream ``upstream`` keeps its manifest in local files.
+    """
     if "://" not in uri:
         return uri
     parsed = urlparse(uri)
@@ -50,4 +78,4 @@ def _local_dir(uri: str, upstream: str) -> str:
     )
 
 
-__all__ = ["Upstream", "make_upstream"]
+__all__ = ["Upstream", "local_dir", "make_upstream", "manifest_name"]

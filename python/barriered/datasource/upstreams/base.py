@@ -55,6 +55,13 @@ class Upstream(ABC):
         """Return True when the channels will never grow past :meth:`available`."""
         return False
 
+    def persist(self) -> None:  # noqa: B027 - optional hook
+        """Write what the upstream keeps for the life of the stream (e.g. a manifest).
+
+        Called once when the query starts, after every check passed; loading a stream
+        (``schema()``) never writes. The default keeps nothing.
+        """
+
     def release(self, channel: int, before: int) -> None:  # noqa: B027 - optional hook
         """Let the upstream drop or archive what lies before ``before`` on ``channel``.
 

@@ -37,10 +37,9 @@ from barriered.datasource.upstreams.manifest import (
     ManifestUpstream,
     cast_column,
     describe_schema,
-    file_signature,
+    open_manifest,
     read_header,
     read_parquet_rows,
-    read_records,
     refuse_changed_option,
     schema_from_text,
     schema_to_text,
@@ -136,7 +135,8 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
     """Records of an append-only Delta table, in commit order, split into channels.
 
     Build it with :meth:`from_options`, which checks the table, fixes the schema and
-    channel layout and creates (or continues) the manifest in ``state_dir``.
+    channel layout and continues the manifest in ``state_dir`` (a new one is written by
+    :meth:`persist` or the first listing that finds commits).
 
     Parameters
     ----------
@@ -194,10 +194,24 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
     # ------------------------------------------------------------------ construction
 
     @classmethod
-    def from_options(cls, options: Mapping[str, str], state_dir: str) -> DeltaUpstream:
+    def from_options(
+        cls, options: Mapping[str, str], state_dir: str, required_by: str | None = None
+    ) -> DeltaUpstream:
         """Build from source options (``path``, ``channels``, ``channelBy``,
         ``startingVersion``, ``storageOptions.*``; names in any case), continuing the
-        manifest in ``state_dir``."""
+        manifest in ``state_dir``. Writes nothing.
+
+        Parameters
+        ----------
+        options : Mapping[str, str]
+            The source options.
+        state_dir : str
+            The folder of ``delta_manifest.jsonl``.
+        required_by : str or None
+            What already refers to positions of this stream (see
+            :func:`~barriered.datasource.upstreams.manifest.open_manifest`): the manifest
+            must exist, it is never rebuilt from the table's log.
+        """
         options = Options(options)
         raw_path = str(options.get("path") or "").strip()
         if not raw_path:
@@ -233,15 +247,14 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
             )
 
         state_dir = os.path.abspath(state_dir)
-        os.makedirs(state_dir, exist_ok=True)
         manifest_path = os.path.join(state_dir, MANIFEST_NAME)
-        signature = file_signature(manifest_path)
-        records = read_records(manifest_path)
+        records, signature = open_manifest(manifest_path, cls.name, required_by)
         if records:
             upstream = cls._continue(
                 records, manifest_path, path, channels, channel_by, starting, storage_options
             )
             upstream._signature = signature
+            upstream._persisted = True
             upstream._check_log_continuity()
             return upstream
 
@@ -299,8 +312,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
                 "longer in its _delta_log (log retention removed it); set 'startingVersion' "
                 "to a version whose commit file is still there"
             )
-        upstream._index = ChannelIndex(channels)
-        upstream._save()
+        upstream._reset()
         return upstream
 
     @classmethod
@@ -372,28 +384,11 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
         self._values = list(header.get("values") or [])
         self._last_version = int(header["lastVersion"])
 
-    def _load(self, force: bool = False) -> ChannelIndex[DataFile]:
-        """Return the index, re-reading the manifest when it changed on disk (driver) or
-        when ``force`` is set (an executor whose copy does not cover a range)."""
-        signature = file_signature(self.manifest_path)
-        if self._index is not None and not force and signature == self._signature:
-            return self._index
-        records = read_records(self.manifest_path)
-        if records is None:
-            if self._index is not None:
-                raise SnapshotStoreError(
-                    f"upstream manifest {self.manifest_path!r} disappeared; the upstream "
-                    "state folder must be kept for the life of the snapshot path"
-                )
-            self._index = ChannelIndex(self.channels)
-            self._known = {}
-            self._values = []
-            self._last_version = self.starting_version - 1
-            return self._index
-        self._adopt(records)
-        self._signature = signature
-        assert self._index is not None
-        return self._index
+    def _reset(self) -> None:
+        self._index = ChannelIndex(self.channels)
+        self._known = {}
+        self._values = []
+        self._last_version = self.starting_version - 1
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()

@@ -9,16 +9,20 @@ order is kept in a manifest under the upstream's ``state_dir`` (``files_manifest
 so positions never move, not even after a driver restart.
 
 Producers must write files under a hidden or ``.tmp`` name and rename them into place
-when complete, and must never modify a file once it is visible: the manifest records each
-file's size, and reading a file whose size changed fails instead of returning other
-records. With ``archiveTo`` set, :meth:`FilesUpstream.release` moves files whose records
-are all before the oldest retained checkpoint into that folder; they stay readable there.
+when complete, and must never modify a file once it is visible: new records go into a new
+file. The manifest records each file's size and modification time (ns); every listing
+checks them for the known files, and a changed file (rows appended, or rewritten even at
+the same size) fails the query naming it, instead of leaving its new rows unread or
+returning other records on a replay. With ``archiveTo`` set,
+:meth:`FilesUpstream.release` moves files whose records are all before the oldest
+retained checkpoint into that folder; they stay readable there.
 """
 
 from __future__ import annotations
 
+import datetime
 import errno
-import json
+import logging
 import os
 import shutil
 import zlib
@@ -27,22 +31,24 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.csv as pcsv
-import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
+from barriered.datasource.upstreams.file_formats import (
+    FORMATS,
+    READ_ERRORS,
+    infer_format,
+    infer_schema,
+    read_text_file,
+)
 from barriered.datasource.upstreams.manifest import (
-    _ARROW_ERRORS,
     ChannelIndex,
     ManifestUpstream,
     check_range,
     conform,
     describe_schema,
-    file_signature,
-    normalize_schema,
+    open_manifest,
     read_header,
     read_parquet_rows,
-    read_records,
     refuse_changed_option,
     schema_from_text,
     schema_to_text,
@@ -55,22 +61,13 @@ from barriered.datasource.upstreams.options import (
 )
 from barriered.errors import ConfigError, SnapshotStoreError
 
+log = logging.getLogger(__name__)
+
 MANIFEST_NAME = "files_manifest.jsonl"
 MANIFEST_VERSION = 1
-FORMATS = ("json", "csv", "parquet")
 CHANNEL_BY = ("folder", "hash")
-EXTENSIONS = {
-    ".json": "json",
-    ".jsonl": "json",
-    ".ndjson": "json",
-    ".csv": "csv",
-    ".parquet": "parquet",
-}
 DEFAULT_CHANNELS = 4
 _HEADER_KEYS = ("path", "format", "channels", "channelBy", "schema")
-
-#: What reading a malformed data file can raise (JSON errors are ValueErrors).
-_READ_ERRORS = (OSError, ValueError, TypeError, UnicodeDecodeError, *_ARROW_ERRORS)
 
 
 # --------------------------------------------------------------------------------------
@@ -107,89 +104,6 @@ def _listing(root: str) -> tuple[list[str], list[str]]:
     return sorted(folders), sorted(files)
 
 
-def _infer_format(first_file: str) -> str:
-    lower = first_file.lower()
-    for ext, fmt in EXTENSIONS.items():
-        if lower.endswith(ext):
-            return fmt
-    raise ConfigError(
-        f"option 'format' is not set and cannot be inferred from the first file "
-        f"{first_file!r} (known extensions: {', '.join(EXTENSIONS)}); set option 'format' "
-        f"to one of {', '.join(FORMATS)}"
-    )
-
-
-def _infer_schema(file_path: str, fmt: str) -> pa.Schema:
-    if os.path.getsize(file_path) == 0:
-        raise ConfigError(
-            f"cannot infer the schema from the first file {file_path!r}: it is empty; "
-            "set option 'schema' (e.g. 'id long, name string')"
-        )
-    try:
-        if fmt == "parquet":
-            schema = pq.read_schema(file_path)
-        elif fmt == "json":
-            schema = pjson.read_json(file_path).schema
-        else:
-            schema = pcsv.read_csv(file_path).schema
-    except _READ_ERRORS as exc:
-        raise ConfigError(
-            f"cannot infer the schema from the first file {file_path!r} as {fmt} ({exc}); "
-            "check option 'format' or set option 'schema'"
-        ) from exc
-    if len(schema) == 0:
-        raise ConfigError(
-            f"the first file {file_path!r} has no columns; set option 'schema' "
-            "(e.g. 'id long, name string')"
-        )
-    return normalize_schema(schema)
-
-
-def _parse_schema(schema: pa.Schema) -> pa.Schema:
-    """The schema given to the JSON/CSV readers: timestamps are parsed by us, as strings."""
-    return pa.schema(
-        [pa.field(f.name, pa.string()) if pa.types.is_timestamp(f.type) else f for f in schema]
-    )
-
-
-def _read_text_file(file_path: str, fmt: str, schema: pa.Schema) -> pa.Table:
-    """Read a whole JSON-lines or CSV file conformed to ``schema``."""
-    if os.path.getsize(file_path) == 0:
-        return schema.empty_table()
-    parse_schema = _parse_schema(schema)
-    if fmt == "csv":
-        convert = pcsv.ConvertOptions(
-            column_types={f.name: f.type for f in parse_schema},
-            include_columns=parse_schema.names,
-            include_missing_columns=True,
-        )
-        return conform(pcsv.read_csv(file_path, convert_options=convert), schema)
-    try:
-        options = pjson.ParseOptions(
-            explicit_schema=parse_schema, unexpected_field_behavior="ignore"
-        )
-        table = pjson.read_json(file_path, parse_options=options)
-    except _ARROW_ERRORS:
-        # Values of another JSON type than the schema's (e.g. numbers in a string
-        # column, as Spark accepts): parse in Python, then convert column by column.
-        table = _read_json_leniently(file_path, parse_schema)
-    return conform(table, schema)
-
-
-def _read_json_leniently(file_path: str, parse_schema: pa.Schema) -> pa.Table:
-    """Read JSON lines with :mod:`json`; non-string values of string columns are kept as
-    their JSON text (``7`` becomes ``"7"``)."""
-    with open(file_path, encoding="utf-8") as f:
-        records = [json.loads(line) for line in f if line.strip()]
-    columns = []
-    for fld in parse_schema:
-        values = [r.get(fld.name) if isinstance(r, dict) else None for r in records]
-        if pa.types.is_string(fld.type):
-            values = [v if v is None or isinstance(v, str) else json.dumps(v) for v in values]
-        columns.append(pa.array(values, type=fld.type))
-    return pa.Table.from_arrays(columns, schema=parse_schema)
-
-
 @dataclass
 class FileEntry:
     """One file of the manifest: where its records sit in its channel."""
@@ -199,7 +113,9 @@ class FileEntry:
     rows: int
     start: int
     size: int
-    mtime: float
+    #: Modification time in ns when recorded; None in manifests written before it was
+    #: kept (recorded at the next listing, the size being checked meanwhile).
+    mtime_ns: int | None
     archived_to: str | None = None
 
     def record(self) -> dict[str, Any]:
@@ -211,9 +127,13 @@ class FileEntry:
             "rows": self.rows,
             "start": self.start,
             "size": self.size,
-            "mtime": self.mtime,
+            "mtimeNs": self.mtime_ns,
             "archivedTo": self.archived_to,
         }
+
+    def unchanged(self, st: os.stat_result) -> bool:
+        """Whether ``st`` (of the file at its original place) matches what was recorded."""
+        return st.st_size == self.size and self.mtime_ns in (None, st.st_mtime_ns)
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any], where: str) -> FileEntry:
@@ -225,7 +145,7 @@ class FileEntry:
                 rows=int(record["rows"]),
                 start=int(record["start"]),
                 size=int(record["size"]),
-                mtime=float(record.get("mtime", 0.0)),
+                mtime_ns=None if record.get("mtimeNs") is None else int(record["mtimeNs"]),
                 archived_to=record.get("archivedTo"),
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -239,7 +159,8 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
     """Records of the JSON-lines, CSV or Parquet files of a directory.
 
     Build it with :meth:`from_options`, which validates the options, infers what is not
-    given and creates (or continues) the manifest in ``state_dir``.
+    given and continues the manifest in ``state_dir`` (a new one is written by
+    :meth:`persist` or the first listing that finds files).
 
     Parameters
     ----------
@@ -291,10 +212,24 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
     # ------------------------------------------------------------------ construction
 
     @classmethod
-    def from_options(cls, options: Mapping[str, str], state_dir: str) -> FilesUpstream:
+    def from_options(
+        cls, options: Mapping[str, str], state_dir: str, required_by: str | None = None
+    ) -> FilesUpstream:
         """Build from source options (``path``, ``format``, ``channels``, ``channelBy``,
         ``schema``, ``archiveTo``; names in any case), continuing the manifest found in
-        ``state_dir``."""
+        ``state_dir``. Writes nothing.
+
+        Parameters
+        ----------
+        options : Mapping[str, str]
+            The source options.
+        state_dir : str
+            The folder of ``files_manifest.jsonl``.
+        required_by : str or None
+            What already refers to positions of this stream (see
+            :func:`~barriered.datasource.upstreams.manifest.open_manifest`): the manifest
+            must exist, it is never rebuilt from the listing.
+        """
         options = Options(options)
         raw_path = options.get("path")
         if raw_path is None or not str(raw_path).strip():
@@ -317,15 +252,14 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
         schema = schema_option(options, "schema")
         archive_to = _archive_option(options, path)
         state_dir = os.path.abspath(state_dir)
-        os.makedirs(state_dir, exist_ok=True)
         manifest_path = os.path.join(state_dir, MANIFEST_NAME)
-        signature = file_signature(manifest_path)
-        records = read_records(manifest_path)
+        records, signature = open_manifest(manifest_path, cls.name, required_by)
         if records:
             upstream = cls._continue(
                 records, manifest_path, path, fmt, channels, channel_by, schema, archive_to
             )
             upstream._signature = signature
+            upstream._persisted = True
             return upstream
 
         folders, files = _listing(path)
@@ -361,11 +295,11 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             folders = []
             channels = channels or DEFAULT_CHANNELS
         if fmt is None:
-            fmt = _infer_format(files[0])
+            fmt = infer_format(files[0])
         if schema is None:
-            schema = _infer_schema(os.path.join(path, files[0]), fmt)
+            schema = infer_schema(os.path.join(path, files[0]), fmt)
         upstream = cls(path, fmt, channels, channel_by, folders, schema, archive_to, state_dir)
-        upstream._save(fresh=True)
+        upstream._reset()
         return upstream
 
     @classmethod
@@ -444,33 +378,9 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             )
         self._index_records(records, FileEntry.from_record)
 
-    def _load(self, force: bool = False) -> ChannelIndex[FileEntry]:
-        """Return the index, (re)reading the manifest when it changed on disk (driver) or
-        when ``force`` is set (an executor whose copy does not cover a range)."""
-        signature = file_signature(self.manifest_path)
-        if self._index is not None and not force and signature == self._signature:
-            return self._index
-        if self._index is not None and signature is None:
-            raise SnapshotStoreError(
-                f"upstream manifest {self.manifest_path!r} disappeared; the upstream state "
-                "folder must be kept for the life of the snapshot path"
-            )
-        records = read_records(self.manifest_path)
-        if records is None:
-            if self._index is None:
-                self._index = ChannelIndex(self.channels)
-                self._known = {}
-            return self._index
-        self._adopt(records)
-        self._signature = signature
-        assert self._index is not None
-        return self._index
-
-    def _save(self, fresh: bool = False) -> None:
-        if fresh:
-            self._index = ChannelIndex(self.channels)
-            self._known = {}
-        super()._save()
+    def _reset(self) -> None:
+        self._index = ChannelIndex(self.channels)
+        self._known = {}
 
     # ------------------------------------------------------------------ protocol
 
@@ -507,8 +417,8 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
                     pa.schema(present),
                 )
                 return int(parquet.metadata.num_rows)
-            return int(_read_text_file(file_path, self.format, self._schema).num_rows)
-        except _READ_ERRORS as exc:
+            return int(read_text_file(file_path, self.format, self._schema).num_rows)
+        except READ_ERRORS as exc:
             raise ConfigError(
                 f"file {file_path!r} cannot be read as {self.format} with the stream's "
                 f"schema ({', '.join(describe_schema(self._schema))}): {exc}. Fix or remove "
@@ -534,8 +444,9 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
                     "the stream; move its files into an existing sub-folder, or start the "
                     "stream on a new snapshot path"
                 )
+        recorded = self._check_known(files)
         new = [rel for rel in files if rel not in self._known]
-        if not new:
+        if not new and not recorded:
             return list(index.ends)
         try:
             for rel in new:
@@ -548,6 +459,48 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             self._signature = None
             raise
         return list(index.ends)
+
+    def _check_known(self, files: Sequence[str]) -> bool:
+        """Fail on a listed file that the manifest knows and that changed since (size or
+        modification time). Records the modification time of entries of older manifests
+        that lack it; returns whether it did (the manifest is then saved)."""
+        recorded = False
+        for rel in files:
+            entry = self._known.get(rel)
+            if entry is None:
+                continue
+            file_path = os.path.join(self.path, rel)
+            try:
+                st = os.stat(file_path)
+            except FileNotFoundError:
+                continue  # moved away since the listing: a read names it if it is needed
+            if not entry.unchanged(st):
+                raise self._changed(file_path, entry, st)
+            if entry.mtime_ns is None:
+                entry.mtime_ns = st.st_mtime_ns
+                recorded = True
+                log.info(
+                    "files upstream: recorded the modification time of %s in %s",
+                    file_path,
+                    self.manifest_path,
+                )
+        return recorded
+
+    def _changed(self, location: str, entry: FileEntry, st: os.stat_result) -> SnapshotStoreError:
+        """The error for a known file that changed after it was recorded."""
+        then = "" if entry.mtime_ns is None else f", modified {_when(entry.mtime_ns)}"
+        return SnapshotStoreError(
+            f"file {location!r} changed after the files upstream recorded it (records "
+            f"{entry.start}..{entry.start + entry.rows} of channel {entry.channel}, "
+            f"{entry.size} bytes{then}; now {st.st_size} bytes, modified "
+            f"{_when(st.st_mtime_ns)}). Its records' positions are fixed in "
+            f"{self.manifest_path!r} and each file is read once, so rows appended to it "
+            "would never be read and a rewrite would replay other records. The upstream "
+            "must not modify files in place: append new records as a new file (written "
+            "under a hidden or .tmp name, renamed when complete). To go on, put the "
+            "original file back (same bytes and modification time) and write the new rows "
+            "to a new file, or start the stream on a new snapshot path"
+        )
 
     def _discover(self, index: ChannelIndex[FileEntry], rel: str) -> None:
         """Append new file ``rel`` at the end of its channel."""
@@ -563,7 +516,7 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             rows=self._count_rows(file_path),
             start=index.ends[channel],
             size=st.st_size,
-            mtime=st.st_mtime,
+            mtime_ns=st.st_mtime_ns,
         )
         index.add(entry, self.manifest_path)
         self._known[rel] = entry
@@ -598,18 +551,16 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
         )
 
     def _find(self, entry: FileEntry) -> str | None:
+        """The first place ``entry`` is found, checking its size (and, at its original
+        place, its modification time: a move to ``archiveTo`` may not keep it exactly)."""
+        original = os.path.join(self.path, entry.path)
         for location in self._locations(entry):
             try:
-                size = os.path.getsize(location)
+                st = os.stat(location)
             except (FileNotFoundError, NotADirectoryError):
                 continue
-            if size != entry.size:
-                raise SnapshotStoreError(
-                    f"file {location!r} changed size ({entry.size} -> {size} bytes) after the "
-                    f"files upstream read it; its records' positions are recorded in "
-                    f"{self.manifest_path!r}. The upstream must not modify files in place: "
-                    "write new files (under a .tmp or hidden name, renamed when complete)"
-                )
+            if st.st_size != entry.size or (location == original and not entry.unchanged(st)):
+                raise self._changed(location, entry, st)
             return location
         return None
 
@@ -623,11 +574,11 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
                     rows = read_parquet_rows(parquet, lo, hi, self._schema.names)
                     return conform(rows, self._schema, num_rows=hi - lo)
             else:
-                table = _read_text_file(location, self.format, self._schema)
+                table = read_text_file(location, self.format, self._schema)
                 total = table.num_rows
                 if total == entry.rows:
                     return table.slice(lo, hi - lo)
-        except _READ_ERRORS as exc:
+        except READ_ERRORS as exc:
             raise SnapshotStoreError(
                 f"file {location!r} cannot be read any more ({exc}); it was readable when "
                 "the files upstream discovered it. The upstream must not modify files in "
@@ -691,11 +642,9 @@ def _archive_option(options: Mapping[str, str], path: str) -> str | None:
             "archived files would be discovered again; use a folder outside 'path' (or a "
             "hidden one, e.g. '_archive')"
         )
-    try:
-        os.makedirs(archive, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"option 'archiveTo': cannot create folder {archive!r}: {exc}") from exc
-    return archive
+    if os.path.exists(archive) and not os.path.isdir(archive):
+        raise ConfigError(f"option 'archiveTo': {archive!r} is not a folder")
+    return archive  # created by the first release that moves a file
 
 
 def _move(source: str, target: str) -> None:
@@ -707,3 +656,9 @@ def _move(source: str, target: str) -> None:
         if exc.errno != errno.EXDEV:
             raise
         shutil.move(source, target)
+
+
+def _when(mtime_ns: int) -> str:
+    """A modification time for messages: UTC ISO-8601 and the exact ns value."""
+    moment = datetime.datetime.fromtimestamp(mtime_ns / 1e9, tz=datetime.timezone.utc)
+    return f"{moment.isoformat(timespec='microseconds')} (mtime_ns {mtime_ns})"

@@ -100,6 +100,68 @@ def file_signature(path: str) -> tuple[int, int, int] | None:
     return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
+def open_manifest(
+    manifest_path: str, upstream: str, required_by: str | None
+) -> tuple[list[dict[str, Any]] | None, tuple[int, int, int] | None]:
+    """Read the manifest a stream continues: its records (None: a new stream) and signature.
+
+    Parameters
+    ----------
+    manifest_path : str
+        The manifest file.
+    upstream : str
+        The upstream's name, for the message.
+    required_by : str or None
+        What already refers to positions in this manifest (a restore point, the snapshot
+        path's configuration or checkpoints); None when the stream may start anew.
+
+    Raises
+    ------
+    SnapshotStoreError
+        When the manifest is missing (or empty) although ``required_by`` refers to it:
+        positions are fixed by the manifest, and rebuilding it from what the upstream holds
+        now could move them (a restore would replay counted records and skip others).
+    """
+    signature = file_signature(manifest_path)
+    records = read_records(manifest_path)
+    if records:
+        return records, signature
+    if required_by is not None:
+        raise SnapshotStoreError(
+            f"upstream manifest {manifest_path!r} is missing, but {required_by} refers to "
+            f"positions of the {upstream} upstream, which only that manifest fixes; it is "
+            "not rebuilt from what the upstream holds now, since records could move to "
+            "other positions (a restore would replay counted records and skip others). "
+            "Nothing was written. Put the manifest back (from a backup or a savepoint's "
+            "_source folder), or start the stream on a new snapshot path and "
+            "checkpointLocation"
+        )
+    return None, None
+
+
+def manifest_ends(manifest_path: str, channels: int) -> list[int] | None:
+    """Per channel, the end of the positions manifest ``manifest_path`` records (None if
+    the file is missing or empty)."""
+    records = read_records(manifest_path)
+    if not records:
+        return None
+    ends = [0] * channels
+    for record in records[1:]:
+        channel = record.get("channel")
+        if record.get("kind") != "file" or not isinstance(channel, int):
+            continue
+        try:
+            end = int(record["start"]) + int(record["rows"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SnapshotStoreError(
+                f"upstream manifest {manifest_path!r} has a malformed file entry {record!r} "
+                f"({exc}); restore it from a backup"
+            ) from exc
+        if 0 <= channel < channels:
+            ends[channel] = max(ends[channel], end)
+    return ends
+
+
 def dumps(record: Mapping[str, Any]) -> str:
     """Serialize one manifest record (compact, stable key order)."""
     return json.dumps(record, sort_keys=True, separators=(",", ":"))
@@ -331,8 +393,14 @@ class ManifestUpstream(Upstream, Generic[M]):
     The manifest (JSON lines: a header, then one line per file with its channel, start
     position and row count) fixes every record's position for the life of the stream.
     Subclasses set ``channels``, ``manifest_path`` and ``_schema``, write the header
-    (:meth:`_header_record`), load the manifest (:meth:`_load`) and read the rows of one
-    file (:meth:`_read_entry`); reading ranges, saving and pickling are shared here.
+    (:meth:`_header_record`), adopt a manifest's records (:meth:`_adopt`), start empty
+    (:meth:`_reset`) and read the rows of one file (:meth:`_read_entry`); loading,
+    reading ranges, saving and pickling are shared here.
+
+    A new stream's manifest is written by :meth:`persist` (at query start) or by the
+    first :meth:`~barriered.datasource.upstreams.base.Upstream.available` that finds
+    files, never while a stream is only loaded: a refused query leaves nothing behind.
+    Once written, it must stay: its disappearance is an error, not a fresh start.
     """
 
     channels: int
@@ -341,14 +409,56 @@ class ManifestUpstream(Upstream, Generic[M]):
     _index: ChannelIndex[M] | None
     _known: dict[str, M]
     _signature: tuple[int, int, int] | None
+    #: True once the manifest was read or written by this instance (or its original).
+    _persisted: bool = False
 
     @abstractmethod
     def _header_record(self) -> dict[str, Any]:
         """The manifest's first line."""
 
     @abstractmethod
+    def _adopt(self, records: list[dict[str, Any]]) -> None:
+        """Rebuild the in-memory state from manifest records (checking the header)."""
+
+    @abstractmethod
+    def _reset(self) -> None:
+        """Start the in-memory state empty: a new stream, nothing found yet."""
+
     def _load(self, force: bool = False) -> ChannelIndex[M]:
-        """Return the index, re-reading the manifest when it changed (or with ``force``)."""
+        """Return the index, re-reading the manifest when it changed on disk (driver) or
+        when ``force`` is set (an executor whose copy does not cover a range).
+
+        Raises
+        ------
+        SnapshotStoreError
+            When a manifest this stream read or wrote disappeared.
+        """
+        signature = file_signature(self.manifest_path)
+        if self._index is not None and not force and signature == self._signature:
+            return self._index
+        records = read_records(self.manifest_path)
+        if not records:
+            if self._persisted:
+                raise SnapshotStoreError(
+                    f"upstream manifest {self.manifest_path!r} disappeared; the upstream "
+                    "state folder must be kept for the life of the snapshot path"
+                )
+            if self._index is None:
+                self._reset()
+            assert self._index is not None
+            return self._index
+        self._adopt(records)
+        self._signature = signature
+        self._persisted = True
+        assert self._index is not None
+        return self._index
+
+    def persist(self) -> None:
+        """Write the manifest of a new stream (its header: the options that fix positions);
+        a stream that has one keeps it as it is."""
+        self._load()
+        if not self._persisted:
+            self._save()
 
     @abstractmethod
     def _read_entry(self, entry: M, lo: int, hi: int) -> pa.Table:
@@ -375,6 +485,7 @@ class ManifestUpstream(Upstream, Generic[M]):
         lines.extend(dumps(entry.record()) for entry in self._known.values())
         write_lines_atomic(self.manifest_path, lines)
         self._signature = file_signature(self.manifest_path)
+        self._persisted = True
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

@@ -1,0 +1,116 @@
+"""Reading the data files of the ``files`` upstream: JSON lines, CSV and Parquet.
+
+The format is inferred from the first file's extension and the schema from its contents
+(then fixed for the life of the stream); JSON-lines and CSV files are read whole and
+conformed to that schema, timestamps parsed from any ISO-8601 form.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.json as pjson
+import pyarrow.parquet as pq
+
+from barriered.datasource.upstreams.manifest import _ARROW_ERRORS, conform, normalize_schema
+from barriered.errors import ConfigError
+
+FORMATS = ("json", "csv", "parquet")
+EXTENSIONS = {
+    ".json": "json",
+    ".jsonl": "json",
+    ".ndjson": "json",
+    ".csv": "csv",
+    ".parquet": "parquet",
+}
+
+#: What reading a malformed data file can raise (JSON errors are ValueErrors).
+READ_ERRORS = (OSError, ValueError, TypeError, UnicodeDecodeError, *_ARROW_ERRORS)
+
+
+def infer_format(first_file: str) -> str:
+    """The format of ``first_file`` by its extension."""
+    lower = first_file.lower()
+    for ext, fmt in EXTENSIONS.items():
+        if lower.endswith(ext):
+            return fmt
+    raise ConfigError(
+        f"option 'format' is not set and cannot be inferred from the first file "
+        f"{first_file!r} (known extensions: {', '.join(EXTENSIONS)}); set option 'format' "
+        f"to one of {', '.join(FORMATS)}"
+    )
+
+
+def infer_schema(file_path: str, fmt: str) -> pa.Schema:
+    """The schema of ``file_path`` (normalized, see :func:`normalize_schema`)."""
+    if os.path.getsize(file_path) == 0:
+        raise ConfigError(
+            f"cannot infer the schema from the first file {file_path!r}: it is empty; "
+            "set option 'schema' (e.g. 'id long, name string')"
+        )
+    try:
+        if fmt == "parquet":
+            schema = pq.read_schema(file_path)
+        elif fmt == "json":
+            schema = pjson.read_json(file_path).schema
+        else:
+            schema = pcsv.read_csv(file_path).schema
+    except READ_ERRORS as exc:
+        raise ConfigError(
+            f"cannot infer the schema from the first file {file_path!r} as {fmt} ({exc}); "
+            "check option 'format' or set option 'schema'"
+        ) from exc
+    if len(schema) == 0:
+        raise ConfigError(
+            f"the first file {file_path!r} has no columns; set option 'schema' "
+            "(e.g. 'id long, name string')"
+        )
+    return normalize_schema(schema)
+
+
+def _parse_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema given to the JSON/CSV readers: timestamps are parsed by us, as strings."""
+    return pa.schema(
+        [pa.field(f.name, pa.string()) if pa.types.is_timestamp(f.type) else f for f in schema]
+    )
+
+
+def read_text_file(file_path: str, fmt: str, schema: pa.Schema) -> pa.Table:
+    """Read a whole JSON-lines or CSV file conformed to ``schema``."""
+    if os.path.getsize(file_path) == 0:
+        return schema.empty_table()
+    parse_schema = _parse_schema(schema)
+    if fmt == "csv":
+        convert = pcsv.ConvertOptions(
+            column_types={f.name: f.type for f in parse_schema},
+            include_columns=parse_schema.names,
+            include_missing_columns=True,
+        )
+        return conform(pcsv.read_csv(file_path, convert_options=convert), schema)
+    try:
+        options = pjson.ParseOptions(
+            explicit_schema=parse_schema, unexpected_field_behavior="ignore"
+        )
+        table = pjson.read_json(file_path, parse_options=options)
+    except _ARROW_ERRORS:
+        # Values of another JSON type than the schema's (e.g. numbers in a string
+        # column, as Spark accepts): parse in Python, then convert column by column.
+        table = _read_json_leniently(file_path, parse_schema)
+    return conform(table, schema)
+
+
+def _read_json_leniently(file_path: str, parse_schema: pa.Schema) -> pa.Table:
+    """Read JSON lines with :mod:`json`; non-string values of string columns are kept as
+    their JSON text (``7`` becomes ``"7"``)."""
+    with open(file_path, encoding="utf-8") as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    columns = []
+    for fld in parse_schema:
+        values = [r.get(fld.name) if isinstance(r, dict) else None for r in records]
+        if pa.types.is_string(fld.type):
+            values = [v if v is None or isinstance(v, str) else json.dumps(v) for v in values]
+        columns.append(pa.array(values, type=fld.type))
+    return pa.Table.from_arrays(columns, schema=parse_schema)
