@@ -30,12 +30,15 @@ PACKAGE_ROOT = str(Path(barriered.__file__).resolve().parents[1])
 
 
 def _stop_local_session() -> None:
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    active = SparkSession.getActiveSession()
-    if active is not None:
+    local = SparkSession._instantiatedSession
+    if local is not None:
         log.info("stopping the local SparkSession before the cluster session starts")
-        active.stop()
+        local.stop()
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
 
 
 def _session(cluster: Cluster) -> Any:
@@ -71,6 +74,7 @@ def _session(cluster: Cluster) -> Any:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    assert session.sparkContext.master == cluster.master_url, "a local session is in the way"
     return session
 
 

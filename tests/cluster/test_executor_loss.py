@@ -43,9 +43,13 @@ KILLS = [
     pytest.param("unaligned", faults.INFLIGHT_CAPTURE, marks=pytest.mark.full),
     pytest.param("aligned_with_timeout", faults.INFLIGHT_CAPTURE, marks=pytest.mark.full),
 ]
-#: The upstream of ``runs.SOURCE``, admitted 80 rows per channel and batch (9 batches
-#: instead of 17: each costs ~2.5 s on the cluster); channel 0 still lags.
-CLUSTER_SOURCE = {**SOURCE, "maxRowsPerChannel": "80"}
+#: The source of each kill: ``runs.SOURCE`` admitted 80 rows per channel and batch (half
+#: the batches, ~1-2 s each on the cluster) for state snapshots; in-flight capture needs
+#: ``runs.SOURCE`` itself (at 80 rows, aligned_with_timeout aligns before its timeout).
+SOURCES = {
+    faults.STATE_SNAPSHOT: {**SOURCE, "maxRowsPerChannel": "80"},
+    faults.INFLIGHT_CAPTURE: SOURCE,
+}
 TABLE_OF = {faults.STATE_SNAPSHOT: "state", faults.INFLIGHT_CAPTURE: "inflight"}
 
 
@@ -85,10 +89,14 @@ def of(file: dict[str, Any], point: str, participant: str, checkpoint_id: int) -
     return in_checkpoint and file["path"].rsplit("/", 1)[1].startswith(f"ch{name}-")
 
 
-def kill_at(cluster: Cluster, snap: str, point: str) -> tuple[dict[str, Any], int]:
+def kill_at(cluster: Cluster, query: Any, snap: str, point: str) -> tuple[dict[str, Any], int]:
     """Wait for the task blocked at ``point``, kill its executor; return the fault's
     record and the killed JVM's pid."""
-    record = faults.wait_fired(snap, point, timeout_s=300)
+    deadline = time.monotonic() + 300
+    while (record := faults.fired(snap, point)) is None:
+        assert query.isActive, f"the query ended without reaching {point}"
+        assert time.monotonic() < deadline, f"no task reached {point} in 300 s"
+        time.sleep(0.1)
     before = cluster.executors()
     jvm = cluster.kill_executor(record["pid"])
     assert jvm in before and not alive(jvm) and not alive(record["pid"])
@@ -103,8 +111,8 @@ def test_executor_killed_mid_write_loses_nothing(
     begin = time.monotonic()
     snap = str(tmp_path / "snap")
     faults.inject(snap, point, checkpoint_id=2, action=faults.BLOCK)
-    query = start(cluster_session, tmp_path, MODES[mode], CLUSTER_SOURCE, snap)
-    record, jvm = kill_at(nodes, snap, point)
+    query = start(cluster_session, tmp_path, MODES[mode], SOURCES[point], snap)
+    record, jvm = kill_at(nodes, query, snap, point)
     killed_s = time.monotonic() - begin
     killed_at = record["checkpoint_id"]
     participant, orphans = record["detail"]["participant"], record["detail"]["files"]
