@@ -138,6 +138,7 @@ def test_executor_killed_mid_write_loses_nothing(
         assert os.path.exists(os.path.join(table_uri, orphan))
         assert all(orphan not in {f["path"] for f in fs} for fs in versions.values())
     assert retried[0] not in orphans
+    assert point != faults.STATE_SNAPSHOT or f"/ckpt-{killed_at}-" in retried[0]
 
     for uri in (layout.state_table, layout.inflight_table):
         assert_whole(uri, referenced(uri))
