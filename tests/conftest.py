@@ -13,6 +13,12 @@ import pytest
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the standalone-cluster tests last: their session replaces the local one (one
+    SparkContext per process), see ``tests/cluster/conftest.py``."""
+    items.sort(key=lambda item: item.get_closest_marker("cluster") is not None)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """A local[2] SparkSession with the RocksDB state store, shared by every Spark test."""

@@ -61,10 +61,12 @@ def capture(
                 table,
             ),
         )
-    faults.hit(layout, faults.INFLIGHT_CAPTURE, checkpoint_id)
+    participant = inflight_participant(channel)
+    detail = {"participant": participant, "files": [f.path for f in files]}
+    faults.hit(layout, faults.INFLIGHT_CAPTURE, checkpoint_id, detail=detail)
     ack = Ack(
         checkpoint_id,
-        inflight_participant(channel),
+        participant,
         changed=True,
         files=files,
         rows=end - start,

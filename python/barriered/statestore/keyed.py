@@ -36,6 +36,7 @@ from barriered.statestore.acks import (
     write_data_file,
 )
 from barriered.statestore.layout import SnapshotLayout
+from barriered.testing import faults
 
 log = logging.getLogger(__name__)
 
@@ -241,6 +242,8 @@ class KeyedStatefulProcessor(StatefulProcessor):
                         table,
                     ),
                 )
+                detail = {"participant": participant, "files": [f.path for f in files]}
+                faults.hit(layout, faults.STATE_SNAPSHOT, checkpoint_id, detail=detail)
             ack = Ack(
                 checkpoint_id,
                 participant,

@@ -11,6 +11,9 @@ party that reaches the point for a matching checkpoint crashes there:
     An executor capturing a channel's in-flight records, after it wrote the data file
     and before it acknowledged: the task fails, and with it the query (local Spark does
     not retry tasks).
+``state_snapshot``
+    An executor writing a key group's state snapshot, after it wrote the Parquet file
+    and before it acknowledged.
 ``before_commit``
     The coordinator, once every participant acknowledged (the executors wrote every
     snapshot file), before it commits anything.
@@ -18,6 +21,14 @@ party that reaches the point for a matching checkpoint crashes there:
     The coordinator right after the ``state`` table commit (the completion point),
     before it records the checkpoint in ``_checkpoints``, applies retention or tells the
     source.
+
+A fault's *action* is ``"raise"`` (the default: the party fails with
+:class:`~barriered.errors.InjectedFault`) or ``"block"``: the party records where it is
+(its process id and what it wrote, see :func:`wait_fired`) and waits there until the
+fault is released (:func:`release`) or ``block_s`` passed, then goes on as if nothing
+happened; if its parent process (the executor) dies meanwhile, it exits at once. A test
+uses it to kill the executor running the task at exactly that point (the
+standalone-cluster tests in ``tests/cluster/``).
 
 A coordinator fault stands for a crash of the driver: that coordinator does nothing
 more (no commit, no row, no cleanup) and the source fails the query at its next planning
@@ -32,6 +43,7 @@ point claims the file with an atomic rename, so a fault fires once; :func:`fired
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -42,9 +54,14 @@ from barriered.statestore.layout import SnapshotLayout
 
 ALIGNING = "aligning"
 INFLIGHT_CAPTURE = "inflight_capture"
+STATE_SNAPSHOT = "state_snapshot"
 BEFORE_COMMIT = "before_commit"
 AFTER_COMMIT = "after_commit"
-POINTS = (ALIGNING, INFLIGHT_CAPTURE, BEFORE_COMMIT, AFTER_COMMIT)
+POINTS = (ALIGNING, INFLIGHT_CAPTURE, STATE_SNAPSHOT, BEFORE_COMMIT, AFTER_COMMIT)
+
+RAISE = "raise"
+BLOCK = "block"
+ACTIONS = (RAISE, BLOCK)
 
 #: Start of the message of every injected crash.
 MESSAGE_PREFIX = "injected fault"
@@ -62,8 +79,18 @@ def _fired(layout: SnapshotLayout, point: str) -> str:
     return join(_folder(layout), f"{point}.fired.json")
 
 
-def inject(snapshot_path: str, point: str, checkpoint_id: int = 1) -> None:
-    """Arm a crash at ``point`` for the first checkpoint with id >= ``checkpoint_id``.
+def _released(layout: SnapshotLayout, point: str) -> str:
+    return join(_folder(layout), f"{point}.released.json")
+
+
+def inject(
+    snapshot_path: str,
+    point: str,
+    checkpoint_id: int = 1,
+    action: str = RAISE,
+    block_s: float = 600.0,
+) -> None:
+    """Arm a fault at ``point`` for the first checkpoint with id >= ``checkpoint_id``.
 
     Parameters
     ----------
@@ -72,12 +99,24 @@ def inject(snapshot_path: str, point: str, checkpoint_id: int = 1) -> None:
     point : str
         One of :data:`POINTS`.
     checkpoint_id : int, default 1
-        The crash happens at the first checkpoint at or above this id that reaches
+        The fault fires at the first checkpoint at or above this id that reaches
         ``point``.
+    action : {"raise", "block"}, default "raise"
+        Crash there, or wait there (see the module docs).
+    block_s : float, default 600
+        With ``"block"``: the longest wait before going on unreleased.
     """
     if point not in POINTS:
         raise ValueError(f"unknown fault point {point!r}; choose one of {POINTS}")
-    write_json(_armed(SnapshotLayout.at(snapshot_path), point), {"from": checkpoint_id})
+    if action not in ACTIONS:
+        raise ValueError(f"unknown fault action {action!r}; choose one of {ACTIONS}")
+    plan = {"from": checkpoint_id, "action": action, "block_s": block_s}
+    write_json(_armed(SnapshotLayout.at(snapshot_path), point), plan)
+
+
+def release(snapshot_path: str, point: str) -> None:
+    """Let the party blocked at ``point`` go on (no effect when nothing blocks there)."""
+    write_json(_released(SnapshotLayout.at(snapshot_path), point), {"point": point})
 
 
 def hit(
@@ -85,8 +124,9 @@ def hit(
     point: str,
     checkpoint_id: int,
     on_crash: Callable[[str], None] | None = None,
+    detail: dict[str, Any] | None = None,
 ) -> None:
-    """Crash here if a fault is armed at ``point`` for ``checkpoint_id``.
+    """Crash (or block) here if a fault is armed at ``point`` for ``checkpoint_id``.
 
     Costs one file-existence check when nothing is armed.
 
@@ -95,11 +135,14 @@ def hit(
     on_crash : callable, optional
         Called with the message before the fault is reported as fired (the coordinator
         uses it to stop and to hand the crash to the source).
+    detail : dict, optional
+        JSON-able facts about what the party did so far (e.g. the file it wrote), kept in
+        the fault's record.
 
     Raises
     ------
     InjectedFault
-        When the fault fires.
+        When a ``"raise"`` fault fires.
     """
     armed = _armed(layout, point)
     if not exists(armed):
@@ -112,14 +155,35 @@ def hit(
         fs.move(path, f"{path}.claimed")
     except OSError:
         return  # another party claimed it first
+    record = {
+        "point": point,
+        "checkpoint_id": checkpoint_id,
+        "at_ms": int(time.time() * 1000),
+        "action": plan.get("action", RAISE),
+        "pid": os.getpid(),
+        "detail": detail or {},
+    }
+    if record["action"] == BLOCK:
+        write_json(_fired(layout, point), record)
+        _block(layout, point, float(plan.get("block_s", 600.0)))
+        return
     message = f"{MESSAGE_PREFIX} at {point} (checkpoint {checkpoint_id})"
     if on_crash is not None:
         on_crash(message)
-    write_json(
-        _fired(layout, point),
-        {"point": point, "checkpoint_id": checkpoint_id, "at_ms": int(time.time() * 1000)},
-    )
+    write_json(_fired(layout, point), record)
     raise InjectedFault(message)
+
+
+def _block(layout: SnapshotLayout, point: str, block_s: float) -> None:
+    """Wait until released, orphaned (the parent process died) or ``block_s`` passed."""
+    parent = os.getppid()
+    deadline = time.monotonic() + block_s
+    released = _released(layout, point)
+    while time.monotonic() < deadline and os.getppid() == parent and not exists(released):
+        time.sleep(0.05)
+    if os.getppid() != parent:
+        # The process that ran us (an executor) is gone: so are we, as on a lost machine.
+        os._exit(1)
 
 
 def fired(snapshot_path: str, point: str) -> dict[str, Any] | None:
@@ -132,6 +196,9 @@ def fired(snapshot_path: str, point: str) -> dict[str, Any] | None:
 
 def wait_fired(snapshot_path: str, point: str, timeout_s: float = 120.0) -> dict[str, Any]:
     """Wait until the fault at ``point`` fired; return its record.
+
+    The record holds ``point``, ``checkpoint_id``, ``at_ms``, ``action``, the ``pid`` of
+    the process that reached the point and the ``detail`` it gave.
 
     Raises
     ------

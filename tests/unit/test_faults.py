@@ -1,0 +1,53 @@
+"""The "block" action of fault injection: record where, wait there, go on when released."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from barriered.statestore.layout import SnapshotLayout
+from barriered.testing import faults
+
+
+def test_a_blocking_fault_waits_until_released_then_goes_on(tmp_path: Path) -> None:
+    layout = SnapshotLayout.at(str(tmp_path / "snap"))
+    faults.inject(layout.root, faults.STATE_SNAPSHOT, checkpoint_id=2, action=faults.BLOCK)
+    faults.hit(layout, faults.STATE_SNAPSHOT, 1)  # below the armed id: nothing happens
+    assert faults.fired(layout.root, faults.STATE_SNAPSHOT) is None
+    errors: list[BaseException] = []
+
+    def task() -> None:
+        try:
+            faults.hit(layout, faults.STATE_SNAPSHOT, 3, detail={"files": ["a.parquet"]})
+        except BaseException as exc:  # pragma: no cover - the assertion below reports it
+            errors.append(exc)
+
+    worker = threading.Thread(target=task)
+    worker.start()
+    record = faults.wait_fired(layout.root, faults.STATE_SNAPSHOT, timeout_s=10)
+    assert record["checkpoint_id"] == 3 and record["action"] == faults.BLOCK
+    assert record["pid"] == os.getpid() and record["detail"] == {"files": ["a.parquet"]}
+    time.sleep(0.3)
+    assert worker.is_alive(), "the party waits at the point until released"
+    faults.release(layout.root, faults.STATE_SNAPSHOT)
+    worker.join(timeout=10)
+    assert not worker.is_alive() and not errors  # it went on, nothing raised
+    faults.hit(layout, faults.STATE_SNAPSHOT, 4)  # fired already: never again, no wait
+
+
+def test_a_blocking_fault_goes_on_after_block_s(tmp_path: Path) -> None:
+    layout = SnapshotLayout.at(str(tmp_path / "snap"))
+    faults.inject(layout.root, faults.INFLIGHT_CAPTURE, action=faults.BLOCK, block_s=0.2)
+    begin = time.monotonic()
+    faults.hit(layout, faults.INFLIGHT_CAPTURE, 1)
+    assert 0.2 <= time.monotonic() - begin < 5
+
+
+def test_an_unknown_action_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown fault action 'hang'"):
+        faults.inject(str(tmp_path / "snap"), faults.STATE_SNAPSHOT, action="hang")
+    assert not (tmp_path / "snap").exists()
