@@ -87,6 +87,14 @@ def test_quickstart(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert ns["BASE"].startswith(str(tmp_path))
 
 
+@pytest.mark.connect
+def test_quickstart_over_spark_connect(
+    connect_spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    barriered.install(connect_spark)
+    test_quickstart(connect_spark, tmp_path, monkeypatch)
+
+
 def test_aligned_vs_unaligned(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ns = run_notebook("02_aligned_vs_unaligned.py", spark, tmp_path, monkeypatch)
     history = ns["history"].where("status = 'completed'").collect()

@@ -144,7 +144,15 @@ def state_store_partitions(checkpoint: Path) -> int:
     return len([p for p in operator.iterdir() if p.name.isdigit()])
 
 
-@pytest.mark.parametrize(("before", "after"), [(4, 2), (2, 8)])
+@pytest.mark.parametrize(
+    ("session", "before", "after"),
+    [
+        ("classic", 4, 2),
+        ("classic", 2, 8),
+        pytest.param("connect", 2, 8, marks=pytest.mark.connect),
+    ],
+    indirect=["session"],
+)
 def test_restore_into_another_number_of_partitions(
     session: Any, tmp_path: Path, before: int, after: int
 ) -> None:
