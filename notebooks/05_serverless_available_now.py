@@ -54,7 +54,7 @@ EVENTS = os.path.join(BASE, "events")
 
 
 def land(batch: int) -> None:
-    for region, rows in {"eu": 60, "us": 20, "asia": 20}.items():
+    for region, rows in {"eu": 120, "us": 40, "asia": 40}.items():
         os.makedirs(os.path.join(EVENTS, region), exist_ok=True)
         path = os.path.join(EVENTS, region, f"batch-{batch}.json")
         with open(path, "w") as out:
