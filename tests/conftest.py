@@ -1,9 +1,18 @@
-"""Shared fixtures: one local SparkSession for the whole test session."""
+"""Shared fixtures: one local SparkSession, and one local Spark Connect server, per test
+session.
+
+A local Spark Connect server (``SparkSession.builder.remote("local[2]")``) runs in this
+process's JVM on a classic session of its own, so it cannot start while the classic
+``spark`` fixture's session (or the standalone cluster's) runs. Tests marked ``connect``
+therefore run last (see :func:`pytest_collection_modifyitems`); the first of them stops
+the classic session and starts the server, which serves every other Connect test.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,10 +22,35 @@ import pytest
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
 
+_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+    "spark.sql.session.timeZone": "UTC",
+    "spark.driver.memory": "2g",
+}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the standalone-cluster tests last: their session replaces the local one (one
-    SparkContext per process), see ``tests/cluster/conftest.py``."""
-    items.sort(key=lambda item: item.get_closest_marker("cluster") is not None)
+    """One SparkContext per process: every local-session test first, then the
+    standalone-cluster tests (their session replaces the local one, see
+    ``tests/cluster/conftest.py``), then the Spark Connect tests (one server, started last)."""
+
+    def phase(item: pytest.Item) -> int:
+        if item.get_closest_marker("connect") is not None:
+            return 2
+        return 1 if item.get_closest_marker("cluster") is not None else 0
+
+    items.sort(key=phase)
+
+
+def _builder(builder: Any) -> Any:
+    for key, value in _CONF.items():
+        builder = builder.config(key, value)
+    return builder
 
 
 @pytest.fixture(scope="session")
@@ -26,31 +60,42 @@ def spark() -> Iterator[object]:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("barriered-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config(
-            "spark.sql.streaming.stateStore.providerClass",
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        )
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
+    if os.environ.get("SPARK_CONNECT_MODE_ENABLED"):
+        pytest.fail("the classic session cannot start after the Spark Connect server")
+    session = _builder(SparkSession.builder.master("local[2]").appName("barriered-tests"))
+    session = session.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def connect_spark() -> Iterator[object]:
+    """A Spark Connect session to a local[2] server started here, shared by every Connect
+    test; the classic session, if one ran, is stopped first."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    classic = SparkSession._instantiatedSession
+    if classic is not None:
+        classic.stop()
+    with warnings.catch_warnings():  # static confs the client cannot set (the server has them)
+        warnings.simplefilter("ignore", UserWarning)
+        session = _builder(SparkSession.builder.remote("local[2]")).getOrCreate()
+    yield session
+    session.stop()
+
+
 @pytest.fixture()
-def session(spark: Any) -> Iterator[Any]:
-    """The shared session with barriered installed and per-test barriered keys reset."""
+def session(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The shared session with barriered installed and per-test barriered keys reset:
+    classic, or Spark Connect when parametrized with ``"connect"`` (see ``runs.BOTH``)."""
     import barriered
     from runs import PREFIX
 
+    kind = getattr(request, "param", "classic")
+    spark = request.getfixturevalue("spark" if kind == "classic" else "connect_spark")
     barriered.install(spark)
     spark.conf.set(PREFIX + "checkpointInterval", "10ms")
     spark.conf.set(PREFIX + "maxParallelism", "8")

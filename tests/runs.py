@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from deltalake import DeltaTable
 
 import barriered
@@ -24,6 +25,13 @@ from barriered.statestore.layout import SnapshotLayout
 from barriered.testing.expected import running_totals
 
 PREFIX = "spark.sql.streaming.barriered."
+
+#: Run a test that takes ``session`` on a classic session and over Spark Connect.
+BOTH = pytest.mark.parametrize(
+    "session",
+    ["classic", pytest.param("connect", marks=pytest.mark.connect)],
+    indirect=True,
+)
 CHANNELS, ROWS, SKEW, KEYS = 3, 160, "0:4", 25
 SOURCE = {
     "upstream": "rate",

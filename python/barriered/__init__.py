@@ -2,7 +2,7 @@
 
 Importing :mod:`barriered` does not import PySpark: the barrier handler, the
 coordinator core, key groups and the configuration are pure Python. The Spark-facing
-API (``install``, ``keyed``, ``records``, ``await_termination``, ``checkpoints``,
+API (``install``, ``read_stream``, ``keyed``, ``records``, ``await_termination``, ``checkpoints``,
 ``state_table``, ``plot_checkpoints``, ``savepoint``) is loaded on first use.
 """
 
@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 # for the pure parts of the package.
 _LAZY = {
     "install": "barriered.api",
+    "read_stream": "barriered.api",
     "keyed": "barriered.api",
     "records": "barriered.api",
     "await_termination": "barriered.api",

@@ -39,25 +39,54 @@ _PATCHED = False
 
 
 def _session_conf(spark: SparkSession) -> dict[str, str]:
-    conf = spark.conf.getAll if hasattr(spark.conf, "getAll") else {}
-    items = conf.items() if isinstance(conf, dict) else []
+    conf = spark.conf.getAll  # a property on classic and Connect sessions (pyspark >= 4)
+    items = (conf() if callable(conf) else conf).items()
     return {k: v for k, v in items if k.startswith(PREFIX)}
+
+
+def _pass_session_keys(reader: Any, spark: SparkSession) -> None:
+    """Hand ``spark``'s barriered keys to the barriered source ``reader`` will load.
+
+    The one place every barriered ``load()`` goes through (the hook and
+    :func:`read_stream`), on classic and Spark Connect sessions; a driver-side check of
+    the source's options before Spark loads it belongs here.
+    """
+    reader.option(SESSION_CONF_OPTION, json.dumps(_session_conf(spark)))
+
+
+def _reader_classes() -> list[type]:
+    from pyspark.sql.streaming.readwriter import DataStreamReader
+
+    classes: list[type] = [DataStreamReader]
+    try:
+        from pyspark.sql.connect.streaming.readwriter import DataStreamReader as Connect
+    except ImportError:  # a pyspark without the Connect client's dependencies
+        log.debug("no Spark Connect client; only classic sessions are hooked")
+    else:
+        classes.append(Connect)
+    return classes
 
 
 def _patch_stream_reader() -> None:
     """Pass the session's barriered keys to the source on ``load()``.
 
     A Python data source sees only its options, not the session configuration, so
-    ``DataStreamReader.load`` is wrapped to add them (as one hidden option) when the
-    format is "barriered". Options the user set on the source still win.
+    ``DataStreamReader.load`` of classic and Spark Connect sessions is wrapped to add
+    them (as one hidden option) when the format is "barriered". Options the user set on
+    the source still win. Should the hook not run (another client), the source refuses
+    to start without the hidden option instead of using defaults.
     """
     global _PATCHED
     if _PATCHED:
         return
-    from pyspark.sql.streaming.readwriter import DataStreamReader
+    for cls in _reader_classes():
+        _hook_load(cls)
+    _PATCHED = True
 
-    original_format = DataStreamReader.format
-    original_load = DataStreamReader.load
+
+def _hook_load(cls: Any) -> None:
+    original_format = cls.format
+    original_load = cls.load
 
     def format(self: Any, source: str) -> Any:
         self._barriered_format = source
@@ -66,19 +95,44 @@ def _patch_stream_reader() -> None:
     def load(self: Any, path: str | None = None, format: str | None = None, **kw: Any) -> Any:
         fmt = format or getattr(self, "_barriered_format", None)
         if fmt == "barriered":
-            self.option(SESSION_CONF_OPTION, json.dumps(_session_conf(self._spark)))
+            # classic readers keep their session in _spark, Connect readers in _client
+            _pass_session_keys(self, getattr(self, "_spark", None) or self._client)
         return original_load(self, path=path, format=format, **kw)
 
-    DataStreamReader.format = format  # type: ignore[method-assign]
-    DataStreamReader.load = load  # type: ignore[method-assign,assignment]
-    _PATCHED = True
+    cls.format = format
+    cls.load = load
+
+
+def read_stream(spark: SparkSession) -> Any:
+    """Return ``spark.readStream.format("barriered")`` with the session keys attached.
+
+    The same reader as ``spark.readStream.format("barriered")`` after :func:`install`,
+    without relying on its ``load()`` hook: the session's
+    ``spark.sql.streaming.barriered.*`` keys are read now. Works on classic and Spark
+    Connect sessions.
+
+    Parameters
+    ----------
+    spark : SparkSession
+        A session on which :func:`install` was called.
+
+    Returns
+    -------
+    DataStreamReader
+        Add the source's options, then ``load()``.
+    """
+    reader = spark.readStream.format("barriered")
+    _pass_session_keys(reader, spark)
+    return reader
 
 
 def install(spark: SparkSession) -> BarrieredListener:
     """Register the "barriered" source and the checkpoint coordinator on ``spark``.
 
-    Idempotent; works on an existing session (a Databricks notebook's ``spark``) and
-    never creates one.
+    Idempotent; works on an existing session (a Databricks notebook's ``spark``), classic
+    or Spark Connect, and never creates one. Checks that the coordinator's listener is
+    registered with the session (a Spark Connect client drops its listeners when their
+    event stream breaks: calling ``install`` again registers a new one) and logs it.
 
     Parameters
     ----------
@@ -89,15 +143,60 @@ def install(spark: SparkSession) -> BarrieredListener:
     -------
     BarrieredListener
         The listener that coordinates every barriered query of this session.
+
+    Raises
+    ------
+    barriered.errors.CheckpointError
+        When the session did not keep the listener.
     """
     spark.dataSource.register(BarrieredDataSource)
     _patch_stream_reader()
     listener = _LISTENERS.get(id(spark))
-    if listener is None:
+    if listener is None or listener_registered(spark, listener) is False:
         listener = BarrieredListener()
         spark.streams.addListener(listener)
         _LISTENERS[id(spark)] = listener
+    registered = listener_registered(spark, listener)
+    kind = "Spark Connect" if _is_connect(spark) else "classic"
+    if registered is False:
+        raise CheckpointError(
+            f"barriered.install(spark): the {kind} session did not keep the checkpoint "
+            "coordinator's listener (spark.streams.addListener failed, see the warning "
+            "above); no barriered query could take checkpoints. Call install again once "
+            "the session is reachable"
+        )
+    log.info(
+        "barriered installed on a %s session: format 'barriered' registered, checkpoint "
+        "coordinator listener %s",
+        kind,
+        "registered" if registered else "added (registration not observable)",
+    )
     return listener
+
+
+def _is_connect(spark: SparkSession) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def listener_registered(spark: SparkSession, listener: BarrieredListener) -> bool | None:
+    """Whether ``spark`` delivers query events to ``listener``.
+
+    Returns
+    -------
+    bool or None
+        None when this pyspark does not let it be observed.
+    """
+    try:
+        if _is_connect(spark):
+            bus = spark.streams._sqlb  # type: ignore[attr-defined]
+            thread = bus._execution_thread
+            return bool(listener in bus._listener_bus and thread is not None and thread.is_alive())
+        mine = listener._jlistener
+        listeners = spark._jsparkSession.streams().listListeners()
+        return bool(any(mine.equals(other) for other in listeners))
+    except Exception:  # internals differ in this pyspark: say so, do not guess
+        log.debug("cannot observe the listeners of this session", exc_info=True)
+        return None
 
 
 def records(df: DataFrame) -> DataFrame:
@@ -333,6 +432,8 @@ __all__ = [
     "await_termination",
     "install",
     "keyed",
+    "listener_registered",
+    "read_stream",
     "records",
     "savepoint",
     "snapshot_path",

@@ -42,6 +42,7 @@ __all__ = [
     "BUFFER_PER_CHANNEL",
     "CHECKPOINT_INTERVAL",
     "CHECKPOINT_TIMEOUT",
+    "COORDINATOR_TIMEOUT",
     "DOC_MARKER_END",
     "DOC_MARKER_START",
     "INFLIGHT_CAPTURE",
@@ -192,9 +193,6 @@ class ConfigKey:
         Inclusive bounds of an ``int``, or of a ``duration`` in milliseconds.
     restore_may_change : bool, default True
         Whether a restore may use another value than the snapshot was taken with.
-    source_option : bool, default True
-        Whether ``.option(name, value)`` on the barriered source may override the
-        session value.
     """
 
     name: str
@@ -206,7 +204,6 @@ class ConfigKey:
     min_value: int | None = None
     max_value: int | None = None
     restore_may_change: bool = True
-    source_option: bool = True
 
     def __post_init__(self) -> None:
         if self.type == "enum" and not self.choices:
@@ -475,14 +472,12 @@ MAX_PARALLELISM = _declare(
         "int",
         "128",
         "The number of key groups, pmod(hash(key), maxParallelism): the most partitions "
-        "that can own keyed state. Fixed for the life of the snapshot path, and a "
-        "session key only because barriered.keyed() must use the same value as the "
-        "source.",
+        "that can own keyed state. Fixed for the life of the snapshot path; "
+        "barriered.keyed() takes the source's value from the stream.",
         field="max_parallelism",
         min_value=1,
         max_value=1 << 15,
         restore_may_change=False,
-        source_option=False,
     )
 )
 SNAPSHOT_PATH = _declare(
@@ -544,6 +539,19 @@ BUFFER_PER_CHANNEL = _declare(
         "records in an unaligned checkpoint and its alignment backlog.",
         field="buffer_per_channel",
         min_value=1,
+    )
+)
+COORDINATOR_TIMEOUT = _declare(
+    ConfigKey(
+        "coordinatorTimeout",
+        "duration",
+        "2min",
+        "How long the source runs micro-batches (at least 3) without a sign of life from "
+        "the checkpoint coordinator (the listener barriered.install registered) before it "
+        "fails the query with CoordinatorLostError instead of running on without "
+        "checkpoints, e.g. after a Spark Connect client dropped its listeners.",
+        field="coordinator_timeout_ms",
+        min_value=100,
     )
 )
 
@@ -668,6 +676,8 @@ class BarrieredConf:
         ``inflight.capture``: ``"value"`` or ``"reference"``.
     buffer_per_channel : int
         ``bufferPerChannel``, in rows.
+    coordinator_timeout_ms : int
+        ``coordinatorTimeout`` in milliseconds.
 
     Raises
     ------
@@ -691,6 +701,7 @@ class BarrieredConf:
     retained_checkpoints: int = _default_int("retainedCheckpoints")
     inflight_capture: str = _default_str("inflight.capture")
     buffer_per_channel: int = _default_int("bufferPerChannel")
+    coordinator_timeout_ms: int = _default_int("coordinatorTimeout")
 
     def __post_init__(self) -> None:
         for config_key in KEYS:
@@ -823,8 +834,7 @@ def split_options(options: Mapping[str, str]) -> tuple[dict[str, str], dict[str,
     Raises
     ------
     ConfigError
-        For a key that cannot be set per source (``maxParallelism``), or an unknown
-        option under the ``spark.sql.streaming.barriered.`` prefix.
+        For an unknown option under the ``spark.sql.streaming.barriered.`` prefix.
     """
     overrides: dict[str, str] = {}
     rest: dict[str, str] = {}
@@ -835,12 +845,6 @@ def split_options(options: Mapping[str, str]) -> tuple[dict[str, str], dict[str,
             problems.append(error)
         elif config_key is None:
             rest[name] = value
-        elif not config_key.source_option:
-            problems.append(
-                f"source option {name!r} is not allowed: {config_key.name} can only be set "
-                f"in the session, spark.conf.set({config_key.key!r}, {str(value)!r}), so "
-                "that barriered.keyed() and the source agree"
-            )
         else:
             overrides[config_key.name] = value
     _raise(problems)
@@ -868,9 +872,8 @@ def resolve(
         :data:`PREFIX` are ignored, keys under it must be declared (exact case, as in
         Spark).
     options : Mapping[str, str], optional
-        The barriered source's options; those named after a key with
-        ``source_option=True`` override the session value (see :func:`split_options`),
-        the others are ignored here.
+        The barriered source's options; those named after a key override the
+        session value (see :func:`split_options`), the others are ignored here.
 
     Returns
     -------
@@ -1013,7 +1016,7 @@ def config_table_markdown() -> str:
     ]
     for config_key in KEYS:
         default = f"`{config_key.default}`" if config_key.default is not None else "(none)"
-        option = f"yes, `{config_key.name}`" if config_key.source_option else "no"
+        option = f"`{config_key.name}`"
         restore = "yes" if config_key.restore_may_change else "**no**"
         lines.append(
             f"| `{config_key.key}` | {_type_cell(config_key)} | {default} | {option} | "

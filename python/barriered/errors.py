@@ -32,6 +32,10 @@ class CheckpointFailureLimitExceeded(CheckpointError):
     """More consecutive checkpoint failures than ``tolerableCheckpointFailures`` allows."""
 
 
+class CoordinatorLostError(CheckpointError):
+    """Micro-batches run but the checkpoint coordinator (the session's listener) is gone."""
+
+
 class SnapshotStoreError(BarrieredError, OSError):
     """The snapshot path is missing, unwritable, corrupt or belongs to another query."""
 

@@ -140,9 +140,16 @@ def state_table(
 
 
 def _read_with_spark_delta(spark: SparkSession, uri: str, version: int) -> DataFrame | None:
-    """The Delta table at ``version`` through Spark, or None when Spark has no Delta."""
+    """The Delta table at ``version`` through Spark, or None when Spark has no Delta.
+
+    A Spark Connect session resolves the format only when the plan is analysed, so the
+    schema is asked for here: a missing Delta reader must show now, not at the first
+    action on the returned DataFrame.
+    """
     try:
-        return spark.read.format("delta").option("versionAsOf", version).load(uri)
+        df = spark.read.format("delta").option("versionAsOf", version).load(uri)
+        df.schema  # noqa: B018 - analyses the plan (Spark Connect defers it)
+        return df
     except Exception as exc:
         if "DATA_SOURCE_NOT_FOUND" in str(exc):
             log.debug("no Delta reader in this session; reading %s with delta-rs", uri)

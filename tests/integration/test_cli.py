@@ -2,7 +2,8 @@
 
 One availableNow query (skewed ``rate`` upstream, aligned checkpoints that time out into
 unaligned ones) makes the snapshot path every test here reads, so the module costs one
-Spark run. The expectations come from the run's own Delta tables and the upstream.
+Spark run on a classic session and one over Spark Connect. The expectations come from the
+run's own Delta tables and the upstream.
 """
 
 from __future__ import annotations
@@ -55,9 +56,15 @@ CONF = {
 }
 
 
-@pytest.fixture(scope="module")
-def run(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """One finished availableNow run: its query, snapshot path and ``_checkpoints`` rows."""
+@pytest.fixture(
+    scope="module", params=["classic", pytest.param("connect", marks=pytest.mark.connect)]
+)
+def run(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """One finished availableNow run: its session, query, snapshot path and
+    ``_checkpoints`` rows (on a classic session, or over Spark Connect)."""
+    spark = request.getfixturevalue("spark" if request.param == "classic" else "connect_spark")
     base = tmp_path_factory.mktemp("cli-run")
     barriered.install(spark)
     with barriered_keys(spark, CONF):
@@ -73,7 +80,8 @@ def run(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[s
         )
         barriered.await_termination(query, timeout=300)
     layout = SnapshotLayout.at(str(base / "snap"))
-    yield {"query": query, "path": layout.root, "rows": checkpoints_table.read_rows(layout)}
+    rows = checkpoints_table.read_rows(layout)
+    yield {"spark": spark, "query": query, "path": layout.root, "rows": rows}
 
 
 def upstream() -> RateUpstream:
@@ -203,7 +211,8 @@ def test_inspect_on_a_terminal_shows_a_progress_bar(
     assert capsys.readouterr().err == ""  # no plain progress lines on a terminal
 
 
-def test_notebook_views_of_the_run(spark: Any, run: dict[str, Any]) -> None:
+def test_notebook_views_of_the_run(run: dict[str, Any]) -> None:
+    spark = run["spark"]
     history = barriered.checkpoints(spark, run["query"])
     assert history.columns == display_columns()
     assert history.columns[:3] == ["checkpoint_id", "kind", "mode"]

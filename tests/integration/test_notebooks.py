@@ -9,6 +9,7 @@ the namespace the notebook leaves.
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,7 @@ def test_every_notebook_is_tested() -> None:
         "02_aligned_vs_unaligned.py",
         "03_crash_restore_rescale.py",
         "04_state_with_sql.py",
+        "05_serverless_available_now.py",
     }
     assert {p.name for p in NOTEBOOKS.glob("*.py")} == tested
 
@@ -84,6 +86,29 @@ def test_quickstart(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert ns["mismatches"] == 0
     assert ns["state"].count() == 10  # user-0 .. user-9
     assert "Figure" in kinds(ns["displayed"]) and "DataFrame" in kinds(ns["displayed"])
+    assert ns["BASE"].startswith(str(tmp_path))
+
+
+@pytest.mark.connect
+def test_quickstart_over_spark_connect(
+    connect_spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    barriered.install(connect_spark)
+    test_quickstart(connect_spark, tmp_path, monkeypatch)
+
+
+@pytest.mark.connect
+def test_serverless_available_now_runs_over_spark_connect(
+    connect_spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ns = run_notebook("05_serverless_available_now.py", connect_spark, tmp_path, monkeypatch)
+    assert len(ns["first_run"]) >= 2 and ns["second_run"] and ns["third_run"]
+    assert max(ns["first_run"]) < min(ns["second_run"]) < min(ns["third_run"])
+    assert ns["check_latest_state"]() == 0
+    history = ns["displayed"][-1].where("status = 'completed'").collect()
+    last = history[-1]
+    # channels by folder name: asia, eu, us; three files landed in each
+    assert json.loads(last["barrier_positions"]) == {"0": 40 * 3, "1": 120 * 3, "2": 40 * 3}
     assert ns["BASE"].startswith(str(tmp_path))
 
 

@@ -23,6 +23,7 @@ from barriered.datasource.offsets import SourceOffset
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from runs import (
+    BOTH,
     CHANNELS,
     FILES_SOURCE,
     MODES,
@@ -52,6 +53,7 @@ def inflight_rows(layout: SnapshotLayout, version: int, checkpoint_id: int) -> s
     return {(r["_channel"], r["_seq"]) for r in rows}
 
 
+@BOTH
 @pytest.mark.parametrize("mode", ["aligned", "unaligned", "aligned_with_timeout"])
 def test_completed_checkpoints_hold_exactly_the_records_before_the_barrier(
     session: Any, tmp_path: Path, mode: str

@@ -146,7 +146,15 @@ def state_store_partitions(checkpoint: Path) -> int:
     return len([p for p in operator.iterdir() if p.name.isdigit()])
 
 
-@pytest.mark.parametrize(("before", "after"), [(4, 2), pytest.param(2, 8, marks=FULL)])
+@pytest.mark.parametrize(
+    ("session", "before", "after"),
+    [
+        ("classic", 4, 2),
+        pytest.param("classic", 2, 8, marks=FULL),
+        pytest.param("connect", 2, 8, marks=pytest.mark.connect),
+    ],
+    indirect=["session"],
+)
 def test_restore_into_another_number_of_partitions(
     session: Any, tmp_path: Path, before: int, after: int
 ) -> None:

@@ -57,11 +57,11 @@ def test_required_keys_exist_with_their_types_and_defaults() -> None:
         "retainedCheckpoints": ("int", "3"),
         "inflight.capture": ("enum", "value"),
         "bufferPerChannel": ("int", "10000"),
+        "coordinatorTimeout": ("duration", "2min"),
     }
     declared = {k.name: (k.type, k.default) for k in KEYS}
     assert declared == expected
     assert config.MAX_PARALLELISM.restore_may_change is False
-    assert config.MAX_PARALLELISM.source_option is False
     assert [k.name for k in KEYS if not k.restore_may_change] == ["maxParallelism"]
 
 
@@ -84,6 +84,7 @@ def test_defaults() -> None:
         "retained_checkpoints": 3,
         "inflight_capture": "value",
         "buffer_per_channel": 10_000,
+        "coordinator_timeout_ms": 120_000,
     }
     assert conf.mode == "exactlyOnce"
     json.dumps(conf.to_dict())  # serialisable as snapshot metadata
@@ -379,14 +380,11 @@ def test_split_options() -> None:
     assert resolve({}, {P + "retainedCheckpoints": "7"}).retained_checkpoints == 7
 
 
-def test_session_only_key_as_option_is_an_error() -> None:
-    with pytest.raises(ConfigError) as info:
-        split_options({"maxparallelism": "256"})
-    message = str(info.value)
-    assert "'maxparallelism'" in message
-    assert f"spark.conf.set('{P}maxParallelism', '256')" in message
-    with pytest.raises(ConfigError, match="maxParallelism can only be set in the session"):
-        resolve({}, {"maxParallelism": "256"})
+def test_every_key_can_be_set_as_a_source_option() -> None:
+    assert split_options({"maxparallelism": "256"}) == ({"maxParallelism": "256"}, {})
+    assert resolve({f"{P}maxParallelism": "64"}, {"maxParallelism": "256"}).max_parallelism == 256
+    for config_key in KEYS:
+        assert split_options({config_key.name.lower(): "x"})[0] == {config_key.name: "x"}
 
 
 def test_unknown_prefixed_option_is_an_error() -> None:

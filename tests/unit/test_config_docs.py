@@ -55,4 +55,4 @@ def test_table_has_one_row_per_key_and_escapes_pipes() -> None:
     mode_row = next(r for r in rows if "barriered.mode`" in r)
     assert "`exactlyOnce` \\| `atLeastOnce`" in mode_row
     max_p_row = next(r for r in rows if "maxParallelism`" in r)
-    assert "| no | **no** |" in max_p_row
+    assert "| `maxParallelism` | **no** |" in max_p_row

@@ -16,7 +16,7 @@ import pytest
 
 from barriered import cli
 from barriered.config import BarrieredConf
-from barriered.datasource.options import parse_source_options
+from barriered.datasource.options import SESSION_CONF_OPTION, parse_source_options
 from barriered.errors import ConfigError, RestoreError
 from barriered.statestore import integrity
 from barriered.statestore.layout import SnapshotLayout
@@ -183,7 +183,12 @@ def test_a_snapshot_path_that_is_a_file_names_the_option(
             BarrieredConf(snapshot_path=str(path)).require_snapshot_path()
         with pytest.raises(ConfigError, match=message):
             parse_source_options(
-                {"upstream": "files", "path": str(tmp_path), "snapshotPath": str(path)}
+                {
+                    "upstream": "files",
+                    "path": str(tmp_path),
+                    "snapshotPath": str(path),
+                    SESSION_CONF_OPTION: "{}",
+                }
             )
     code, _, err = run_cli(["restore-plan", str(blocker / "snap")], capsys)
     assert code == 1 and f"is under the file '{blocker}', not a snapshot path" in err

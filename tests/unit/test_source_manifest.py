@@ -17,6 +17,7 @@ import pytest
 
 from barriered import cli
 from barriered.config import BarrieredConf
+from barriered.datasource.options import SESSION_CONF_OPTION
 from barriered.datasource.reader import BarrieredStreamReader
 from barriered.datasource.source import BarrieredDataSource
 from barriered.errors import ConfigError, RestoreError, SnapshotStoreError
@@ -40,6 +41,7 @@ def options(data: Path, snap: Path, **extra: str) -> dict[str, str]:
         "path": str(data),
         "channels": "1",
         "snapshotPath": str(snap),
+        SESSION_CONF_OPTION: "{}",  # what barriered.install's reader hook adds
         **extra,
     }
 

@@ -6,10 +6,11 @@ import json
 
 import pytest
 
+from barriered.config import KEYS, PREFIX
 from barriered.datasource.options import SESSION_CONF_OPTION, parse_source_options
 from barriered.errors import ConfigError
 
-BASE = {"snapshotPath": "/tmp/snap", "upstream": "rate"}
+BASE = {"snapshotPath": "/tmp/snap", "upstream": "rate", SESSION_CONF_OPTION: "{}"}
 
 
 def test_session_keys_arrive_through_the_hidden_option_and_options_override_them() -> None:
@@ -37,7 +38,7 @@ def test_option_of_another_upstream_is_unknown() -> None:
 
 def test_missing_snapshot_path_says_how_to_set_it() -> None:
     with pytest.raises(ConfigError, match=r"snapshotPath"):
-        parse_source_options({"upstream": "rate"})
+        parse_source_options({"upstream": "rate", SESSION_CONF_OPTION: "{}"})
 
 
 def test_restore_from_takes_latest_an_id_or_a_path() -> None:
@@ -55,6 +56,18 @@ def test_admission_must_be_positive() -> None:
     assert parse_source_options({**BASE, "maxRowsPerChannel": "7"}).max_rows_per_channel == 7
 
 
-def test_max_parallelism_is_session_only() -> None:
-    with pytest.raises(ConfigError, match="maxParallelism"):
-        parse_source_options({**BASE, "maxParallelism": "64"})
+def test_every_key_has_a_source_option_form() -> None:
+    session = {PREFIX + k.name: "1" for k in KEYS if k.type == "int"}
+    options = {k.name: "2" for k in KEYS if k.type == "int"}
+    conf = parse_source_options({**BASE, SESSION_CONF_OPTION: json.dumps(session), **options}).conf
+    assert conf.max_parallelism == 2
+    assert {k.name: getattr(conf, k.field) for k in KEYS if k.type == "int"} == {
+        k.name: 2 for k in KEYS if k.type == "int"
+    }
+
+
+def test_a_source_without_the_session_keys_is_refused() -> None:
+    without = {k: v for k, v in BASE.items() if k != SESSION_CONF_OPTION}
+    with pytest.raises(ConfigError, match=r"barriered.install\(spark\)"):
+        parse_source_options(without)
+    assert parse_source_options(BASE).conf.snapshot_path == "/tmp/snap"

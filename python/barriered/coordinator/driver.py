@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -102,6 +103,7 @@ class QueryCoordinator:
         self._inflight_versions: dict[int, int | None] = {}
         self._barrier_batch: dict[int, int] = {}
         self._crashed: str | None = None
+        self._beat_ms = 0
         #: Per completed checkpoint, where a restore from it reads the upstream from.
         self._needs_upstream_from: dict[int, tuple[int, ...]] = {
             cid: _upstream_start(
@@ -290,9 +292,19 @@ class QueryCoordinator:
         if self._crashed:
             return []
         with self._failing_the_query():
+            self._heartbeat(batch_id)
             return self._apply(
                 batch_id, start, SourceOffset.from_dict(dict(end)), report, duration_ms
             )
+
+    def _heartbeat(self, batch_id: int) -> None:
+        """Tell the source the coordinator is alive (at most 4 times per coordinatorTimeout)."""
+        now = int(time.time() * 1000)
+        if now - self._beat_ms < self.conf.coordinator_timeout_ms // 4:
+            return
+        log_ = TriggerLog.read(self.layout.triggers_file).with_heartbeat(batch_id, now)
+        log_.write(self.layout.triggers_file)
+        self._beat_ms = now
 
     def _apply(
         self,

@@ -4,9 +4,10 @@ Three kinds of options reach the source: its own (``upstream``, ``maxRowsPerChan
 ``rowsPerPartition``, ``restoreFrom``), the upstream's (see each upstream), and the
 ``spark.sql.streaming.barriered.*`` keys. Session keys reach the Python worker through
 the hidden option ``barriered.sessionConf`` that :func:`barriered.install` adds on
-``load()`` (a Python data source cannot read the session configuration itself); an
-option named after a key overrides the session value. Any other option is an error
-naming it.
+``load()`` of a classic or Spark Connect session (a Python data source cannot read the
+session configuration itself); an option named after a key overrides the session value.
+A source without the hidden option is refused: its session keys would be silently
+replaced by defaults. Any other option is an error naming it.
 """
 
 from __future__ import annotations
@@ -58,10 +59,19 @@ def parse_source_options(options: Mapping[str, str]) -> SourceSettings:
     Raises
     ------
     ConfigError
-        Naming every unknown option (with a suggestion) or bad value.
+        Naming every unknown option (with a suggestion) or bad value, or when the
+        session keys did not come with the options (no :func:`barriered.install`).
     """
     opts = {str(k).lower(): str(v) for k, v in options.items()}
-    session = json.loads(opts.pop(SESSION_CONF_OPTION, "{}") or "{}")
+    if SESSION_CONF_OPTION not in opts:
+        raise ConfigError(
+            "the barriered source did not receive the session's "
+            "spark.sql.streaming.barriered.* keys, so they would be ignored: call "
+            "barriered.install(spark) on this session before "
+            'spark.readStream.format("barriered")...load(), or read with '
+            "barriered.read_stream(spark)"
+        )
+    session = json.loads(opts.pop(SESSION_CONF_OPTION) or "{}")
     _, rest = split_options(opts)
     conf = resolve(session, opts)
     upstream = rest.get("upstream", "rate").lower()

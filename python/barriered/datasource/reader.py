@@ -31,6 +31,7 @@ from barriered.datasource.options import SourceSettings
 from barriered.datasource.planner import PlanInput, plan
 from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams.base import Upstream
+from barriered.datasource.watchdog import CoordinatorWatchdog
 from barriered.errors import CheckpointFailureLimitExceeded, InjectedFault, RestoreError
 from barriered.statestore.fileio import filesystem, join
 from barriered.statestore.inflight import capture
@@ -100,6 +101,12 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.channels = upstream.channel_count()
         self._target: list[int] | None = None
         self._report: dict[str, Any] | None = None
+        self._watchdog = CoordinatorWatchdog(
+            layout.root,
+            settings.conf.coordinator_timeout_ms,
+            TriggerLog.read(layout.triggers_file).heartbeat,
+            int(time.time() * 1000),
+        )
 
     # -- driver side ---------------------------------------------------------------------
 
@@ -138,6 +145,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             if triggers.fatal.startswith(faults.MESSAGE_PREFIX):
                 raise InjectedFault(triggers.fatal)
             raise CheckpointFailureLimitExceeded(triggers.fatal)
+        self._watchdog.check(triggers.heartbeat, int(time.time() * 1000))
         if begin.active is not None:
             faults.hit(self.layout, faults.ALIGNING, begin.active.id)
         conf = self.settings.conf
@@ -201,6 +209,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Release upstream data no retained checkpoint needs (``archiveTo``)."""
+        self._watchdog.batch_committed()
         release = TriggerLog.read(self.layout.triggers_file).release
         if release is None or release == self._released:
             return

@@ -8,7 +8,8 @@ stale) and reports what it did in the offset. The file also carries the ids to c
 (expired or aborted by the coordinator), the id of the latest completed checkpoint,
 which the keyed operator uses as the base of incremental snapshots, and per channel the
 position before which no retained checkpoint needs the upstream's records (the source
-releases them, see ``archiveTo``).
+releases them, see ``archiveTo``), and the coordinator's heartbeat (the last batch it
+handled and when), by which the source notices a lost coordinator.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class TriggerLog:
     last_completed: int | None = None
     fatal: str | None = None
     release: tuple[int, ...] | None = None
+    heartbeat: tuple[int, int] | None = None
 
     @classmethod
     def read(cls, uri: str) -> TriggerLog:
@@ -66,6 +68,7 @@ class TriggerLog:
             last_completed=raw.get("last_completed"),
             fatal=raw.get("fatal"),
             release=None if raw.get("release") is None else tuple(raw["release"]),
+            heartbeat=None if raw.get("heartbeat") is None else tuple(raw["heartbeat"]),
         )
 
     def write(self, uri: str) -> None:
@@ -80,6 +83,7 @@ class TriggerLog:
                 "last_completed": self.last_completed,
                 "fatal": self.fatal,
                 "release": None if self.release is None else list(self.release),
+                "heartbeat": None if self.heartbeat is None else list(self.heartbeat),
             },
         )
 
@@ -102,6 +106,10 @@ class TriggerLog:
             last_completed=checkpoint_id if last is None else max(last, checkpoint_id),
             release=self.release if release is None else tuple(release),
         )
+
+    def with_heartbeat(self, batch_id: int, now_ms: int) -> TriggerLog:
+        """Return the log with the coordinator's sign of life: it handled ``batch_id``."""
+        return replace(self, heartbeat=(batch_id, now_ms))
 
     def with_fatal(self, message: str | None) -> TriggerLog:
         """Return the log with a fatal error the source must fail the query with (or none)."""
