@@ -55,6 +55,9 @@ def test_required_keys_exist_with_their_types_and_defaults() -> None:
         "snapshotPath": ("path", None),
         "snapshotStorageOptions": ("json", "{}"),
         "retainedCheckpoints": ("int", "3"),
+        "retention.minAge": ("duration", "10min"),
+        "retention.historySize": ("int", "1000"),
+        "retention.maintenanceInterval": ("int", "10"),
         "inflight.capture": ("enum", "value"),
         "bufferPerChannel": ("int", "10000"),
     }
@@ -82,6 +85,9 @@ def test_defaults() -> None:
         "snapshot_path": None,
         "snapshot_storage_options": "{}",
         "retained_checkpoints": 3,
+        "retention_min_age_ms": 600_000,
+        "retention_history_size": 1000,
+        "retention_maintenance_interval": 10,
         "inflight_capture": "value",
         "buffer_per_channel": 10_000,
     }

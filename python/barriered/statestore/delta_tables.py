@@ -31,6 +31,7 @@ from deltalake.transaction import (
 
 from barriered.errors import SnapshotStoreError
 from barriered.statestore.acks import Ack, DataFile
+from barriered.statestore.fileio import delete_file, join, list_names
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +232,65 @@ def append_rows(
         schema_mode="merge",
         storage_options=dict(storage_options or {}),
     )
+
+
+DELETED_FILE_RETENTION = "delta.deletedFileRetentionDuration"
+
+
+def keep_removes_for(
+    uri: str, seconds: int, storage_options: Mapping[str, str] | None = None
+) -> bool:
+    """Make Delta checkpoints of the table keep remove actions ``seconds`` only.
+
+    Delta keeps every removed file's remove action in each checkpoint for
+    ``delta.deletedFileRetentionDuration`` (one week by default), so checkpoints of a
+    table rewritten every few seconds grow for a week. Retention tracks removed files
+    itself (``_coordinator/tombstones.json``); the remove actions only serve VACUUM.
+    Returns True when the table property was changed (one metadata commit).
+    """
+    table = open_table(uri, storage_options=storage_options)
+    wanted = f"interval {seconds} seconds"
+    if table is None or table.metadata().configuration.get(DELETED_FILE_RETENTION) == wanted:
+        return False
+    table.alter.set_table_properties({DELETED_FILE_RETENTION: wanted})
+    return True
+
+
+def truncate_log(uri: str, keep_from: int, storage_options: Mapping[str, str] | None = None) -> int:
+    """Delete the Delta log of the versions before ``keep_from``; return how many files.
+
+    Version ``keep_from`` and every later one stay loadable (a Delta checkpoint is written
+    at ``keep_from`` first, so nothing before it is needed), and so does their commit
+    metadata: ``DeltaTable.history()`` reads it from the commit files, which are kept from
+    ``keep_from`` on. Versions before ``keep_from`` can no longer be loaded.
+
+    Parameters
+    ----------
+    uri : str
+        The table.
+    keep_from : int
+        The oldest version that must stay loadable.
+    storage_options : mapping, optional
+        delta-rs storage options of the table.
+    """
+    log_dir = join(uri, "_delta_log")
+    old = [
+        name
+        for name in list_names(log_dir)
+        if name[:20].isdigit() and len(name) > 20 and name[20] == "." and int(name[:20]) < keep_from
+    ]
+    if not old:
+        return 0
+    names = set(list_names(log_dir))
+    if f"{keep_from:020d}.checkpoint.parquet" not in names:
+        table = open_table(uri, keep_from, storage_options)
+        if table is None:
+            return 0
+        table.create_checkpoint()
+    for name in old:
+        delete_file(join(log_dir, name))
+    log.info("%s: Delta log before version %d deleted (%d file(s))", uri, keep_from, len(old))
+    return len(old)
 
 
 def as_json(value: Any) -> str:

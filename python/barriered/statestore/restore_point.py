@@ -249,9 +249,19 @@ def _not_restorable(layout: SnapshotLayout, checkpoint_id: int, committed: list[
         r for r in checkpoints_table.read_rows(layout) if int(r["checkpoint_id"]) == checkpoint_id
     ]
     known = f"completed checkpoints there: {committed or 'none'}"
+    if not rows and committed and checkpoint_id < committed[-1]:
+        return (
+            f"checkpoint {checkpoint_id} under {layout.root!r} is not retained: it left the "
+            f"retention window (retainedCheckpoints) or never completed ({known})"
+        )
     if not rows:
         return f"checkpoint {checkpoint_id} does not exist under {layout.root!r} ({known})"
     row = rows[-1]
+    if row["status"] == "completed":
+        return (
+            f"checkpoint {checkpoint_id} under {layout.root!r} left the retention window "
+            f"(retainedCheckpoints): its files and Delta log are gone ({known})"
+        )
     reason = f": {row['failure_reason']}" if row.get("failure_reason") else ""
     return (
         f"checkpoint {checkpoint_id} under {layout.root!r} is {row['status']}{reason}, "
