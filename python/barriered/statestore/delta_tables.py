@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 from deltalake import DeltaTable, write_deltalake
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import TableNotFoundError
@@ -31,7 +32,7 @@ from deltalake.transaction import (
 
 from barriered.errors import SnapshotStoreError
 from barriered.statestore.acks import Ack, DataFile
-from barriered.statestore.fileio import delete_file, join, list_names
+from barriered.statestore.fileio import delete_file, filesystem, join
 
 log = logging.getLogger(__name__)
 
@@ -256,13 +257,18 @@ def keep_removes_for(
     return True
 
 
-def truncate_log(uri: str, keep_from: int, storage_options: Mapping[str, str] | None = None) -> int:
+def truncate_log(
+    uri: str,
+    keep_from: int,
+    storage_options: Mapping[str, str] | None = None,
+    min_age_ms: int = 0,
+) -> int:
     """Delete the Delta log of the versions before ``keep_from``; return how many files.
 
     Version ``keep_from`` and every later one stay loadable (a Delta checkpoint is written
-    at ``keep_from`` first, so nothing before it is needed), and so does their commit
-    metadata: ``DeltaTable.history()`` reads it from the commit files, which are kept from
-    ``keep_from`` on. Versions before ``keep_from`` can no longer be loaded.
+    at the cut first, so nothing before it is needed), and so does their commit metadata:
+    ``DeltaTable.history()`` reads it from the commit files, which are kept from the cut
+    on. Versions before the cut can no longer be loaded.
 
     Parameters
     ----------
@@ -272,24 +278,34 @@ def truncate_log(uri: str, keep_from: int, storage_options: Mapping[str, str] | 
         The oldest version that must stay loadable.
     storage_options : mapping, optional
         delta-rs storage options of the table.
+    min_age_ms : int, default 0
+        Commits younger than this stay loadable too: the cut moves down to the oldest
+        of them (a savepoint being copied, a reader loading a version that just left
+        the retention window).
     """
-    log_dir = join(uri, "_delta_log")
-    old = [
-        name
-        for name in list_names(log_dir)
-        if name[:20].isdigit() and len(name) > 20 and name[20] == "." and int(name[:20]) < keep_from
-    ]
+    fs, log_dir = filesystem(join(uri, "_delta_log"))
+    infos = fs.get_file_info(pafs.FileSelector(log_dir, allow_not_found=True))
+    versions: dict[str, tuple[int, float]] = {
+        i.base_name: (int(i.base_name[:20]), i.mtime.timestamp() if i.mtime else 0.0)
+        for i in infos
+        if i.base_name[:20].isdigit() and i.base_name[20:21] == "."
+    }
+    young = time.time() - min_age_ms / 1000
+    cut = min(
+        [keep_from]
+        + [v for name, (v, mtime) in versions.items() if name.endswith(".json") and mtime > young]
+    )
+    old = sorted(name for name, (v, _) in versions.items() if v < cut)
     if not old:
         return 0
-    names = set(list_names(log_dir))
-    if f"{keep_from:020d}.checkpoint.parquet" not in names:
-        table = open_table(uri, keep_from, storage_options)
+    if f"{cut:020d}.checkpoint.parquet" not in versions:
+        table = open_table(uri, cut, storage_options)
         if table is None:
             return 0
         table.create_checkpoint()
     for name in old:
-        delete_file(join(log_dir, name))
-    log.info("%s: Delta log before version %d deleted (%d file(s))", uri, keep_from, len(old))
+        delete_file(f"{uri.rstrip('/')}/_delta_log/{name}")
+    log.info("%s: Delta log before version %d deleted (%d file(s))", uri, cut, len(old))
     return len(old)
 
 

@@ -108,7 +108,7 @@ def run(
             floor = None if current is None else current.version()
         if floor is not None:
             keep_removes_for(uri, min_age_ms // 1000, layout.storage_options)
-            deleted += truncate_log(uri, floor, layout.storage_options)
+            deleted += truncate_log(uri, floor, layout.storage_options, min_age_ms)
     acks = _stray_acks(layout, retained, min_age_ms, finished_below, pending)
     report = MaintenanceReport(
         commit is not None, deleted, acks, round(time.perf_counter() - begin, 4)
