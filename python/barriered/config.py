@@ -516,6 +516,41 @@ RETAINED_CHECKPOINTS = _declare(
         min_value=1,
     )
 )
+RETENTION_MIN_AGE = _declare(
+    ConfigKey(
+        "retention.minAge",
+        "duration",
+        "10min",
+        "Grace period of retention: a data file no retained checkpoint reads any more is "
+        "deleted only this long after it became unread, so a reader that loaded an older "
+        "table version a moment ago can still read its files.",
+        field="retention_min_age_ms",
+        min_value=0,
+    )
+)
+RETENTION_HISTORY_SIZE = _declare(
+    ConfigKey(
+        "retention.historySize",
+        "int",
+        "1000",
+        "How many rows the _checkpoints table keeps: the newest ones, plus those of every "
+        "retained checkpoint; older rows go when the table is compacted.",
+        field="retention_history_size",
+        min_value=1,
+    )
+)
+RETENTION_MAINTENANCE_INTERVAL = _declare(
+    ConfigKey(
+        "retention.maintenanceInterval",
+        "int",
+        "10",
+        "Completed checkpoints between two maintenance runs of the snapshot path: "
+        "_checkpoints compacted into one file, the Delta logs of every table cut at the "
+        "oldest version a retained checkpoint reads, stray acknowledgements removed.",
+        field="retention_maintenance_interval",
+        min_value=1,
+    )
+)
 INFLIGHT_CAPTURE = _declare(
     ConfigKey(
         "inflight.capture",
@@ -672,6 +707,12 @@ class BarrieredConf:
         ``snapshotStorageOptions``, canonical JSON (see :attr:`storage_options`).
     retained_checkpoints : int
         ``retainedCheckpoints``.
+    retention_min_age_ms : int
+        ``retention.minAge`` in milliseconds.
+    retention_history_size : int
+        ``retention.historySize``.
+    retention_maintenance_interval : int
+        ``retention.maintenanceInterval``.
     inflight_capture : str
         ``inflight.capture``: ``"value"`` or ``"reference"``.
     buffer_per_channel : int
@@ -699,6 +740,9 @@ class BarrieredConf:
     snapshot_path: str | None = None
     snapshot_storage_options: str = _default_str("snapshotStorageOptions")
     retained_checkpoints: int = _default_int("retainedCheckpoints")
+    retention_min_age_ms: int = _default_int("retention.minAge")
+    retention_history_size: int = _default_int("retention.historySize")
+    retention_maintenance_interval: int = _default_int("retention.maintenanceInterval")
     inflight_capture: str = _default_str("inflight.capture")
     buffer_per_channel: int = _default_int("bufferPerChannel")
     coordinator_timeout_ms: int = _default_int("coordinatorTimeout")

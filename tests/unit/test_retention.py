@@ -134,3 +134,20 @@ def test_discard_keeps_data_when_a_commit_may_have_happened(layout: SnapshotLayo
     retention.discard(layout, 1, delete_data=False)
     assert read_acks(layout, 1) == {}
     assert committed.path in parquet_files(layout.state_table)
+
+
+def test_an_unread_file_stays_for_the_grace_period(layout: SnapshotLayout) -> None:
+    v1 = commit_state(layout, 1, {0: 10})
+    reader = DeltaTable(layout.state_table, version=v1)  # loaded while 1 is retained
+    v2 = commit_state(layout, 2, {0: 11})
+    files = parquet_files(layout.state_table)
+    retained = [retention.Retained(2, v2, None)]
+
+    assert retention.apply(layout, retained, min_age_ms=60_000, now_ms=1_000_000) == 0
+    assert retention.apply(layout, retained, min_age_ms=60_000, now_ms=1_059_999) == 0
+    assert parquet_files(layout.state_table) == files
+    assert reader.to_pyarrow_table().column("value").to_pylist() == ['{"total":10}']
+
+    assert retention.apply(layout, retained, min_age_ms=60_000, now_ms=1_060_000) == 1
+    assert len(files - parquet_files(layout.state_table)) == 1
+    assert totals(layout, v2) == ['0:{"total":11}']

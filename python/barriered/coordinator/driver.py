@@ -38,7 +38,7 @@ from barriered.coordinator.stats import CheckpointStats
 from barriered.datasource.offsets import SourceOffset
 from barriered.datasource.triggers import TriggerLog, TriggerRequest
 from barriered.errors import CheckpointError, CheckpointFailureLimitExceeded
-from barriered.statestore import checkpoints_table, retention
+from barriered.statestore import checkpoints_table, maintenance, retention
 from barriered.statestore.acks import Ack, inflight_participant, read_acks, state_participant
 from barriered.statestore.delta_tables import (
     INFLIGHT_PARTITIONS,
@@ -104,6 +104,7 @@ class QueryCoordinator:
         self._barrier_batch: dict[int, int] = {}
         self._crashed: str | None = None
         self._beat_ms = 0
+        self._completions = 0  # since this coordinator started: maintenance every N
         #: Per completed checkpoint, where a restore from it reads the upstream from.
         self._needs_upstream_from: dict[int, tuple[int, ...]] = {
             cid: _upstream_start(
@@ -222,8 +223,20 @@ class QueryCoordinator:
             )
         keep = sorted(self._completed)[-self.conf.retained_checkpoints :]
         self._completed = {cid: self._completed[cid] for cid in keep}
-        retention.apply(self.layout, list(self._completed.values()))
+        retained = list(self._completed.values())
+        retention.apply(self.layout, retained, self.conf.retention_min_age_ms)
         retention.discard(self.layout, done.checkpoint_id, delete_data=False)
+        self._completions += 1
+        if self._completions % self.conf.retention_maintenance_interval == 0:
+            pending = self.core.pending_ids
+            maintenance.run(
+                self.layout,
+                retained,
+                self.conf.retention_history_size,
+                self.conf.retention_min_age_ms,
+                finished_below=min(pending, default=self.core.next_id),
+                pending=pending,
+            )
         starts = [self._needs_upstream_from[c] for c in keep if c in self._needs_upstream_from]
         release = [min(column) for column in zip(*starts, strict=True)] if starts else None
         TriggerLog.read(self.layout.triggers_file).with_completed(

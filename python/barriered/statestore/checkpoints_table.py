@@ -1,15 +1,28 @@
-"""The ``_checkpoints`` table: one row per finished checkpoint, as Flink's history."""
+"""The ``_checkpoints`` table: one row per finished checkpoint, as Flink's history.
+
+Each finished checkpoint appends one row (one small Parquet file and one commit); the
+table is compacted now and then into one file holding the newest ``retention.historySize``
+rows and those of the retained checkpoints (:func:`compact`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import pyarrow as pa
+from deltalake import write_deltalake
+from deltalake.transaction import CommitProperties
 
 from barriered.coordinator.stats import STATS_COLUMNS
 from barriered.errors import SnapshotStoreError
-from barriered.statestore.delta_tables import append_rows, open_table, read_table
+from barriered.statestore.delta_tables import (
+    Commit,
+    append_rows,
+    current_files,
+    open_table,
+    read_table,
+)
 from barriered.statestore.layout import SnapshotLayout
 
 _ARROW_TYPES = {"bigint": pa.int64(), "int": pa.int32(), "string": pa.string()}
@@ -61,3 +74,40 @@ def read_rows(layout: SnapshotLayout) -> list[dict[str, Any]]:
 def completed(layout: SnapshotLayout) -> list[dict[str, Any]]:
     """Return the rows of completed checkpoints, oldest first."""
     return [r for r in read_rows(layout) if r["status"] == "completed"]
+
+
+def compact(layout: SnapshotLayout, history_size: int, keep: Collection[int]) -> Commit | None:
+    """Rewrite the table as one file with the newest ``history_size`` rows and the rows
+    of the checkpoints ``keep`` (the retained ones).
+
+    Returns
+    -------
+    Commit or None
+        The overwrite (its version and the files it removed, to be deleted by retention),
+        or None when the table is already one file within the size.
+    """
+    table = open_table(layout.checkpoints_table, storage_options=layout.storage_options)
+    if table is None:
+        return None
+    before = [f["path"] for f in current_files(table)]
+    rows = sorted(
+        table.to_pyarrow_table().to_pylist(),
+        key=lambda r: (r["checkpoint_id"], r.get("end_timestamp_ms") or 0),
+    )
+    newest = {r["checkpoint_id"] for r in rows[-history_size:]}
+    kept = [r for r in rows if r["checkpoint_id"] in newest or r["checkpoint_id"] in keep]
+    if len(before) <= 1 and len(kept) == len(rows):
+        return None
+    write_deltalake(
+        layout.checkpoints_table,
+        pa.Table.from_pylist(kept, schema=pa.schema(table.schema().to_arrow())),
+        mode="overwrite",
+        storage_options=dict(layout.storage_options),
+        commit_properties=CommitProperties(
+            custom_metadata={
+                "barriered.retention": f"compacted: {len(kept)} of {len(rows)} row(s) kept"
+            }
+        ),
+    )
+    table.update_incremental()
+    return Commit(table.version(), tuple(before))

@@ -21,6 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 from deltalake import DeltaTable, write_deltalake
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import TableNotFoundError
@@ -34,7 +35,7 @@ from deltalake.transaction import (
 
 from barriered.errors import SnapshotStoreError
 from barriered.statestore.acks import Ack, DataFile
-from barriered.statestore.fileio import filesystem, join, list_names
+from barriered.statestore.fileio import delete_file, filesystem, join, list_names
 
 log = logging.getLogger(__name__)
 
@@ -328,6 +329,80 @@ def append_rows(
         schema_mode="merge",
         storage_options=dict(storage_options or {}),
     )
+
+
+DELETED_FILE_RETENTION = "delta.deletedFileRetentionDuration"
+
+
+def keep_removes_for(
+    uri: str, seconds: int, storage_options: Mapping[str, str] | None = None
+) -> bool:
+    """Make Delta checkpoints of the table keep remove actions ``seconds`` only.
+
+    Delta keeps every removed file's remove action in each checkpoint for
+    ``delta.deletedFileRetentionDuration`` (one week by default), so checkpoints of a
+    table rewritten every few seconds grow for a week. Retention tracks removed files
+    itself (``_coordinator/tombstones.json``); the remove actions only serve VACUUM.
+    Returns True when the table property was changed (one metadata commit).
+    """
+    table = open_table(uri, storage_options=storage_options)
+    wanted = f"interval {seconds} seconds"
+    if table is None or table.metadata().configuration.get(DELETED_FILE_RETENTION) == wanted:
+        return False
+    table.alter.set_table_properties({DELETED_FILE_RETENTION: wanted})
+    return True
+
+
+def truncate_log(
+    uri: str,
+    keep_from: int,
+    storage_options: Mapping[str, str] | None = None,
+    min_age_ms: int = 0,
+) -> int:
+    """Delete the Delta log of the versions before ``keep_from``; return how many files.
+
+    Version ``keep_from`` and every later one stay loadable (a Delta checkpoint is written
+    at the cut first, so nothing before it is needed), and so does their commit metadata:
+    ``DeltaTable.history()`` reads it from the commit files, which are kept from the cut
+    on. Versions before the cut can no longer be loaded.
+
+    Parameters
+    ----------
+    uri : str
+        The table.
+    keep_from : int
+        The oldest version that must stay loadable.
+    storage_options : mapping, optional
+        delta-rs storage options of the table.
+    min_age_ms : int, default 0
+        Commits younger than this stay loadable too: the cut moves down to the oldest
+        of them (a savepoint being copied, a reader loading a version that just left
+        the retention window).
+    """
+    fs, log_dir = filesystem(join(uri, "_delta_log"))
+    infos = fs.get_file_info(pafs.FileSelector(log_dir, allow_not_found=True))
+    versions: dict[str, tuple[int, float]] = {
+        i.base_name: (int(i.base_name[:20]), i.mtime.timestamp() if i.mtime else 0.0)
+        for i in infos
+        if i.base_name[:20].isdigit() and i.base_name[20:21] == "."
+    }
+    young = time.time() - min_age_ms / 1000
+    cut = min(
+        [keep_from]
+        + [v for name, (v, mtime) in versions.items() if name.endswith(".json") and mtime > young]
+    )
+    old = sorted(name for name, (v, _) in versions.items() if v < cut)
+    if not old:
+        return 0
+    if f"{cut:020d}.checkpoint.parquet" not in versions:
+        table = open_table(uri, cut, storage_options)
+        if table is None:
+            return 0
+        table.create_checkpoint()
+    for name in old:
+        delete_file(f"{uri.rstrip('/')}/_delta_log/{name}")
+    log.info("%s: Delta log before version %d deleted (%d file(s))", uri, cut, len(old))
+    return len(old)
 
 
 def as_json(value: Any) -> str:

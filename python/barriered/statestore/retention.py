@@ -10,13 +10,20 @@ with its acknowledgements. Nothing a retained checkpoint references is ever dele
 
 In-flight records of a checkpoint that left the retention window are first removed from
 the ``inflight`` table in one commit (so later versions no longer reference them), then
-deleted by the same rule.
+deleted by the same rule. Files a compaction of ``_checkpoints`` replaced are tombstoned
+too; no retained checkpoint reads an old version of that table.
+
+Grace period (``retention.minAge``): a tombstoned file becomes *unread* when the last
+retained version that read it leaves the window; retention stamps it then and deletes it
+only ``minAge`` later, so a reader that loaded an older version a moment ago can still
+read its files.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -35,6 +42,7 @@ log = logging.getLogger(__name__)
 
 STATE = "state"
 INFLIGHT = "inflight"
+CHECKPOINTS = "_checkpoints"
 
 
 @dataclass(frozen=True)
@@ -56,8 +64,13 @@ def record_removed(layout: SnapshotLayout, table: str, version: int, paths: Iter
     write_json(layout.tombstones_file, stones)
 
 
-def _table_uri(layout: SnapshotLayout, table: str) -> str:
-    return layout.state_table if table == STATE else layout.inflight_table
+def table_uri(layout: SnapshotLayout, table: str) -> str:
+    """The Delta table named ``table`` (``state``, ``inflight``, ``_checkpoints``)."""
+    return {
+        STATE: layout.state_table,
+        INFLIGHT: layout.inflight_table,
+        CHECKPOINTS: layout.checkpoints_table,
+    }[table]
 
 
 def drop_inflight(layout: SnapshotLayout, older_than: int) -> None:
@@ -89,8 +102,27 @@ def drop_inflight(layout: SnapshotLayout, older_than: int) -> None:
     log.info("retention: in-flight records of checkpoints %s removed from the table", ids)
 
 
-def apply(layout: SnapshotLayout, retained: Sequence[Retained]) -> int:
-    """Delete every tombstoned file no retained checkpoint reads; return how many.
+def floors(retained: Sequence[Retained]) -> dict[str, int | None]:
+    """The oldest version of each table a retained checkpoint reads (None: no version of
+    that table is read by a retained checkpoint)."""
+    return {
+        STATE: min(r.state_version for r in retained),
+        INFLIGHT: min(
+            (r.inflight_version for r in retained if r.inflight_version is not None),
+            default=None,
+        ),
+        CHECKPOINTS: None,
+    }
+
+
+def apply(
+    layout: SnapshotLayout,
+    retained: Sequence[Retained],
+    min_age_ms: int = 0,
+    now_ms: int | None = None,
+) -> int:
+    """Delete every tombstoned file no retained checkpoint has read for ``min_age_ms``;
+    return how many.
 
     Parameters
     ----------
@@ -98,32 +130,38 @@ def apply(layout: SnapshotLayout, retained: Sequence[Retained]) -> int:
         The snapshot path.
     retained : sequence of Retained
         The completed checkpoints to keep (at least one).
+    min_age_ms : int, default 0
+        Grace period (``retention.minAge``): how long a file stays after it became unread.
+    now_ms : int, optional
+        The current time (epoch ms); the wall clock by default.
     """
     if not retained:
         return 0
+    now = int(time.time() * 1000) if now_ms is None else now_ms
     drop_inflight(layout, min(r.checkpoint_id for r in retained))
-    oldest: Mapping[str, int | None] = {
-        STATE: min(r.state_version for r in retained),
-        INFLIGHT: min(
-            (r.inflight_version for r in retained if r.inflight_version is not None),
-            default=None,
-        ),
-    }
+    oldest = floors(retained)
     stones = read_json(layout.tombstones_file, default={}) or {}
-    deleted = 0
+    deleted = stamped = 0
     kept: dict[str, list[list[object]]] = {}
     for table, entries in stones.items():
         floor = oldest.get(table)
-        keep = []
-        for version, path in entries:
-            if floor is None or int(version) <= floor:
-                delete_file(join(_table_uri(layout, table), str(path)))
+        keep: list[list[object]] = []
+        for entry in entries:
+            version, path = int(entry[0]), str(entry[1])
+            if floor is not None and version > floor:
+                keep.append(entry)  # a retained checkpoint still reads it
+                continue
+            unread_since = int(entry[2]) if len(entry) > 2 else now
+            if now - unread_since >= min_age_ms:
+                delete_file(join(table_uri(layout, table), path))
                 deleted += 1
             else:
-                keep.append([version, path])
+                stamped += len(entry) == 2
+                keep.append([version, path, unread_since])
         kept[table] = keep
-    if deleted:
+    if deleted or stamped:
         write_json(layout.tombstones_file, kept)
+    if deleted:
         log.info(
             "retention: deleted %d file(s) no retained checkpoint (%s) reads",
             deleted,
@@ -145,5 +183,5 @@ def discard(layout: SnapshotLayout, checkpoint_id: int, delete_data: bool) -> No
         for ack in read_acks(layout, checkpoint_id).values():
             table = STATE if ack.participant.startswith("state/") else INFLIGHT
             for f in ack.files:
-                delete_file(join(_table_uri(layout, table), f.path))
+                delete_file(join(table_uri(layout, table), f.path))
     delete_tree(layout.acks_dir(checkpoint_id))
