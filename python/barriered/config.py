@@ -46,6 +46,7 @@ __all__ = [
     "INFLIGHT_CAPTURE",
     "KEYS",
     "KEYS_BY_NAME",
+    "LEASE_TIMEOUT",
     "MAX_CONCURRENT_CHECKPOINTS",
     "MAX_PARALLELISM",
     "MIN_PAUSE_BETWEEN_CHECKPOINTS",
@@ -545,6 +546,20 @@ BUFFER_PER_CHANNEL = _declare(
         min_value=1,
     )
 )
+LEASE_TIMEOUT = _declare(
+    ConfigKey(
+        "leaseTimeout",
+        "duration",
+        "2min",
+        "How long a run owns its snapshot path without renewing its lease (the source "
+        "renews it while planning batches, the coordinator after each progress event). "
+        "A second query on the path is refused while the owner's lease holds; after a "
+        "crash on another host the path is free once the lease expired (on the same "
+        "host, as soon as the owner's process is gone). restoreFrom takes over at once.",
+        field="lease_timeout_ms",
+        min_value=100,
+    )
+)
 
 #: Every declared key, in declaration (and documentation) order.
 KEYS: tuple[ConfigKey, ...] = tuple(KEYS_BY_NAME.values())
@@ -667,6 +682,8 @@ class BarrieredConf:
         ``inflight.capture``: ``"value"`` or ``"reference"``.
     buffer_per_channel : int
         ``bufferPerChannel``, in rows.
+    lease_timeout_ms : int
+        ``leaseTimeout`` in milliseconds.
 
     Raises
     ------
@@ -690,6 +707,7 @@ class BarrieredConf:
     retained_checkpoints: int = _default_int("retainedCheckpoints")
     inflight_capture: str = _default_str("inflight.capture")
     buffer_per_channel: int = _default_int("bufferPerChannel")
+    lease_timeout_ms: int = _default_int("leaseTimeout")
 
     def __post_init__(self) -> None:
         for config_key in KEYS:

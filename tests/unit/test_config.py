@@ -57,6 +57,7 @@ def test_required_keys_exist_with_their_types_and_defaults() -> None:
         "retainedCheckpoints": ("int", "3"),
         "inflight.capture": ("enum", "value"),
         "bufferPerChannel": ("int", "10000"),
+        "leaseTimeout": ("duration", "2min"),
     }
     declared = {k.name: (k.type, k.default) for k in KEYS}
     assert declared == expected

@@ -25,6 +25,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from barriered.coordinator import ownership
 from barriered.datasource.columns import CHANNEL, SEQ, data_batch, marker_batch
 from barriered.datasource.offsets import Replay, SourceOffset
 from barriered.datasource.options import SourceSettings
@@ -79,6 +80,7 @@ class InflightPartition(InputPartition):
     start: int
     end: int
     capture: str
+    epoch: int | None
 
 
 class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -90,11 +92,19 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         upstream: Upstream,
         layout: SnapshotLayout,
         restore: RestorePoint | None = None,
+        epoch: int | None = None,
     ):
         self.settings = settings
         self.upstream = upstream
         self.layout = layout
         self.restore = restore
+        #: This run's epoch on the snapshot path (None only in tests of the planner).
+        self.epoch = epoch
+        self._lease = (
+            None
+            if epoch is None
+            else ownership.Lease(layout, epoch, ownership.SOURCE, settings.conf.lease_timeout_ms)
+        )
         self._released: tuple[int, ...] | None = None
         self.user_schema = upstream.schema()
         self.channels = upstream.channel_count()
@@ -133,6 +143,8 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             admission: list[int | None] = [None] * self.channels
         else:
             admission = [self.settings.max_rows_per_channel] * self.channels
+        if self._lease is not None:
+            self._lease.renew()  # fails a fenced run (a newer run took the path over)
         triggers = TriggerLog.read(self.layout.triggers_file)
         if triggers.fatal:
             if triggers.fatal.startswith(faults.MESSAGE_PREFIX):
@@ -158,6 +170,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._report = {
             "barriered": {
                 "snapshotPath": self.layout.root,
+                "epoch": self.epoch,
                 "available": list(available),
                 "delivered": list(end.positions),
                 "active": None if end.active is None else end.active.id,
@@ -189,13 +202,16 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 "mode": cut.mode,
                 "base": cut.base,
                 "path": self.layout.root,
+                "epoch": self.epoch,
             }
             parts.append(
                 MarkerPartition(cut.id, self.settings.conf.max_parallelism, tuple(meta.items()))
             )
             for channel, a, b in cut.inflight:
                 parts.append(
-                    InflightPartition(cut.id, channel, a, b, self.settings.conf.inflight_capture)
+                    InflightPartition(
+                        cut.id, channel, a, b, self.settings.conf.inflight_capture, self.epoch
+                    )
                 )
         return parts
 
@@ -204,9 +220,16 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         release = TriggerLog.read(self.layout.triggers_file).release
         if release is None or release == self._released:
             return
+        if self.epoch is not None:
+            ownership.check(self.layout, self.epoch, f"releasing upstream data before {release}")
         for channel, before in enumerate(release):
             self.upstream.release(channel, before)
         self._released = release
+
+    def stop(self) -> None:
+        """Release the snapshot path: the next run may take it at once."""
+        if self._lease is not None:
+            self._lease.release()
 
     # -- executor side -------------------------------------------------------------------
 
@@ -234,6 +257,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 partition.start,
                 partition.end,
                 partition.capture,
+                partition.epoch,
             )
 
 

@@ -11,6 +11,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from barriered.config import check_restore_compatible
+from barriered.coordinator import ownership
 from barriered.datasource.columns import (
     BARRIER,
     META_MAX_PARALLELISM,
@@ -99,6 +100,9 @@ class BarrieredDataSource(DataSource):
                     f"{upstream.channel_count()}; channels are fixed for the life of a "
                     "snapshot path (use a new snapshotPath)"
                 )
+        # One writer per snapshot path: refused here, before anything is written, when
+        # another run owns it (see barriered.coordinator.ownership).
+        owner = ownership.acquire(layout, settings.conf.lease_timeout_ms, settings.restore_from)
         write_json(
             layout.config_file,
             {
@@ -112,7 +116,7 @@ class BarrieredDataSource(DataSource):
         if triggers.fatal:
             log.warning("a previous run failed: %s; starting a new run", triggers.fatal)
             triggers.with_fatal(None).write(layout.triggers_file)
-        return BarrieredStreamReader(settings, upstream, layout, point)
+        return BarrieredStreamReader(settings, upstream, layout, point, owner.epoch)
 
 
 def _adopt_upstream_manifest(point: RestorePoint, layout: SnapshotLayout) -> None:
