@@ -129,7 +129,7 @@ def test_concurrent_takeovers_get_distinct_epochs(layout: SnapshotLayout) -> Non
     def take() -> None:
         try:
             epochs.append(ownership.acquire(layout, LEASE_MS, restore_from="latest").epoch)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=take) for _ in range(4)]

@@ -208,6 +208,7 @@ class QueryCoordinator:
                 INFLIGHT_PARTITIONS,
                 done.checkpoint_id,
                 inflight_files,
+                metadata={"barriered.epoch": self.epoch},
                 storage_options=self.layout.storage_options,
             ).version
         self._inflight_versions[done.checkpoint_id] = inflight_version
@@ -230,6 +231,7 @@ class QueryCoordinator:
                 "barriered.barrier": as_json({str(k): v for k, v in done.positions.items()}),
                 "barriered.inflight": as_json(ranges),
                 "barriered.inflight_version": inflight_version,
+                "barriered.epoch": self.epoch,
             },
             storage_options=self.layout.storage_options,
         )
