@@ -85,6 +85,7 @@ def test_defaults() -> None:
         "retained_checkpoints": 3,
         "inflight_capture": "value",
         "buffer_per_channel": 10_000,
+        "lease_timeout_ms": 120_000,
     }
     assert conf.mode == "exactlyOnce"
     json.dumps(conf.to_dict())  # serialisable as snapshot metadata
