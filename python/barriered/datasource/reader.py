@@ -33,7 +33,7 @@ from barriered.datasource.planner import PlanInput, plan
 from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams.base import Upstream
 from barriered.errors import CheckpointFailureLimitExceeded, InjectedFault, RestoreError
-from barriered.statestore.fileio import filesystem, join
+from barriered.statestore.fileio import ensure_dir, filesystem, join, write_json
 from barriered.statestore.inflight import capture
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint, highest_checkpoint_id
@@ -92,19 +92,14 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         upstream: Upstream,
         layout: SnapshotLayout,
         restore: RestorePoint | None = None,
-        epoch: int | None = None,
     ):
         self.settings = settings
         self.upstream = upstream
         self.layout = layout
         self.restore = restore
-        #: This run's epoch on the snapshot path (None only in tests of the planner).
-        self.epoch = epoch
-        self._lease = (
-            None
-            if epoch is None
-            else ownership.Lease(layout, epoch, ownership.SOURCE, settings.conf.lease_timeout_ms)
-        )
+        #: This run's epoch on the snapshot path, taken by :meth:`_own`.
+        self.epoch: int | None = None
+        self._lease: ownership.Lease | None = None
         self._released: tuple[int, ...] | None = None
         self.user_schema = upstream.schema()
         self.channels = upstream.channel_count()
@@ -113,7 +108,36 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     # -- driver side ---------------------------------------------------------------------
 
+    def _own(self) -> None:
+        """Start the run on the snapshot path, once, in the worker that plans batches.
+
+        Takes the path's next epoch (refused with SnapshotPathInUseError, before anything
+        is written, while another run owns it; restoreFrom takes it over), then records
+        the resolved configuration and clears a previous run's fatal error.
+        """
+        if self._lease is not None:
+            return
+        layout, conf = self.layout, self.settings.conf
+        ensure_dir(layout.root)
+        owner = ownership.acquire(layout, conf.lease_timeout_ms, self.settings.restore_from)
+        self.epoch = owner.epoch
+        self._lease = ownership.Lease(layout, owner.epoch, ownership.SOURCE, conf.lease_timeout_ms)
+        write_json(
+            layout.config_file,
+            {
+                "conf": conf.to_dict(),
+                "channels": self.channels,
+                "upstream": dict(self.upstream.describe()),
+                "written_ms": int(time.time() * 1000),
+            },
+        )
+        triggers = TriggerLog.read(layout.triggers_file)
+        if triggers.fatal:
+            log.warning("a previous run failed: %s; starting a new run", triggers.fatal)
+            triggers.with_fatal(None).write(layout.triggers_file)
+
     def initialOffset(self) -> dict[str, Any]:
+        self._own()
         point = self.restore
         if point is None:
             return SourceOffset(positions=(0,) * self.channels).to_dict()
@@ -143,8 +167,9 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             admission: list[int | None] = [None] * self.channels
         else:
             admission = [self.settings.max_rows_per_channel] * self.channels
-        if self._lease is not None:
-            self._lease.renew()  # fails a fenced run (a newer run took the path over)
+        self._own()
+        assert self._lease is not None
+        self._lease.renew()  # fails a fenced run (a newer run took the path over)
         triggers = TriggerLog.read(self.layout.triggers_file)
         if triggers.fatal:
             if triggers.fatal.startswith(faults.MESSAGE_PREFIX):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
@@ -11,7 +10,6 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from barriered.config import check_restore_compatible
-from barriered.coordinator import ownership
 from barriered.datasource.columns import (
     BARRIER,
     META_MAX_PARALLELISM,
@@ -21,13 +19,12 @@ from barriered.datasource.columns import (
 )
 from barriered.datasource.options import SourceSettings, parse_source_options
 from barriered.datasource.reader import BarrieredStreamReader
-from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams import make_upstream
 from barriered.datasource.upstreams.base import Upstream
 from barriered.datasource.upstreams.options import Options
 from barriered.errors import ConfigError, RestoreError
 from barriered.statestore import checkpoints_table
-from barriered.statestore.fileio import copy_tree, ensure_dir, exists, read_json, write_json
+from barriered.statestore.fileio import copy_tree, exists, read_json
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint, resolve
 
@@ -88,8 +85,11 @@ class BarrieredDataSource(DataSource):
         return StructType(fields)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        # Spark calls this in more than one Python worker of a run (the long-lived one
+        # that plans batches, and the ones that plan reads): nothing is written here.
+        # The planning reader takes the snapshot path on its first call (see
+        # BarrieredStreamReader.initialOffset/latestOffset).
         settings, upstream, layout, point = self._setup()
-        ensure_dir(layout.root)
         previous = read_json(layout.config_file, default=None)
         if previous is not None:
             check_restore_compatible(previous.get("conf", {}), settings.conf)
@@ -100,23 +100,7 @@ class BarrieredDataSource(DataSource):
                     f"{upstream.channel_count()}; channels are fixed for the life of a "
                     "snapshot path (use a new snapshotPath)"
                 )
-        # One writer per snapshot path: refused here, before anything is written, when
-        # another run owns it (see barriered.coordinator.ownership).
-        owner = ownership.acquire(layout, settings.conf.lease_timeout_ms, settings.restore_from)
-        write_json(
-            layout.config_file,
-            {
-                "conf": settings.conf.to_dict(),
-                "channels": upstream.channel_count(),
-                "upstream": dict(upstream.describe()),
-                "written_ms": int(time.time() * 1000),
-            },
-        )
-        triggers = TriggerLog.read(layout.triggers_file)
-        if triggers.fatal:
-            log.warning("a previous run failed: %s; starting a new run", triggers.fatal)
-            triggers.with_fatal(None).write(layout.triggers_file)
-        return BarrieredStreamReader(settings, upstream, layout, point, owner.epoch)
+        return BarrieredStreamReader(settings, upstream, layout, point)
 
 
 def _adopt_upstream_manifest(point: RestorePoint, layout: SnapshotLayout) -> None:
