@@ -33,7 +33,7 @@ from barriered.datasource.planner import PlanInput, plan
 from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams.base import Upstream
 from barriered.errors import CheckpointFailureLimitExceeded, InjectedFault, RestoreError
-from barriered.statestore.fileio import ensure_dir, filesystem, join, write_json
+from barriered.statestore.fileio import filesystem, join, write_json
 from barriered.statestore.inflight import capture
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint, highest_checkpoint_id
@@ -118,7 +118,6 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if self._lease is not None:
             return
         layout, conf = self.layout, self.settings.conf
-        ensure_dir(layout.root)
         owner = ownership.acquire(layout, conf.lease_timeout_ms, self.settings.restore_from)
         self.epoch = owner.epoch
         self._lease = ownership.Lease(layout, owner.epoch, ownership.SOURCE, conf.lease_timeout_ms)

@@ -24,7 +24,7 @@ from barriered.datasource.upstreams.base import Upstream
 from barriered.datasource.upstreams.options import Options
 from barriered.errors import ConfigError, RestoreError
 from barriered.statestore import checkpoints_table
-from barriered.statestore.fileio import copy_tree, exists, read_json
+from barriered.statestore.fileio import copy_tree, ensure_dir, exists, read_json
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint, resolve
 
@@ -86,10 +86,11 @@ class BarrieredDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         # Spark calls this in more than one Python worker of a run (the long-lived one
-        # that plans batches, and the ones that plan reads): nothing is written here.
+        # that plans batches, and the ones that plan reads): no file is written here.
         # The planning reader takes the snapshot path on its first call (see
         # BarrieredStreamReader.initialOffset/latestOffset).
         settings, upstream, layout, point = self._setup()
+        ensure_dir(layout.root)  # fails early when the path cannot be written
         previous = read_json(layout.config_file, default=None)
         if previous is not None:
             check_restore_compatible(previous.get("conf", {}), settings.conf)
