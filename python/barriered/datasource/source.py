@@ -44,14 +44,21 @@ class BarrieredDataSource(DataSource):
     def name(cls) -> str:
         return "barriered"
 
-    def _setup(self) -> tuple[SourceSettings, Upstream, SnapshotLayout, RestorePoint | None]:
+    def _setup(
+        self, pinned: dict[str, Any] | None = None
+    ) -> tuple[SourceSettings, Upstream, SnapshotLayout, RestorePoint | None]:
         settings = parse_source_options(self.options)
         layout = SnapshotLayout.at(
             settings.conf.require_snapshot_path(), settings.conf.storage_options
         )
         point = None
         if settings.restore_from is not None:
-            point = resolve(layout, settings.restore_from)
+            spec = settings.restore_from
+            if pinned is not None and pinned.get("root") == layout.root:
+                # The checkpoint schema() resolved, whose state barriered.keyed loads: a
+                # run still writing the path may have completed a later one since.
+                spec = str(pinned["checkpoint_id"])
+            point = resolve(layout, spec)
             point.check_config(settings.conf)
             point.check_files()
             if point.origin.root != layout.root:
@@ -89,7 +96,9 @@ class BarrieredDataSource(DataSource):
         # that plans batches, and the ones that plan reads): no file is written here.
         # The planning reader takes the snapshot path on its first call (see
         # BarrieredStreamReader.initialOffset/latestOffset).
-        settings, upstream, layout, point = self._setup()
+        barrier = next((f for f in schema.fields if f.name == BARRIER), None)
+        pinned = None if barrier is None else (barrier.metadata or {}).get(META_RESTORE)
+        settings, upstream, layout, point = self._setup(pinned)
         ensure_dir(layout.root)  # fails early when the path cannot be written
         previous = read_json(layout.config_file, default=None)
         if previous is not None:
