@@ -26,7 +26,7 @@ from barriered.datasource.columns import (
 from barriered.datasource.options import SESSION_CONF_OPTION
 from barriered.datasource.source import BarrieredDataSource
 from barriered.errors import CheckpointError, ConfigError
-from barriered.statestore.fileio import write_json
+from barriered.statestore.fileio import read_json, write_json
 from barriered.statestore.initial_state import initial_state
 from barriered.statestore.keyed import KeyedStatefulProcessor, OperatorSpec, Processor
 from barriered.statestore.layout import SnapshotLayout
@@ -272,7 +272,9 @@ class KeyedStream:
         if self.restore is not None:
             initial = initial_state(self.df.sparkSession, self.restore, spec).groupBy(KEY_GROUP)
         layout = SnapshotLayout.at(self.snapshot_path)
-        write_json(layout.operator_file(operator), spec.to_dict())
+        if read_json(layout.operator_file(operator), default=None) != spec.to_dict():
+            # Unchanged: not rewritten (a query refused on a path in use changes nothing).
+            write_json(layout.operator_file(operator), spec.to_dict())
         key_group = F.when(
             F.col(BARRIER).isNull(),
             F.pmod(F.hash(*[F.col(c) for c in self.key_columns]), F.lit(self.max_parallelism)),

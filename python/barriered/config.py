@@ -48,6 +48,7 @@ __all__ = [
     "INFLIGHT_CAPTURE",
     "KEYS",
     "KEYS_BY_NAME",
+    "LEASE_TIMEOUT",
     "MAX_CONCURRENT_CHECKPOINTS",
     "MAX_PARALLELISM",
     "MIN_PAUSE_BETWEEN_CHECKPOINTS",
@@ -589,6 +590,20 @@ COORDINATOR_TIMEOUT = _declare(
         min_value=100,
     )
 )
+LEASE_TIMEOUT = _declare(
+    ConfigKey(
+        "leaseTimeout",
+        "duration",
+        "2min",
+        "How long a run owns its snapshot path without renewing its lease (the source "
+        "renews it while planning batches, the coordinator after each progress event). "
+        "A second query on the path is refused while the owner's lease holds; after a "
+        "crash on another host the path is free once the lease expired (on the same "
+        "host, as soon as the owner's process is gone). restoreFrom takes over at once.",
+        field="lease_timeout_ms",
+        min_value=100,
+    )
+)
 
 #: Every declared key, in declaration (and documentation) order.
 KEYS: tuple[ConfigKey, ...] = tuple(KEYS_BY_NAME.values())
@@ -719,6 +734,8 @@ class BarrieredConf:
         ``bufferPerChannel``, in rows.
     coordinator_timeout_ms : int
         ``coordinatorTimeout`` in milliseconds.
+    lease_timeout_ms : int
+        ``leaseTimeout`` in milliseconds.
 
     Raises
     ------
@@ -746,6 +763,7 @@ class BarrieredConf:
     inflight_capture: str = _default_str("inflight.capture")
     buffer_per_channel: int = _default_int("bufferPerChannel")
     coordinator_timeout_ms: int = _default_int("coordinatorTimeout")
+    lease_timeout_ms: int = _default_int("leaseTimeout")
 
     def __post_init__(self) -> None:
         for config_key in KEYS:

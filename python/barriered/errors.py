@@ -40,6 +40,14 @@ class SnapshotStoreError(BarrieredError, OSError):
     """The snapshot path is missing, unwritable, corrupt or belongs to another query."""
 
 
+class SnapshotPathInUseError(SnapshotStoreError):
+    """Another run of a query owns the snapshot path and is still alive (its lease holds)."""
+
+
+class FencedError(SnapshotStoreError):
+    """This run lost the snapshot path to a newer run (a takeover): it may commit nothing."""
+
+
 class RestoreError(BarrieredError, RuntimeError):
     """A snapshot cannot be restored into this query (missing, incompatible, corrupt)."""
 

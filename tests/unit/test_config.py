@@ -61,6 +61,7 @@ def test_required_keys_exist_with_their_types_and_defaults() -> None:
         "inflight.capture": ("enum", "value"),
         "bufferPerChannel": ("int", "10000"),
         "coordinatorTimeout": ("duration", "2min"),
+        "leaseTimeout": ("duration", "2min"),
     }
     declared = {k.name: (k.type, k.default) for k in KEYS}
     assert declared == expected
@@ -91,6 +92,7 @@ def test_defaults() -> None:
         "inflight_capture": "value",
         "buffer_per_channel": 10_000,
         "coordinator_timeout_ms": 120_000,
+        "lease_timeout_ms": 120_000,
     }
     assert conf.mode == "exactlyOnce"
     json.dumps(conf.to_dict())  # serialisable as snapshot metadata

@@ -47,10 +47,11 @@ def options(data: Path, snap: Path, **extra: str) -> dict[str, str]:
 
 
 def start(opts: dict[str, str]) -> BarrieredStreamReader:
-    """What Spark does when the query starts: schema(), then streamReader()."""
+    """What Spark does when the query starts: schema(), streamReader(), initialOffset()."""
     source = BarrieredDataSource(opts)
     reader = source.streamReader(source.schema())
     assert isinstance(reader, BarrieredStreamReader)
+    reader.initialOffset()
     return reader
 
 
@@ -82,6 +83,8 @@ def test_loading_writes_nothing_and_starting_writes_the_manifest(
     assert not snap.exists()  # a later refusal (e.g. a missing key column) leaves nothing
     reader = source.streamReader(schema)
     assert isinstance(reader, BarrieredStreamReader)
+    assert not snap.exists()  # Spark creates readers in several workers: none writes
+    reader.initialOffset()  # the run takes the path, then writes
     assert (snap / "_source" / "files_manifest.jsonl").exists()
     assert (snap / "_coordinator" / "config.json").exists()
     assert reader.upstream.available() == [3]
@@ -167,6 +170,7 @@ def test_a_savepoint_restore_takes_its_manifest_only_when_the_query_starts(
     assert not target.exists()  # loading reads the savepoint's manifest, copies nothing
     reader = source.streamReader(schema)
     assert isinstance(reader, BarrieredStreamReader)
+    reader.initialOffset()
     copied = target / "_source" / "files_manifest.jsonl"
     assert copied.read_bytes() == (savepoint / "_source" / "files_manifest.jsonl").read_bytes()
     assert reader.upstream.read(0, 3, 5).to_pylist() == [

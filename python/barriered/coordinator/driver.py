@@ -14,6 +14,10 @@ Finished checkpoints are appended to the ``_checkpoints`` table. After a complet
 coordinator tells the source, through the trigger log, the positions before which no
 retained checkpoint needs the upstream's records any more (the upstream may release
 them). Savepoints are requested with :meth:`QueryCoordinator.request_savepoint`.
+
+The coordinator writes for its run's epoch only (:mod:`barriered.coordinator.ownership`):
+before every commit and every write to the trigger log, ``_checkpoints`` or retention it
+checks that no newer run took the path over; a fenced coordinator writes nothing more.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from barriered.config import BarrieredConf
+from barriered.coordinator import ownership
 from barriered.coordinator.clock import SystemClock
 from barriered.coordinator.coordinator import CheckpointCoordinator
 from barriered.coordinator.model import AckStats, CompletedCheckpoint
@@ -37,7 +42,7 @@ from barriered.coordinator.settings import CoordinatorSettings
 from barriered.coordinator.stats import CheckpointStats
 from barriered.datasource.offsets import SourceOffset
 from barriered.datasource.triggers import TriggerLog, TriggerRequest
-from barriered.errors import CheckpointError, CheckpointFailureLimitExceeded
+from barriered.errors import CheckpointError, CheckpointFailureLimitExceeded, FencedError
 from barriered.statestore import checkpoints_table, maintenance, retention
 from barriered.statestore.acks import Ack, inflight_participant, read_acks, state_participant
 from barriered.statestore.delta_tables import (
@@ -81,9 +86,12 @@ class QueryCoordinator:
         The snapshot path.
     next_id : int
         Lower bound of the next checkpoint id (from the source's offset).
+    epoch : int, optional
+        The run's epoch on the snapshot path (the source took it at start); every write
+        is fenced by it. None only for a path that predates ownership.
     """
 
-    def __init__(self, layout: SnapshotLayout, next_id: int = 1) -> None:
+    def __init__(self, layout: SnapshotLayout, next_id: int = 1, epoch: int | None = None) -> None:
         stored = read_json(layout.config_file, default={}) or {}
         self.conf = BarrieredConf(**stored.get("conf", {}))
         self.layout = SnapshotLayout.at(layout.root, self.conf.storage_options)
@@ -105,6 +113,14 @@ class QueryCoordinator:
         self._crashed: str | None = None
         self._beat_ms = 0
         self._completions = 0  # since this coordinator started: maintenance every N
+        self.epoch = epoch
+        #: Set when a newer run took the snapshot path over: nothing is written any more.
+        self._fenced: str | None = None
+        self._lease = (
+            None
+            if epoch is None
+            else ownership.Lease(self.layout, epoch, ownership.QUERY, self.conf.lease_timeout_ms)
+        )
         #: Per completed checkpoint, where a restore from it reads the upstream from.
         self._needs_upstream_from: dict[int, tuple[int, ...]] = {
             cid: _upstream_start(
@@ -125,6 +141,36 @@ class QueryCoordinator:
             for row in history
             if row["status"] == "completed" and row.get("state_table_version") is not None
         }
+
+    # -- ownership ------------------------------------------------------------------------
+
+    def identify(self, query_id: str, run_id: str) -> None:
+        """Record which query and run hold this epoch (shown when another is refused)."""
+        if self._lease is not None:
+            self._lease.identity = {"query_id": query_id, "run_id": run_id}
+            self._owned(self._lease.renew, force=True)
+
+    def _owned(self, action: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run ``action``; a :class:`FencedError` marks this coordinator fenced."""
+        try:
+            return action(*args, **kwargs)
+        except FencedError as exc:
+            if self._fenced is None:
+                log.error("checkpoint coordinator of %s fenced: %s", self.layout.root, exc)
+            self._fenced = str(exc)
+            raise
+
+    def _fence(self, what: str) -> None:
+        """Refuse ``what`` (raise :class:`FencedError`) unless this run owns the path."""
+        if self._fenced is not None:
+            raise FencedError(f"{what} refused: {self._fenced}")
+        if self.epoch is not None:
+            self._owned(ownership.check, self.layout, self.epoch, what)
+
+    @property
+    def fenced(self) -> str | None:
+        """Why this coordinator writes nothing any more (a newer run took the path)."""
+        return self._fenced
 
     # -- participants and completion ------------------------------------------------------
 
@@ -150,6 +196,7 @@ class QueryCoordinator:
 
     def _commit(self, done: CompletedCheckpoint) -> int:
         faults.hit(self.layout, faults.BEFORE_COMMIT, done.checkpoint_id, self._crash)
+        self._fence(f"committing checkpoint {done.checkpoint_id}")
         acks: list[Ack] = [a.payload for a in done.acks.values() if isinstance(a.payload, Ack)]
         inflight_files = [f for a in acks if a.participant.startswith("inflight/") for f in a.files]
         inflight_version = None
@@ -164,6 +211,7 @@ class QueryCoordinator:
                 INFLIGHT_PARTITIONS,
                 done.checkpoint_id,
                 inflight_files,
+                metadata={"barriered.epoch": self.epoch},
                 storage_options=self.layout.storage_options,
             ).version
         self._inflight_versions[done.checkpoint_id] = inflight_version
@@ -186,9 +234,16 @@ class QueryCoordinator:
                 "barriered.barrier": as_json({str(k): v for k, v in done.positions.items()}),
                 "barriered.inflight": as_json(ranges),
                 "barriered.inflight_version": inflight_version,
+                "barriered.epoch": self.epoch,
             },
             storage_options=self.layout.storage_options,
         )
+        if self.epoch is not None and ownership.newer_epoch_exists(self.layout, self.epoch):
+            # The takeover came between the check above and this commit.
+            self._fence(
+                f"checkpoint {done.checkpoint_id} reached state table version "
+                f"{commit.version} while this run was being fenced; recording it"
+            )
         retention.record_removed(self.layout, retention.STATE, commit.version, commit.removed)
         self._needs_upstream_from[done.checkpoint_id] = _upstream_start(
             {str(k): v for k, v in done.positions.items()}, ranges, by_value=bool(inflight_files)
@@ -196,9 +251,14 @@ class QueryCoordinator:
         faults.hit(self.layout, faults.AFTER_COMMIT, done.checkpoint_id, self._crash)
         return commit.version
 
+    def _renew(self) -> None:
+        if self._lease is not None:
+            self._owned(self._lease.renew)
+
     def _on_stats(self, stats: CheckpointStats) -> None:
-        if stats.status == "pending" or self._crashed:
+        if stats.status == "pending" or self._crashed or self._fenced:
             return
+        self._fence(f"recording checkpoint {stats.checkpoint_id} in _checkpoints")
         row = stats.to_row()
         row["inflight_table_version"] = self._inflight_versions.get(stats.checkpoint_id)
         row["barrier_batch_id"] = self._barrier_batch.pop(stats.checkpoint_id, None)
@@ -215,6 +275,9 @@ class QueryCoordinator:
             )
 
     def _on_complete(self, done: CompletedCheckpoint) -> None:
+        if self._fenced:
+            return
+        self._fence(f"retention after checkpoint {done.checkpoint_id}")
         if done.state_table_version is not None:
             self._completed[done.checkpoint_id] = retention.Retained(
                 done.checkpoint_id,
@@ -259,6 +322,7 @@ class QueryCoordinator:
         """
         if self._crashed:
             raise CheckpointError(f"the coordinator crashed ({self._crashed})")
+        self._fence("a savepoint")
         checkpoint_id = self.core.trigger_savepoint(target)
         self.tick()
         return checkpoint_id
@@ -277,7 +341,7 @@ class QueryCoordinator:
         try:
             yield
         except CheckpointFailureLimitExceeded as exc:
-            if self._crashed:
+            if self._crashed or self._fenced:
                 raise
             TriggerLog.read(self.layout.triggers_file).with_fatal(str(exc)).write(
                 self.layout.triggers_file
@@ -286,8 +350,9 @@ class QueryCoordinator:
 
     def between_batches(self, tick: bool) -> None:
         """Collect late acknowledgements and, when ``tick``, expire and trigger."""
-        if self._crashed:
+        if self._crashed or self._fenced:
             return
+        self._renew()
         with self._failing_the_query():
             self.collect_acks()
             if tick:
@@ -302,8 +367,9 @@ class QueryCoordinator:
         duration_ms: int,
     ) -> list[TriggerRequest]:
         """Handle one micro-batch's progress of the barriered source; return new triggers."""
-        if self._crashed:
+        if self._crashed or self._fenced:
             return []
+        self._renew()
         with self._failing_the_query():
             self._heartbeat(batch_id)
             return self._apply(
@@ -357,11 +423,12 @@ class QueryCoordinator:
         self, batch_id: int | None = None, signals: ChannelSignals | None = None
     ) -> list[TriggerRequest]:
         """Expire, trigger and publish new trigger requests to the source."""
-        if self._crashed:
+        if self._crashed or self._fenced:
             return []
         requests = self.core.tick(batch_id=batch_id, signals=signals)
         if not requests:
             return []
+        self._fence(f"publishing trigger requests {[r.checkpoint_id for r in requests]}")
         out = [
             TriggerRequest(r.checkpoint_id, r.kind, r.mode, r.mode_reason, r.timestamp_ms)
             for r in requests
@@ -380,7 +447,7 @@ class QueryCoordinator:
             if cid not in self.core.pending_ids:
                 self._collecting.discard(cid)
                 continue
-            for participant, ack in read_acks(self.layout, cid).items():
+            for participant, ack in read_acks(self.layout, cid, self.epoch).items():
                 stats = AckStats(
                     state_bytes=ack.bytes if participant.startswith("state/") else 0,
                     state_rows=ack.rows if participant.startswith("state/") else 0,

@@ -77,12 +77,16 @@ class BarrieredListener(StreamingQueryListener):
             start = _json_or_none(source.startOffset)
             with self.lock:
                 qc = self.coordinators.get(str(progress.id))
-                if qc is None or qc.layout.root != report["snapshotPath"]:
+                epoch = report.get("epoch")
+                if qc is None or (qc.layout.root, qc.epoch) != (report["snapshotPath"], epoch):
                     last_id = SourceOffset.from_dict(end).last_id
                     qc = QueryCoordinator(
-                        SnapshotLayout.at(report["snapshotPath"]), next_id=last_id + 1
+                        SnapshotLayout.at(report["snapshotPath"]),
+                        next_id=last_id + 1,
+                        epoch=None if epoch is None else int(epoch),
                     )
                     self.coordinators[str(progress.id)] = qc
+                    qc.identify(str(progress.id), str(progress.runId))
                 duration = int(progress.batchDuration or 0)
                 qc.on_progress(int(progress.batchId), start, end, report, duration)
         except Exception:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from barriered.coordinator import ownership
 from barriered.datasource.columns import CHANNEL, SEQ, data_batch, marker_batch
 from barriered.datasource.offsets import Replay, SourceOffset
 from barriered.datasource.options import SourceSettings
@@ -80,6 +81,7 @@ class InflightPartition(InputPartition):
     start: int
     end: int
     capture: str
+    epoch: int | None
 
 
 class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -91,11 +93,18 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         upstream: Upstream,
         layout: SnapshotLayout,
         restore: RestorePoint | None = None,
+        start_run: Callable[[Upstream], Upstream] | None = None,
     ):
         self.settings = settings
         self.upstream = upstream
         self.layout = layout
         self.restore = restore
+        #: What the run writes once it owns the path (manifest, configuration); returns
+        #: the upstream to read from (see ``barriered.datasource.source._start_run``).
+        self._start_run = start_run
+        #: This run's epoch on the snapshot path, taken by :meth:`_own`.
+        self.epoch: int | None = None
+        self._lease: ownership.Lease | None = None
         self._released: tuple[int, ...] | None = None
         self.user_schema = upstream.schema()
         self.channels = upstream.channel_count()
@@ -110,7 +119,25 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     # -- driver side ---------------------------------------------------------------------
 
+    def _own(self) -> None:
+        """Start the run on the snapshot path, once, in the worker that plans batches.
+
+        Takes the path's next epoch (refused with SnapshotPathInUseError, before anything
+        is written, while another run owns it; restoreFrom takes it over), then starts the
+        run: the upstream's manifest, the resolved configuration, a previous run's fatal
+        error cleared.
+        """
+        if self._lease is not None:
+            return
+        layout, conf = self.layout, self.settings.conf
+        owner = ownership.acquire(layout, conf.lease_timeout_ms, self.settings.restore_from)
+        self.epoch = owner.epoch
+        self._lease = ownership.Lease(layout, owner.epoch, ownership.SOURCE, conf.lease_timeout_ms)
+        if self._start_run is not None:
+            self.upstream = self._start_run(self.upstream)
+
     def initialOffset(self) -> dict[str, Any]:
+        self._own()
         point = self.restore
         if point is None:
             return SourceOffset(positions=(0,) * self.channels).to_dict()
@@ -140,6 +167,9 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             admission: list[int | None] = [None] * self.channels
         else:
             admission = [self.settings.max_rows_per_channel] * self.channels
+        self._own()
+        assert self._lease is not None
+        self._lease.renew()  # fails a fenced run (a newer run took the path over)
         triggers = TriggerLog.read(self.layout.triggers_file)
         if triggers.fatal:
             if triggers.fatal.startswith(faults.MESSAGE_PREFIX):
@@ -166,6 +196,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._report = {
             "barriered": {
                 "snapshotPath": self.layout.root,
+                "epoch": self.epoch,
                 "available": list(available),
                 "delivered": list(end.positions),
                 "active": None if end.active is None else end.active.id,
@@ -197,13 +228,16 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 "mode": cut.mode,
                 "base": cut.base,
                 "path": self.layout.root,
+                "epoch": self.epoch,
             }
             parts.append(
                 MarkerPartition(cut.id, self.settings.conf.max_parallelism, tuple(meta.items()))
             )
             for channel, a, b in cut.inflight:
                 parts.append(
-                    InflightPartition(cut.id, channel, a, b, self.settings.conf.inflight_capture)
+                    InflightPartition(
+                        cut.id, channel, a, b, self.settings.conf.inflight_capture, self.epoch
+                    )
                 )
         return parts
 
@@ -213,9 +247,16 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         release = TriggerLog.read(self.layout.triggers_file).release
         if release is None or release == self._released:
             return
+        if self.epoch is not None:
+            ownership.check(self.layout, self.epoch, f"releasing upstream data before {release}")
         for channel, before in enumerate(release):
             self.upstream.release(channel, before)
         self._released = release
+
+    def stop(self) -> None:
+        """Release the snapshot path: the next run may take it at once."""
+        if self._lease is not None:
+            self._lease.release()
 
     # -- executor side -------------------------------------------------------------------
 
@@ -243,6 +284,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 partition.start,
                 partition.end,
                 partition.capture,
+                partition.epoch,
             )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
@@ -55,10 +56,12 @@ class BarrieredDataSource(DataSource):
     def name(cls) -> str:
         return "barriered"
 
-    def _setup(self) -> tuple[SourceSettings, Upstream, SnapshotLayout, RestorePoint | None]:
+    def _setup(
+        self, pinned: dict[str, Any] | None = None
+    ) -> tuple[SourceSettings, Upstream, SnapshotLayout, RestorePoint | None]:
         """Parse and check everything; read only. A restore into another snapshot path
-        reads the upstream's manifest from the restore point's (:meth:`streamReader`
-        copies it)."""
+        reads the upstream's manifest from the restore point's (:func:`_start_run` copies
+        it). ``pinned`` is the restore point :meth:`schema` resolved."""
         settings = parse_source_options(self.options)
         layout = SnapshotLayout.at(
             settings.conf.require_snapshot_path(), settings.conf.storage_options
@@ -68,7 +71,12 @@ class BarrieredDataSource(DataSource):
         if settings.restore_from is None:
             required_by = _positions_recorded(layout, settings.upstream)
         else:
-            point = resolve(layout, settings.restore_from)
+            spec = settings.restore_from
+            if pinned is not None and pinned.get("root") == layout.root:
+                # The checkpoint schema() resolved, whose state barriered.keyed loads: a
+                # run still writing the path may have completed a later one since.
+                spec = str(pinned["checkpoint_id"])
+            point = resolve(layout, spec)
             point.check_config(settings.conf)
             point.check_files()
             required_by = point.describe()
@@ -100,7 +108,13 @@ class BarrieredDataSource(DataSource):
         return StructType(fields)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        settings, upstream, layout, point = self._setup()
+        # Spark calls this in more than one Python worker of a run (the long-lived one
+        # that plans batches, and the ones that plan reads): no file is written here.
+        # The planning reader takes the snapshot path on its first call and only then
+        # starts the run (_start_run, from BarrieredStreamReader._own).
+        barrier = next((f for f in schema.fields if f.name == BARRIER), None)
+        pinned = None if barrier is None else (barrier.metadata or {}).get(META_RESTORE)
+        settings, upstream, layout, point = self._setup(pinned)
         _check_schema(schema, upstream)
         previous = read_json(layout.config_file, default=None)
         if previous is not None:
@@ -112,26 +126,36 @@ class BarrieredDataSource(DataSource):
                     f"{upstream.channel_count()}; channels are fixed for the life of a "
                     "snapshot path (use a new snapshotPath)"
                 )
-        # Every check passed: from here on the query starts and writes.
-        ensure_dir(layout.root)
-        if point is not None and _adopts_manifest(point, layout):
-            copy_tree(point.origin.source_dir, layout.source_dir)
-            upstream = _upstream(settings, layout.source_dir, point.describe())
-        upstream.persist()
-        write_json(
-            layout.config_file,
-            {
-                "conf": settings.conf.to_dict(),
-                "channels": upstream.channel_count(),
-                "upstream": dict(upstream.describe()),
-                "written_ms": int(time.time() * 1000),
-            },
+        return BarrieredStreamReader(
+            settings, upstream, layout, point, partial(_start_run, settings, layout, point)
         )
-        triggers = TriggerLog.read(layout.triggers_file)
-        if triggers.fatal:
-            log.warning("a previous run failed: %s; starting a new run", triggers.fatal)
-            triggers.with_fatal(None).write(layout.triggers_file)
-        return BarrieredStreamReader(settings, upstream, layout, point)
+
+
+def _start_run(
+    settings: SourceSettings, layout: SnapshotLayout, point: RestorePoint | None, upstream: Upstream
+) -> Upstream:
+    """What a run writes once it owns the snapshot path (every check passed): the
+    upstream's manifest (a savepoint's, when one is restored into a new path), the resolved
+    configuration, and a previous run's fatal error cleared. Returns the upstream to read."""
+    ensure_dir(layout.root)
+    if point is not None and _adopts_manifest(point, layout):
+        copy_tree(point.origin.source_dir, layout.source_dir)
+        upstream = _upstream(settings, layout.source_dir, point.describe())
+    upstream.persist()
+    write_json(
+        layout.config_file,
+        {
+            "conf": settings.conf.to_dict(),
+            "channels": upstream.channel_count(),
+            "upstream": dict(upstream.describe()),
+            "written_ms": int(time.time() * 1000),
+        },
+    )
+    triggers = TriggerLog.read(layout.triggers_file)
+    if triggers.fatal:
+        log.warning("a previous run failed: %s; starting a new run", triggers.fatal)
+        triggers.with_fatal(None).write(layout.triggers_file)
+    return upstream
 
 
 def _upstream(settings: SourceSettings, state_dir: str, required_by: str | None) -> Upstream:

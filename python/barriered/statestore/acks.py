@@ -4,7 +4,10 @@ A participant is a key group of a keyed operator (``state/<operator>/<key group>
 an in-flight writer of a channel (``inflight/<channel>``). When it has written its part
 of checkpoint ``n`` it writes one JSON file under ``_acks/<n>/``, listing the data files
 it wrote (ready to be added to a Delta table in the coordinator's single commit) and its
-sizes. Rewriting an ack (a retried task) replaces it whole.
+sizes. Rewriting an ack (a retried task) replaces it whole. An ack carries the epoch of
+the run that wrote it (see :mod:`barriered.coordinator.ownership`) and is named after it,
+so the acks of a fenced run and of the run that took the path over never collide, and a
+coordinator only collects the acks of its own epoch.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class Ack:
     rows: int = 0
     bytes: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    epoch: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""
@@ -76,22 +80,30 @@ class Ack:
             rows=int(d.get("rows", 0)),
             bytes=int(d.get("bytes", 0)),
             extra=dict(d.get("extra", {})),
+            epoch=None if d.get("epoch") is None else int(d["epoch"]),
         )
 
 
 def write_ack(layout: SnapshotLayout, ack: Ack) -> None:
     """Publish ``ack`` (atomically) for the coordinator."""
-    write_json(layout.ack_file(ack.checkpoint_id, ack.participant), ack.to_dict())
+    write_json(layout.ack_file(ack.checkpoint_id, ack.participant, ack.epoch), ack.to_dict())
 
 
-def read_acks(layout: SnapshotLayout, checkpoint_id: int) -> dict[str, Ack]:
-    """Return every acknowledgement of ``checkpoint_id`` published so far, by participant."""
+def read_acks(
+    layout: SnapshotLayout, checkpoint_id: int, epoch: int | None = None
+) -> dict[str, Ack]:
+    """Return the acknowledgements of ``checkpoint_id`` published so far, by participant.
+
+    With ``epoch``, only those written by the run with that epoch; without, every run's
+    (a participant acknowledged by several runs appears once).
+    """
     folder = layout.acks_dir(checkpoint_id)
     acks: dict[str, Ack] = {}
     for name in list_names(folder):
         if name.endswith(".json"):
             ack = Ack.from_dict(read_json(join(folder, name)))
-            acks[ack.participant] = ack
+            if epoch is None or ack.epoch == epoch:
+                acks[ack.participant] = ack
     return acks
 
 

@@ -41,6 +41,7 @@ def capture(
     start: int,
     end: int,
     mode: str,
+    epoch: int | None = None,
 ) -> Ack:
     """Persist the in-flight range of one channel and acknowledge it.
 
@@ -48,6 +49,8 @@ def capture(
     ----------
     mode : str
         ``"value"`` copies the records, ``"reference"`` records only the range.
+    epoch : int, optional
+        The epoch of the run (its acknowledgement carries it).
     """
     files: tuple[DataFile, ...] = ()
     if mode == "value" and end > start:
@@ -72,6 +75,7 @@ def capture(
         rows=end - start,
         bytes=sum(f.size for f in files),
         extra={"channel": channel, "start": start, "end": end, "capture": mode},
+        epoch=epoch,
     )
     write_ack(layout, ack)
     log.info(

@@ -219,8 +219,9 @@ class KeyedStatefulProcessor(StatefulProcessor):
         layout = SnapshotLayout.at(meta["path"])
         base = meta.get("base")
         participant = state_participant(self.spec.operator, key_group)
+        epoch = meta.get("epoch")
         if base is not None and snapshots.get(str(base)) == mod_count:
-            ack = Ack(checkpoint_id, participant, changed=False)
+            ack = Ack(checkpoint_id, participant, changed=False, epoch=epoch)
         else:
             keys: list[str] = []
             values: list[str] = []
@@ -251,6 +252,7 @@ class KeyedStatefulProcessor(StatefulProcessor):
                 files=files,
                 rows=len(keys),
                 bytes=sum(f.size for f in files),
+                epoch=epoch,
             )
         write_ack(layout, ack)
         snapshots[str(checkpoint_id)] = mod_count

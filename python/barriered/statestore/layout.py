@@ -10,7 +10,9 @@
       _coordinator/triggers.json  trigger requests and cancellations for the source
       _coordinator/operators/<op>.json  keyed operators registered on this path
       _coordinator/tombstones.json  removed files, deleted once no retained checkpoint reads them
-      _acks/<id>/<participant>.json   acknowledgements of checkpoint <id>
+      _coordinator/leases/<epoch>-<party>.json  lease of the run with that epoch
+      _owners/                 Delta: one row per run that took the path (version = epoch)
+      _acks/<id>/<participant>.e<epoch>.json   acknowledgements of checkpoint <id>
       _source/                 the upstream's own manifest (positions of files)
       _savepoint.json          only in a savepoint: which checkpoint it holds
 """
@@ -73,6 +75,15 @@ class SnapshotLayout:
         return join(self.root, "inflight")
 
     @property
+    def owners_table(self) -> str:
+        """The ``_owners`` Delta table: one commit per run that took the path."""
+        return join(self.root, "_owners")
+
+    def lease_file(self, epoch: int, party: str) -> str:
+        """The lease of the run with ``epoch``, renewed by ``party`` (source or query)."""
+        return join(self.root, "_coordinator", "leases", f"{epoch}-{party}.json")
+
+    @property
     def config_file(self) -> str:
         """The configuration the source resolved at query start."""
         return join(self.root, "_coordinator", "config.json")
@@ -100,9 +111,11 @@ class SnapshotLayout:
         """Folder of the acknowledgements of one checkpoint."""
         return join(self.root, "_acks", str(checkpoint_id))
 
-    def ack_file(self, checkpoint_id: int, participant: str) -> str:
-        """The acknowledgement of ``participant`` for one checkpoint."""
-        return join(self.acks_dir(checkpoint_id), participant.replace("/", "~") + ".json")
+    def ack_file(self, checkpoint_id: int, participant: str, epoch: int | None = None) -> str:
+        """The acknowledgement of ``participant`` for one checkpoint, written by the run
+        with ``epoch`` (runs never overwrite each other's acknowledgements)."""
+        suffix = "" if epoch is None else f".e{epoch}"
+        return join(self.acks_dir(checkpoint_id), participant.replace("/", "~") + suffix + ".json")
 
     @property
     def savepoint_file(self) -> str:
