@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from barriered.config import PREFIX
 from barriered.coordinator.driver import QueryCoordinator
 from barriered.coordinator.listener import BarrieredListener
+from barriered.datasource import preflight
 from barriered.datasource.columns import (
     BARRIER,
     KEY_GROUP,
@@ -45,11 +46,14 @@ def _session_conf(spark: SparkSession) -> dict[str, str]:
 
 
 def _patch_stream_reader() -> None:
-    """Pass the session's barriered keys to the source on ``load()``.
+    """Pass the session's barriered keys to the source on ``load()`` and check it there.
 
     A Python data source sees only its options, not the session configuration, so
     ``DataStreamReader.load`` is wrapped to add them (as one hidden option) when the
-    format is "barriered". Options the user set on the source still win.
+    format is "barriered". Options the user set on the source still win. The source's
+    load-time checks (:func:`barriered.datasource.preflight.check`) then run in the
+    driver, so a refusal is the project's own error, not Spark's wrapped
+    ``PYTHON_DATA_SOURCE_ERROR``.
     """
     global _PATCHED
     if _PATCHED:
@@ -57,28 +61,87 @@ def _patch_stream_reader() -> None:
     from pyspark.sql.streaming.readwriter import DataStreamReader
 
     original_format = DataStreamReader.format
+    original_option = DataStreamReader.option
+    original_options = DataStreamReader.options
     original_load = DataStreamReader.load
 
     def format(self: Any, source: str) -> Any:
         self._barriered_format = source
         return original_format(self, source)
 
+    def record(self: Any, options: dict[str, Any]) -> None:
+        # The JVM reader keeps its options to itself: remember them for the preflight.
+        recorded = self.__dict__.setdefault("_barriered_options", {})
+        recorded.update({k: str(v) for k, v in options.items() if v is not None})
+
+    def option(self: Any, key: str, value: Any) -> Any:
+        record(self, {key: value})
+        return original_option(self, key, value)
+
+    def options(self: Any, **opts: Any) -> Any:
+        record(self, opts)
+        return original_options(self, **opts)
+
     def load(self: Any, path: str | None = None, format: str | None = None, **kw: Any) -> Any:
         fmt = format or getattr(self, "_barriered_format", None)
         if fmt == "barriered":
             self.option(SESSION_CONF_OPTION, json.dumps(_session_conf(self._spark)))
+            preflight.check(self._barriered_options)  # our own errors, before Spark wraps them
         return original_load(self, path=path, format=format, **kw)
 
     DataStreamReader.format = format  # type: ignore[method-assign]
+    DataStreamReader.option = option  # type: ignore[method-assign]
+    DataStreamReader.options = options  # type: ignore[method-assign]
     DataStreamReader.load = load  # type: ignore[method-assign,assignment]
     _PATCHED = True
+
+
+#: The session key of Spark's state store provider, and the one the keyed operator needs.
+STATE_STORE_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def _use_rocksdb(spark: SparkSession) -> None:
+    """Make RocksDB the state store of ``spark`` when nothing else was chosen.
+
+    ``barriered.keyed()`` runs on ``transformWithStateInPandas``, which fails its first
+    batch with ``STORE_BACKEND_NOT_SUPPORTED_FOR_TWS`` on Spark's default (HDFS-backed)
+    provider. The key is set only when the session has none and runs no query; another
+    provider is kept, with a warning.
+    """
+    configured = (spark.conf.getAll or {}).get(STATE_STORE_PROVIDER)
+    if configured is None:
+        if spark.streams.active:
+            log.warning(
+                "%s is not set and queries are running; barriered.install() leaves it "
+                "unset. Set it to %s before starting a barriered.keyed() query",
+                STATE_STORE_PROVIDER,
+                ROCKSDB_PROVIDER,
+            )
+            return
+        spark.conf.set(STATE_STORE_PROVIDER, ROCKSDB_PROVIDER)
+        log.info(
+            "set %s to %s (needed by barriered.keyed())", STATE_STORE_PROVIDER, ROCKSDB_PROVIDER
+        )
+    elif configured != ROCKSDB_PROVIDER:
+        log.warning(
+            "%s is %s: barriered.keyed() (transformWithStateInPandas) needs %s and fails "
+            "its first batch with STORE_BACKEND_NOT_SUPPORTED_FOR_TWS on other providers; "
+            "barriered.install() keeps the configured one",
+            STATE_STORE_PROVIDER,
+            configured,
+            ROCKSDB_PROVIDER,
+        )
 
 
 def install(spark: SparkSession) -> BarrieredListener:
     """Register the "barriered" source and the checkpoint coordinator on ``spark``.
 
     Idempotent; works on an existing session (a Databricks notebook's ``spark``) and
-    never creates one.
+    never creates one. When the session has no state store provider configured and no
+    query is running, it sets ``spark.sql.streaming.stateStore.providerClass`` to
+    RocksDB (which ``barriered.keyed()`` needs); another configured provider is kept,
+    with a warning.
 
     Parameters
     ----------
@@ -91,6 +154,7 @@ def install(spark: SparkSession) -> BarrieredListener:
         The listener that coordinates every barriered query of this session.
     """
     spark.dataSource.register(BarrieredDataSource)
+    _use_rocksdb(spark)
     _patch_stream_reader()
     listener = _LISTENERS.get(id(spark))
     if listener is None:

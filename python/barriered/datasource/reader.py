@@ -25,13 +25,19 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from barriered.coordinator import stateful_operators
 from barriered.datasource.columns import CHANNEL, SEQ, data_batch, marker_batch
 from barriered.datasource.offsets import Replay, SourceOffset
 from barriered.datasource.options import SourceSettings
 from barriered.datasource.planner import PlanInput, plan
 from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams.base import Upstream
-from barriered.errors import CheckpointFailureLimitExceeded, InjectedFault, RestoreError
+from barriered.errors import (
+    CheckpointFailureLimitExceeded,
+    InjectedFault,
+    RestoreError,
+    UnsupportedOperatorError,
+)
 from barriered.statestore.fileio import filesystem, join
 from barriered.statestore.inflight import capture
 from barriered.statestore.layout import SnapshotLayout
@@ -137,6 +143,8 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if triggers.fatal:
             if triggers.fatal.startswith(faults.MESSAGE_PREFIX):
                 raise InjectedFault(triggers.fatal)
+            if triggers.fatal.startswith(stateful_operators.MESSAGE_PREFIX):
+                raise UnsupportedOperatorError(triggers.fatal)
             raise CheckpointFailureLimitExceeded(triggers.fatal)
         if begin.active is not None:
             faults.hit(self.layout, faults.ALIGNING, begin.active.id)

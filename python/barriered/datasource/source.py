@@ -11,6 +11,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from barriered.config import check_restore_compatible
+from barriered.datasource import preflight
 from barriered.datasource.columns import (
     BARRIER,
     META_MAX_PARALLELISM,
@@ -18,7 +19,7 @@ from barriered.datasource.columns import (
     META_SNAPSHOT_PATH,
     output_schema,
 )
-from barriered.datasource.options import SourceSettings, parse_source_options
+from barriered.datasource.options import SourceSettings
 from barriered.datasource.reader import BarrieredStreamReader
 from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams import make_upstream
@@ -28,7 +29,7 @@ from barriered.errors import ConfigError, RestoreError
 from barriered.statestore import checkpoints_table
 from barriered.statestore.fileio import copy_tree, ensure_dir, exists, read_json, write_json
 from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.restore_point import RestorePoint, resolve
+from barriered.statestore.restore_point import RestorePoint
 
 log = logging.getLogger(__name__)
 
@@ -47,17 +48,9 @@ class BarrieredDataSource(DataSource):
         return "barriered"
 
     def _setup(self) -> tuple[SourceSettings, Upstream, SnapshotLayout, RestorePoint | None]:
-        settings = parse_source_options(self.options)
-        layout = SnapshotLayout.at(
-            settings.conf.require_snapshot_path(), settings.conf.storage_options
-        )
-        point = None
-        if settings.restore_from is not None:
-            point = resolve(layout, settings.restore_from)
-            point.check_config(settings.conf)
-            point.check_files()
-            if point.origin.root != layout.root:
-                _adopt_upstream_manifest(point, layout)
+        settings, layout, point = preflight.checked(self.options)
+        if point is not None and point.origin.root != layout.root:
+            _adopt_upstream_manifest(point, layout)
         upstream = make_upstream(
             Options({**settings.upstream_options, "upstream": settings.upstream}),
             layout.source_dir,
