@@ -108,8 +108,9 @@ def with_overshoot(layout: SnapshotLayout, rows: list[dict[str, Any]]) -> list[d
     timeout = BarrieredConf(**stored.get("conf", {})).aligned_checkpoint_timeout_ms
     for row in rows:
         alignment = row.get("alignment_duration_ms")
-        late = row.get("mode") == "aligned_with_timeout" and alignment is not None
-        row[OVERSHOOT] = alignment - timeout if late and alignment > timeout else None
+        row[OVERSHOOT] = None
+        if row.get("mode") == "aligned_with_timeout" and alignment is not None:
+            row[OVERSHOOT] = int(alignment) - timeout if int(alignment) > timeout else None
     return rows
 
 
