@@ -8,16 +8,14 @@ matrix (``-m full``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pytest
-from pyspark.sql import DataFrame, Row
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
-from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 import barriered
 from barriered.coordinator.stateful_operators import OPERATORS
@@ -25,39 +23,10 @@ from barriered.examples import RunningTotals
 from barriered.statestore import checkpoints_table
 from barriered.statestore.fileio import exists
 from barriered.statestore.layout import SnapshotLayout
+from foreign_state import CountRows, CountRowsRow, count_per_key
 from runs import MODES, PREFIX, SOURCE
 
 pytestmark = pytest.mark.spark
-
-
-class CountRows(StatefulProcessor):
-    """A transformWithStateInPandas processor that is not barriered.keyed()."""
-
-    def init(self, handle: Any) -> None:
-        self.handle = handle
-
-    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Any:
-        yield pd.DataFrame({"user_id": [key[0]], "n": [sum(len(r) for r in rows)]})
-
-    def close(self) -> None:
-        pass
-
-
-class CountRowsRow(StatefulProcessor):
-    """The Row-based transformWithState."""
-
-    def init(self, handle: Any) -> None:
-        self.handle = handle
-
-    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Any:
-        yield Row(user_id=key[0], n=len(list(rows)))
-
-    def close(self) -> None:
-        pass
-
-
-def count_per_key(key: Any, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
-    yield pd.DataFrame({"user_id": [key[0]], "n": [sum(len(f) for f in frames)]})
 
 
 def other_stream(spark: Any) -> DataFrame:
