@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from barriered.config import PREFIX
 from barriered.coordinator.driver import QueryCoordinator
 from barriered.coordinator.listener import BarrieredListener
+from barriered.datasource import preflight
 from barriered.datasource.columns import (
     BARRIER,
     KEY_GROUP,
@@ -68,13 +69,18 @@ def _reader_classes() -> list[type]:
 
 
 def _patch_stream_reader() -> None:
-    """Pass the session's barriered keys to the source on ``load()``.
+    """Pass the session's barriered keys to the source on ``load()`` and check it there.
 
     A Python data source sees only its options, not the session configuration, so
     ``DataStreamReader.load`` of classic and Spark Connect sessions is wrapped to add
     them (as one hidden option) when the format is "barriered". Options the user set on
     the source still win. Should the hook not run (another client), the source refuses
-    to start without the hidden option instead of using defaults.
+    to start without the hidden option instead of using defaults. On a classic session,
+    where this process is the driver, the source's load-time checks
+    (:func:`barriered.datasource.preflight.check`) run here too, so a refusal is the
+    project's own error, not Spark's wrapped ``PYTHON_DATA_SOURCE_ERROR``. (A Spark
+    Connect client is not the driver and may not reach the snapshot path: there the
+    source runs them.)
     """
     global _PATCHED
     if _PATCHED:
@@ -86,20 +92,40 @@ def _patch_stream_reader() -> None:
 
 def _hook_load(cls: Any) -> None:
     original_format = cls.format
+    original_option = cls.option
+    original_options = cls.options
     original_load = cls.load
 
     def format(self: Any, source: str) -> Any:
         self._barriered_format = source
         return original_format(self, source)
 
+    def record(self: Any, options: dict[str, Any]) -> None:
+        # The JVM reader keeps its options to itself: remember them for the preflight.
+        recorded = self.__dict__.setdefault("_barriered_options", {})
+        recorded.update({k: str(v) for k, v in options.items() if v is not None})
+
+    def option(self: Any, key: str, value: Any) -> Any:
+        record(self, {key: value})
+        return original_option(self, key, value)
+
+    def options(self: Any, **opts: Any) -> Any:
+        record(self, opts)
+        return original_options(self, **opts)
+
     def load(self: Any, path: str | None = None, format: str | None = None, **kw: Any) -> Any:
         fmt = format or getattr(self, "_barriered_format", None)
         if fmt == "barriered":
             # classic readers keep their session in _spark, Connect readers in _client
-            _pass_session_keys(self, getattr(self, "_spark", None) or self._client)
+            classic = getattr(self, "_spark", None)
+            _pass_session_keys(self, classic or self._client)
+            if classic is not None:  # this process is the driver: our own errors, unwrapped
+                preflight.check(self.__dict__.get("_barriered_options", {}))
         return original_load(self, path=path, format=format, **kw)
 
     cls.format = format
+    cls.option = option
+    cls.options = options
     cls.load = load
 
 
@@ -126,6 +152,44 @@ def read_stream(spark: SparkSession) -> Any:
     return reader
 
 
+#: The session key of Spark's state store provider, and the one the keyed operator needs.
+STATE_STORE_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def _use_rocksdb(spark: SparkSession) -> None:
+    """Make RocksDB the state store of ``spark`` when nothing else was chosen.
+
+    ``barriered.keyed()`` runs on ``transformWithStateInPandas``, which fails its first
+    batch with ``STORE_BACKEND_NOT_SUPPORTED_FOR_TWS`` on Spark's default (HDFS-backed)
+    provider. The key is set only when the session has none and runs no query; another
+    provider is kept, with a warning.
+    """
+    configured = (spark.conf.getAll or {}).get(STATE_STORE_PROVIDER)
+    if configured is None:
+        if spark.streams.active:
+            log.warning(
+                "%s is not set and queries are running; barriered.install() leaves it "
+                "unset. Set it to %s before starting a barriered.keyed() query",
+                STATE_STORE_PROVIDER,
+                ROCKSDB_PROVIDER,
+            )
+            return
+        spark.conf.set(STATE_STORE_PROVIDER, ROCKSDB_PROVIDER)
+        log.info(
+            "set %s to %s (needed by barriered.keyed())", STATE_STORE_PROVIDER, ROCKSDB_PROVIDER
+        )
+    elif configured != ROCKSDB_PROVIDER:
+        log.warning(
+            "%s is %s: barriered.keyed() (transformWithStateInPandas) needs %s and fails "
+            "its first batch with STORE_BACKEND_NOT_SUPPORTED_FOR_TWS on other providers; "
+            "barriered.install() keeps the configured one",
+            STATE_STORE_PROVIDER,
+            configured,
+            ROCKSDB_PROVIDER,
+        )
+
+
 def install(spark: SparkSession) -> BarrieredListener:
     """Register the "barriered" source and the checkpoint coordinator on ``spark``.
 
@@ -133,6 +197,9 @@ def install(spark: SparkSession) -> BarrieredListener:
     or Spark Connect, and never creates one. Checks that the coordinator's listener is
     registered with the session (a Spark Connect client drops its listeners when their
     event stream breaks: calling ``install`` again registers a new one) and logs it.
+    When the session has no state store provider configured and no query is running, it
+    sets ``spark.sql.streaming.stateStore.providerClass`` to RocksDB (which
+    ``barriered.keyed()`` needs); another configured provider is kept, with a warning.
 
     Parameters
     ----------
@@ -150,6 +217,7 @@ def install(spark: SparkSession) -> BarrieredListener:
         When the session did not keep the listener.
     """
     spark.dataSource.register(BarrieredDataSource)
+    _use_rocksdb(spark)
     _patch_stream_reader()
     listener = _LISTENERS.get(id(spark))
     if listener is None or listener_registered(spark, listener) is False:

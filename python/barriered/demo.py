@@ -2,16 +2,20 @@
 
 It runs one query per checkpoint mode (aligned, unaligned, aligned with timeout) on a
 local Spark, prints a line per finished checkpoint while the query runs, and a summary
-table at the end. The Delta tables stay under ``OUT/snapshots/<mode>``.
+table at the end. The Delta tables stay under ``OUT/snapshots/<mode>``; the console
+output of the Spark it starts (JVM log lines, pyspark's worker prints) goes to
+``OUT/spark.log``, so that the screen shows only the demo's own lines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +51,51 @@ SOURCE = {
 }
 
 
-def local_session() -> Any:
-    """Return the active SparkSession, or start a local[2] one with RocksDB state."""
+@contextlib.contextmanager
+def console_to(log_file: Path) -> Iterator[None]:
+    """Point this process's stdout and stderr file descriptors at ``log_file`` meanwhile.
+
+    A JVM started meanwhile keeps them for good, and so does every Python worker it
+    starts: Spark's log lines and pyspark's worker prints (``Streaming
+    TransformWithStateInPandas Python worker Starting execution of UDF ...``) go to the
+    file, while ``sys.stdout``/``sys.stderr`` of this process get the screen back after.
+    """
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = (os.dup(1), os.dup(2))
+    try:
+        with open(log_file, "ab") as log:
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in zip((1, 2), saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+def local_session(log_file: Path | None = None) -> Any:
+    """Return the active SparkSession, or start a local[2] one with RocksDB state.
+
+    A new session's console output (the JVM's and its Python workers') goes to
+    ``log_file`` when given; an active session keeps its own.
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    with console_to(log_file) if log_file is not None else contextlib.nullcontext():
+        return _new_session()
+
+
+def _new_session() -> Any:
+    from pyspark.sql import SparkSession
+
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("barriered-demo")
@@ -174,8 +215,12 @@ def run_demo(
     target = Path(out).resolve()
     for sub in ("snapshots", "spark-checkpoints"):
         shutil.rmtree(target / sub, ignore_errors=True)
+    spark_log = target / "spark.log"
+    spark_log.unlink(missing_ok=True)
     found = SparkSession.getActiveSession()
-    spark = local_session()
+    spark = local_session(spark_log)
+    if found is None:
+        progress.log(f"Spark's console output: {spark_log}")
     try:
         barriered.install(spark)
         spark.conf.set(PREFIX + "checkpointInterval", "2s")

@@ -54,3 +54,8 @@ class RestoreError(BarrieredError, RuntimeError):
 
 class InjectedFault(BarrieredError, RuntimeError):
     """A crash injected on purpose by :mod:`barriered.testing.faults` (recovery tests)."""
+
+
+class UnsupportedOperatorError(ConfigError):
+    """The query holds state a barriered snapshot does not capture (Spark's own stateful
+    operators): restoring a checkpoint would silently restart them from empty."""

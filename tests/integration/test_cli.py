@@ -238,6 +238,27 @@ def test_notebook_views_of_the_run(run: dict[str, Any]) -> None:
     assert fig.axes[2].get_xlabel() == "checkpoint id"
 
 
+def test_demo_screen_has_only_the_demos_lines_and_spark_output_goes_to_a_log(
+    tmp_path: Path,
+) -> None:
+    """``make demo`` in its own process (its own Spark, as a user runs it)."""
+    command = [sys.executable, "-m", "barriered", "demo", "--out", str(tmp_path)]
+    done = subprocess.run(
+        [*command, "--duration", "3"], capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    spark_log = tmp_path / "spark.log"
+    assert f"Spark's console output: {spark_log}" in done.stdout
+    for phase in ("aligned", "unaligned", "aligned_with_timeout"):
+        assert any(line.startswith(phase + " ") for line in done.stdout.splitlines())
+    screen = done.stdout + done.stderr
+    for spark_line in ("Python worker", "Starting execution of UDF", "log4j", "WARN"):
+        assert spark_line not in screen, screen
+    logged = spark_log.read_text(errors="replace")
+    assert "Using Spark's default log4j profile" in logged
+    assert "Python worker" in logged  # pyspark's worker prints went to the log
+
+
 def test_demo_runs_every_mode_and_leaves_snapshot_paths(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -8,6 +8,7 @@ recompute, from the upstream's own records, what each completed checkpoint must 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -284,3 +285,25 @@ def test_bad_options_fail_with_their_name_and_keep_committed_data(
     assert after == before
     assert DeltaTable(layout.state_table).version() == version
     assert os.path.isfile(blocker)
+
+
+def test_install_sets_rocksdb_only_when_no_provider_is_set(
+    spark: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    key, rocksdb = barriered.api.STATE_STORE_PROVIDER, barriered.api.ROCKSDB_PROVIDER
+    hdfs = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+    try:
+        spark.conf.unset(key)
+        assert key not in spark.conf.getAll
+        barriered.install(spark)
+        assert spark.conf.getAll[key] == rocksdb
+        spark.conf.set(key, hdfs)
+        with caplog.at_level(logging.WARNING, logger="barriered.api"):
+            barriered.install(spark)
+        assert spark.conf.get(key) == hdfs  # a provider the user chose is kept
+        assert (
+            f"{key} is {hdfs}: barriered.keyed() (transformWithStateInPandas) needs" in caplog.text
+        )
+        assert "STORE_BACKEND_NOT_SUPPORTED_FOR_TWS" in caplog.text
+    finally:
+        spark.conf.set(key, rocksdb)

@@ -159,9 +159,16 @@ def test_restore_into_another_number_of_partitions(
     session: Any, tmp_path: Path, before: int, after: int
 ) -> None:
     session.conf.set("spark.sql.shuffle.partitions", str(before))
-    crash(session, tmp_path, MODES["unaligned"], faults.AFTER_COMMIT, SOURCE)
+    _, _, fired = crash(session, tmp_path, MODES["unaligned"], faults.AFTER_COMMIT, SOURCE)
     session.conf.set("spark.sql.shuffle.partitions", str(after))
     _, layout, final = restore(session, tmp_path, MODES["unaligned"], SOURCE)
+    # Spark's offset log of the restored run says what it was restored from, every batch.
+    # (the crash came right after checkpoint fired["checkpoint_id"] committed: the latest)
+    restored_from = {"from": layout.root, "checkpoint_id": fired["checkpoint_id"]}
+    logged = list((tmp_path / "ck-restored" / "offsets").glob("[0-9]*"))
+    assert logged
+    for entry in logged:
+        assert json.loads(entry.read_text().splitlines()[-1])["restore"] == restored_from
     assert state_store_partitions(tmp_path / "ck-crashed") == before
     assert state_store_partitions(tmp_path / "ck-restored") == after
     assert_exact(layout, final)

@@ -18,7 +18,7 @@ import pytest
 
 import barriered
 from barriered import cli
-from barriered.errors import ConfigError
+from barriered.errors import BarrieredError, ConfigError, RestoreError
 from barriered.examples import RunningTotals
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
@@ -172,6 +172,30 @@ def test_a_savepoint_into_a_used_snapshot_path_is_refused(
     assert cli.main(["savepoint", str(copy), "-o", str(savepoint)]) == 0
     message = attempt(session, copy, str(savepoint))
     assert "already holds checkpoints of another run" in message
+
+
+def test_load_time_refusals_are_the_projects_own_errors(session: Any, copy: Path) -> None:
+    """Refused in the driver by ``load()`` itself: the typed error and its message alone,
+    not Spark's ``PYTHON_DATA_SOURCE_ERROR`` wrapping a worker traceback."""
+    before = tree(copy)
+
+    def load(**options: str) -> Any:
+        reader = session.readStream.format("barriered").options(**SOURCE)
+        return reader.option("snapshotPath", str(copy)).options(**options).load()
+
+    with pytest.raises(RestoreError) as missing:
+        load(restoreFrom="999")
+    assert "checkpoint 999 does not exist" in str(missing.value)
+    with pytest.raises(ConfigError) as misspelt:
+        load(checkpointIntervall="1s")
+    assert "(did you mean 'checkpointInterval', or the session key" in str(misspelt.value)
+    session.conf.set(PREFIX + "maxParallelism", "16")
+    with pytest.raises(BarrieredError) as changed:
+        load(restoreFrom="latest")
+    assert "maxParallelism is fixed for the life of the snapshot path" in str(changed.value)
+    for error in (missing.value, misspelt.value, changed.value):
+        assert "PYTHON_DATA_SOURCE_ERROR" not in str(error) and "Traceback" not in str(error)
+    assert tree(copy) == before
 
 
 def test_cli_savepoint_copies_one_checkpoint(copy: Path, tmp_path: Path) -> None:

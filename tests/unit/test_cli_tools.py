@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,10 @@ import pytest
 from PIL import Image
 
 from barriered import cli
+from barriered.config import BarrieredConf
 from barriered.errors import CheckpointError
+from barriered.statestore import checkpoints_table
+from barriered.statestore.fileio import write_json
 from barriered.statestore.layout import SnapshotLayout
 from barriered.tools.history import format_history, retained_ids, select_checkpoint
 from barriered.tools.plot import ABORTED_STYLE, STYLES, checkpoint_figure, save_checkpoint_plot
@@ -152,3 +156,28 @@ def test_bad_command_lines_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
             cli.main(argv)
         assert exit_.value.code == 2
     assert "checkpoint ids start at 1" in capsys.readouterr().err
+
+
+def test_history_shows_how_far_an_aligned_with_timeout_alignment_overshot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    layout = SnapshotLayout.at(str(tmp_path / "snap"))
+    conf = BarrieredConf(snapshot_path=layout.root, aligned_checkpoint_timeout_ms=1500)
+    write_json(layout.config_file, {"conf": conf.to_dict(), "channels": 4})
+    timeout = "aligned_with_timeout"
+    for finished in (
+        row(1, mode=timeout, effective_mode="aligned", alignment_duration_ms=2132),
+        row(2, mode=timeout, effective_mode="unaligned", alignment_duration_ms=1700),
+        row(3, mode=timeout, effective_mode="aligned", alignment_duration_ms=900),
+        row(4, alignment_duration_ms=3000),  # plain aligned: no timeout to overshoot
+    ):
+        checkpoints_table.append(layout, finished)
+    assert cli.main(["checkpoints", layout.root]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "overshoot" in lines[0].split()
+    assert lines[1].split()[8:11] == ["2.13", "s", "+632"]
+    assert lines[2].split()[2] == "unaligned" and lines[2].split()[8:11] == ["1.70", "s", "+200"]
+    assert "+" not in lines[3] and "+" not in lines[4]
+    assert cli.main(["checkpoints", layout.root, "--json"]) == 0
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["alignment_overshoot_ms"] for r in printed] == [632, 200, None, None]

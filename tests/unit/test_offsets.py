@@ -200,8 +200,9 @@ def test_carried_drops_only_the_per_batch_events() -> None:
         last_id=FULL.last_id,
         last_cut=FULL.last_cut,
         active=FULL.active,
+        restore=FULL.restore,
     )
-    assert carried.cut is None and carried.restore is None
+    assert carried.cut is None and carried.restore == FULL.restore
     assert carried.started == () and carried.aborted == ()
     assert carried.carried() == carried
     assert FULL.cut is CUT  # the original is unchanged

@@ -31,6 +31,17 @@ def test_unknown_option_is_named_with_a_suggestion() -> None:
         parse_source_options({**BASE, "maxRowsPerChanel": "5"})
 
 
+def test_misspelt_session_key_as_option_gets_a_suggestion() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_source_options({**BASE, "checkpointIntervall": "5s"})
+    assert (
+        "'checkpointintervall' (did you mean 'checkpointInterval', or the session key "
+        "'spark.sql.streaming.barriered.checkpointInterval'?)" in str(err.value)
+    )
+    with pytest.raises(ConfigError, match=r"did you mean 'maxParallelism', or the session key"):
+        parse_source_options({**BASE, "maxParalelism": "64"})
+
+
 def test_option_of_another_upstream_is_unknown() -> None:
     with pytest.raises(ConfigError, match="'archiveto'"):
         parse_source_options({**BASE, "archiveTo": "/tmp/a"})

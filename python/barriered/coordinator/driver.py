@@ -188,11 +188,19 @@ class QueryCoordinator:
 
     def _crash(self, message: str) -> None:
         """An injected crash of the driver: do nothing more, and let the source fail."""
+        self.fail(message)
+
+    def fail(self, message: str) -> None:
+        """Fail the query with ``message`` and do nothing more: no trigger, ack or commit.
+
+        The message goes to the trigger log's ``fatal``; the source raises it before
+        planning its next batch (a listener cannot fail a query itself).
+        """
         self._crashed = message
         TriggerLog.read(self.layout.triggers_file).with_fatal(message).write(
             self.layout.triggers_file
         )
-        log.error("checkpoint coordinator of %s crashed: %s", self.layout.root, message)
+        log.error("checkpoint coordinator of %s fails the query: %s", self.layout.root, message)
 
     def _commit(self, done: CompletedCheckpoint) -> int:
         faults.hit(self.layout, faults.BEFORE_COMMIT, done.checkpoint_id, self._crash)

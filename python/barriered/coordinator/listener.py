@@ -10,6 +10,7 @@ from typing import Any
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from barriered.coordinator.driver import QueryCoordinator
+from barriered.coordinator.stateful_operators import refusal
 from barriered.datasource.offsets import SourceOffset
 from barriered.statestore.layout import SnapshotLayout
 
@@ -42,7 +43,8 @@ class BarrieredListener(StreamingQueryListener):
 
     Errors inside the listener never reach Spark's listener bus: they are logged, and
     the fatal "too many failed checkpoints" error is handed to the source, which fails
-    the query with it.
+    the query with it. So is the refusal of a query whose first progress shows a state
+    operator no snapshot captures (:mod:`barriered.coordinator.stateful_operators`).
     """
 
     def __init__(self) -> None:
@@ -87,6 +89,10 @@ class BarrieredListener(StreamingQueryListener):
                     )
                     self.coordinators[str(progress.id)] = qc
                     qc.identify(str(progress.id), str(progress.runId))
+                    names = [op.operatorName for op in progress.stateOperators or ()]
+                    refused = refusal(names, len(qc.operators()))
+                    if refused is not None:
+                        qc.fail(refused)  # before any checkpoint of this query completes
                 duration = int(progress.batchDuration or 0)
                 qc.on_progress(int(progress.batchId), start, end, report, duration)
         except Exception:

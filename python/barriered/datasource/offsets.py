@@ -156,7 +156,8 @@ class SourceOffset:
     aborted : list of dict
         Checkpoints aborted while planning this batch (``id``, ``reason``).
     restore : dict or None
-        On the first batch of a restored query: what it was restored from.
+        In every offset of a restored query: what it was restored from (``from``, the
+        snapshot path or savepoint folder, and ``checkpoint_id``).
     replay : Replay or None
         After a restore, until delivered: in-flight records read from the snapshot.
     """
@@ -203,4 +204,4 @@ class SourceOffset:
 
     def carried(self) -> SourceOffset:
         """Return the state carried into the next batch (per-batch events dropped)."""
-        return replace(self, cut=None, started=(), aborted=(), restore=None)
+        return replace(self, cut=None, started=(), aborted=())

@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from barriered.config import BarrieredConf, resolve, split_options
+from barriered.config import KEYS, BarrieredConf, resolve, split_options
 from barriered.datasource.upstreams.options import Options, int_option
 from barriered.errors import ConfigError
 
@@ -53,6 +53,19 @@ class SourceSettings:
     restore_from: str | None
 
 
+def _did_you_mean(name: str, known: set[str]) -> str:
+    """`` (did you mean ...?)`` for an unknown option close to a source option or to a
+    ``spark.sql.streaming.barriered.*`` key (which is also a source option), else ``""``."""
+    keys = {k.name.lower(): k for k in KEYS}
+    close = difflib.get_close_matches(name, sorted(known | set(keys)), n=1)
+    if not close:
+        return ""
+    config_key = keys.get(close[0])
+    if config_key is None:
+        return f" (did you mean {close[0]!r}?)"
+    return f" (did you mean {config_key.name!r}, or the session key {config_key.key!r}?)"
+
+
 def parse_source_options(options: Mapping[str, str]) -> SourceSettings:
     """Validate the options given to ``spark.readStream.format("barriered")``.
 
@@ -82,10 +95,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceSettings:
     known = set(SOURCE_OPTIONS) | UPSTREAM_OPTIONS[upstream]
     unknown = [k for k in rest if k not in known and not k.startswith("storageoptions.")]
     if unknown:
-        hints = []
-        for name in sorted(unknown):
-            close = difflib.get_close_matches(name, sorted(known), n=1)
-            hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        hints = [f"{name!r}{_did_you_mean(name, known)}" for name in sorted(unknown)]
         raise ConfigError(
             f"unknown option(s) for the barriered source with upstream {upstream!r}: "
             f"{', '.join(hints)}. Known options: {', '.join(sorted(known))}, plus the "

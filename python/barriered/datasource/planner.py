@@ -111,6 +111,7 @@ class _Step:
         self.last_id = start.last_id
         self.last_cut = start.last_cut
         self.replay = start.replay
+        self.restore = start.restore  # what a restored run was restored from: kept for good
         self.active = start.active
         self.started: list[dict[str, object]] = []
         self.aborted: list[dict[str, object]] = []
@@ -281,6 +282,7 @@ class _Step:
             cut=self.cut,
             started=tuple(self.started),
             aborted=tuple(self.aborted),
+            restore=self.restore,
             replay=None if self.replay is None or self.replay.done(self.positions) else self.replay,
         )
 

@@ -25,7 +25,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from barriered.coordinator import ownership
+from barriered.coordinator import ownership, stateful_operators
 from barriered.datasource.columns import CHANNEL, SEQ, data_batch, marker_batch
 from barriered.datasource.offsets import Replay, SourceOffset
 from barriered.datasource.options import SourceSettings
@@ -33,7 +33,12 @@ from barriered.datasource.planner import PlanInput, plan
 from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams.base import Upstream
 from barriered.datasource.watchdog import CoordinatorWatchdog
-from barriered.errors import CheckpointFailureLimitExceeded, InjectedFault, RestoreError
+from barriered.errors import (
+    CheckpointFailureLimitExceeded,
+    InjectedFault,
+    RestoreError,
+    UnsupportedOperatorError,
+)
 from barriered.statestore.fileio import filesystem, join
 from barriered.statestore.inflight import capture
 from barriered.statestore.layout import SnapshotLayout
@@ -174,6 +179,8 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if triggers.fatal:
             if triggers.fatal.startswith(faults.MESSAGE_PREFIX):
                 raise InjectedFault(triggers.fatal)
+            if triggers.fatal.startswith(stateful_operators.MESSAGE_PREFIX):
+                raise UnsupportedOperatorError(triggers.fatal)
             raise CheckpointFailureLimitExceeded(triggers.fatal)
         self._watchdog.check(triggers.heartbeat, int(time.time() * 1000))
         if begin.active is not None:

@@ -12,6 +12,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from barriered.config import check_restore_compatible
+from barriered.datasource import preflight
 from barriered.datasource.columns import (
     BARRIER,
     META_MAX_PARALLELISM,
@@ -19,7 +20,7 @@ from barriered.datasource.columns import (
     META_SNAPSHOT_PATH,
     output_schema,
 )
-from barriered.datasource.options import SourceSettings, parse_source_options
+from barriered.datasource.options import SourceSettings
 from barriered.datasource.reader import BarrieredStreamReader
 from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams import make_upstream
@@ -36,7 +37,7 @@ from barriered.statestore.fileio import (
     write_json,
 )
 from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.restore_point import RestorePoint, resolve
+from barriered.statestore.restore_point import RestorePoint
 
 log = logging.getLogger(__name__)
 
@@ -62,23 +63,11 @@ class BarrieredDataSource(DataSource):
         """Parse and check everything; read only. A restore into another snapshot path
         reads the upstream's manifest from the restore point's (:func:`_start_run` copies
         it). ``pinned`` is the restore point :meth:`schema` resolved."""
-        settings = parse_source_options(self.options)
-        layout = SnapshotLayout.at(
-            settings.conf.require_snapshot_path(), settings.conf.storage_options
-        )
-        point = None
+        settings, layout, point = preflight.checked(self.options, pinned)
         source_dir = layout.source_dir
-        if settings.restore_from is None:
+        if point is None:
             required_by = _positions_recorded(layout, settings.upstream)
         else:
-            spec = settings.restore_from
-            if pinned is not None and pinned.get("root") == layout.root:
-                # The checkpoint schema() resolved, whose state barriered.keyed loads: a
-                # run still writing the path may have completed a later one since.
-                spec = str(pinned["checkpoint_id"])
-            point = resolve(layout, spec)
-            point.check_config(settings.conf)
-            point.check_files()
             required_by = point.describe()
             if _adopts_manifest(point, layout):
                 source_dir = point.origin.source_dir

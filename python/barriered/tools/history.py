@@ -1,8 +1,9 @@
 """The checkpoint history of a snapshot path (the ``_checkpoints`` table), for people.
 
 Like Flink's checkpoint history tab: one line per finished checkpoint with its id, kind,
-mode, status, trigger time, end-to-end duration, alignment, start delay, sizes and
-acknowledgements ``n/N``.
+mode, status, trigger time, end-to-end duration, alignment (and how far an
+aligned-with-timeout alignment went past ``alignedCheckpointTimeout``), start delay,
+sizes and acknowledgements ``n/N``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ _HEADERS = (
     "trigger time",
     "end-to-end",
     "alignment",
+    "overshoot",
     "start delay",
     "state",
     "in-flight",
@@ -55,7 +57,11 @@ _HEADERS = (
     "acks",
     "note",
 )
-_RIGHT = {0, 5, 6, 7, 8, 9, 10, 11}
+_RIGHT = {0, 5, 6, 7, 8, 9, 10, 11, 12}
+
+#: Added to each row by :func:`open_history`: how far the alignment of an
+#: aligned-with-timeout checkpoint went past ``alignedCheckpointTimeout`` (None if not).
+OVERSHOOT = "alignment_overshoot_ms"
 
 
 def display_columns() -> list[str]:
@@ -87,7 +93,25 @@ def open_history(path: str) -> tuple[SnapshotLayout, list[dict[str, Any]]]:
             "_coordinator/config.json (give the folder set as snapshotPath)"
         )
     layout = SnapshotLayout.configured(path)
-    return layout, checkpoints_table.read_rows(layout)
+    return layout, with_overshoot(layout, checkpoints_table.read_rows(layout))
+
+
+def with_overshoot(layout: SnapshotLayout, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Add :data:`OVERSHOOT` to every row: alignment minus ``alignedCheckpointTimeout``.
+
+    An aligned-with-timeout checkpoint switches to unaligned only at a micro-batch
+    boundary (the planner runs once per batch), so its alignment can last up to a batch
+    longer than the timeout, whether it then completed aligned or switched. The timeout
+    is the one the latest query on the path started with.
+    """
+    stored = read_json(layout.config_file, default=None) or {}
+    timeout = BarrieredConf(**stored.get("conf", {})).aligned_checkpoint_timeout_ms
+    for row in rows:
+        alignment = row.get("alignment_duration_ms")
+        row[OVERSHOOT] = None
+        if row.get("mode") == "aligned_with_timeout" and alignment is not None:
+            row[OVERSHOOT] = int(alignment) - timeout if int(alignment) > timeout else None
+    return rows
 
 
 def retained_ids(layout: SnapshotLayout, rows: Sequence[dict[str, Any]]) -> list[int]:
@@ -161,6 +185,7 @@ def _cells(row: dict[str, Any]) -> list[str]:
         local_time(row.get("trigger_timestamp_ms")),
         human_ms(row.get("end_to_end_duration_ms")),
         human_ms(row.get("alignment_duration_ms")),
+        "" if row.get(OVERSHOOT) is None else f"+{human_ms(row[OVERSHOOT])}",
         human_ms(row.get("start_delay_ms")),
         human_bytes(row.get("state_bytes")),
         human_bytes(row.get("inflight_bytes")),
@@ -174,6 +199,8 @@ def format_history(rows: Sequence[dict[str, Any]]) -> str:
     """Render ``_checkpoints`` rows as the history table of ``barriered checkpoints``.
 
     ``mode`` is the mode the cut was taken in (an aligned-with-timeout checkpoint that
-    timed out shows ``unaligned``); ``note`` holds why a checkpoint was aborted.
+    timed out shows ``unaligned``); ``overshoot`` is how far such a checkpoint's
+    alignment went past ``alignedCheckpointTimeout`` (rows from :func:`open_history`;
+    see :func:`with_overshoot`); ``note`` holds why a checkpoint was aborted.
     """
     return text_table(_HEADERS, [_cells(r) for r in rows], _RIGHT)

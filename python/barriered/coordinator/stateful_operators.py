@@ -1,0 +1,77 @@
+"""Refuse a barriered query whose plan holds state that no snapshot captures.
+
+Spark's own stateful operators (aggregations, deduplication, stream-stream joins,
+``applyInPandasWithState``, session windows, streaming ``limit``, another
+``transformWithState``) keep their state in Spark's state store only. A barriered
+checkpoint would complete without it and a restore would silently restart them from
+empty, so the coordinator refuses such a query on its first micro-batch, before any
+checkpoint can complete (the query progress names every state operator of the plan:
+``stateOperators[].operatorName``).
+
+The keyed operator of :func:`barriered.keyed` is a ``transformWithStateInPandas``
+(``transformWithStateInPandasExec``) like any other. Each one registers itself on the
+snapshot path (``_operators/<name>.json``) and the coordinator waits for all of them at
+every checkpoint, so a query whose progress shows more ``transformWithStateInPandas``
+operators than the snapshot path has keyed operators runs one that is not barriered.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+#: The progress name of ``transformWithStateInPandas``, the one barriered.keyed() uses.
+KEYED_OPERATOR = "transformWithStateInPandasExec"
+
+#: Progress names of Spark's stateful operators (Spark 4.3) and what users call them.
+OPERATORS: dict[str, str] = {
+    "stateStoreSave": "a streaming aggregation (groupBy().agg(), count, window)",
+    "sessionWindowStateStoreSaveExec": "a session window aggregation (session_window)",
+    "dedupe": "dropDuplicates()",
+    "dedupeWithinWatermark": "dropDuplicatesWithinWatermark()",
+    "symmetricHashJoin": "a stream-stream join",
+    "applyInPandasWithState": "applyInPandasWithState()",
+    "flatMapGroupsWithState": "flatMapGroupsWithState()",
+    "transformWithStateInPySparkExec": "transformWithState() (Row-based)",
+    "transformWithStateExec": "transformWithState() (Scala/Java)",
+    KEYED_OPERATOR: "transformWithStateInPandas() not made by barriered.keyed()",
+    "globalLimit": "a streaming limit()",
+}
+
+#: The prefix of the trigger log's ``fatal`` message the source fails the query with.
+MESSAGE_PREFIX = "state outside the snapshot: "
+
+
+def refusal(operator_names: Sequence[str], keyed_operators: int) -> str | None:
+    """Why a query with these state operators cannot be barriered, or None if it can.
+
+    Parameters
+    ----------
+    operator_names : sequence of str
+        ``stateOperators[].operatorName`` of one query progress.
+    keyed_operators : int
+        How many barriered keyed operators the snapshot path has registered.
+
+    Returns
+    -------
+    str or None
+        The message (starting with :data:`MESSAGE_PREFIX`) naming each operator whose
+        state no checkpoint would hold and what to do; None when there is none.
+    """
+    counts = Counter(operator_names)
+    counts[KEYED_OPERATOR] -= min(counts[KEYED_OPERATOR], keyed_operators)
+    foreign = [
+        f"{OPERATORS.get(name, name)} ({name}{f' x{n}' if n > 1 else ''})"
+        for name, n in sorted(counts.items())
+        if n > 0
+    ]
+    if not foreign:
+        return None
+    return (
+        f"{MESSAGE_PREFIX}the query runs {', '.join(foreign)}, whose state lives only in "
+        "Spark's state store: barriered checkpoints would not hold it and a restore would "
+        "silently restart it from empty. Keep state with barriered.keyed(df, *keys)"
+        ".process(processor) instead (its state is in every snapshot), or run this "
+        "query without the barriered source. (A JVM state store provider that captures "
+        "Spark's own operators is a future option.)"
+    )

@@ -1,0 +1,66 @@
+"""The load-time checks of the "barriered" source, runnable in the driver.
+
+A Python data source's ``schema()`` runs in a Python worker; an error raised there
+reaches the user wrapped in a long ``PYTHON_DATA_SOURCE_ERROR`` traceback. The checks
+that need nothing but the options and the snapshot path (option names and values, the
+restore point and its files) are here, in one function the source itself calls too, so
+that :func:`barriered.install`'s reader hook can run them in the driver first and the
+user gets the project's own error (a :class:`~barriered.errors.ConfigError` or
+:class:`~barriered.errors.RestoreError`) with its message. None of them writes anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from barriered.datasource.options import SourceSettings, parse_source_options
+from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.restore_point import RestorePoint, resolve
+
+
+def checked(
+    options: Mapping[str, str], pinned: Mapping[str, Any] | None = None
+) -> tuple[SourceSettings, SnapshotLayout, RestorePoint | None]:
+    """Validate the source's options and its restore point; return what they name.
+
+    Parameters
+    ----------
+    options : Mapping[str, str]
+        The options given to ``spark.readStream.format("barriered")`` (with the hidden
+        session-configuration option, if any).
+    pinned : Mapping or None
+        The restore point an earlier call resolved (``root``, ``checkpoint_id``): a run
+        still writing the path may have completed a later one since, and the state that
+        ``barriered.keyed`` loads is the pinned one's.
+
+    Returns
+    -------
+    tuple of (SourceSettings, SnapshotLayout, RestorePoint or None)
+        The parsed options, the snapshot path and, with ``restoreFrom``, the checked
+        restore point.
+
+    Raises
+    ------
+    ConfigError
+        An unknown option (with a suggestion), a bad value or no snapshot path.
+    RestoreError
+        ``restoreFrom`` names no restorable checkpoint, or one whose configuration or
+        files do not fit.
+    """
+    settings = parse_source_options(options)
+    layout = SnapshotLayout.at(settings.conf.require_snapshot_path(), settings.conf.storage_options)
+    point = None
+    if settings.restore_from is not None:
+        spec = settings.restore_from
+        if pinned is not None and pinned.get("root") == layout.root:
+            spec = str(pinned["checkpoint_id"])
+        point = resolve(layout, spec)
+        point.check_config(settings.conf)
+        point.check_files()
+    return settings, layout, point
+
+
+def check(options: Mapping[str, str]) -> None:
+    """Run the source's load-time checks (see :func:`checked`); raise on the first problem."""
+    checked(options)

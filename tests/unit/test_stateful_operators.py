@@ -1,0 +1,32 @@
+"""Which state operators of a query's progress make a barriered query refused."""
+
+from __future__ import annotations
+
+from barriered.coordinator.stateful_operators import KEYED_OPERATOR, MESSAGE_PREFIX, refusal
+
+
+def test_only_the_registered_keyed_operators_pass() -> None:
+    assert refusal([], 0) is None
+    assert refusal([KEYED_OPERATOR], 1) is None
+    assert refusal([KEYED_OPERATOR, KEYED_OPERATOR], 2) is None
+
+
+def test_a_spark_operator_is_named_with_what_to_do() -> None:
+    message = refusal([KEYED_OPERATOR, "dedupe"], 1)
+    assert message is not None and message.startswith(MESSAGE_PREFIX)
+    assert "the query runs dropDuplicates() (dedupe), whose state lives only in" in message
+    assert "barriered.keyed(df, *keys).process(processor)" in message
+
+
+def test_more_transform_with_state_operators_than_keyed_ones_are_refused() -> None:
+    message = refusal([KEYED_OPERATOR, KEYED_OPERATOR, KEYED_OPERATOR], 1)
+    assert message is not None
+    assert "transformWithStateInPandas() not made by barriered.keyed() " in message
+    assert f"({KEYED_OPERATOR} x2)" in message
+
+
+def test_every_foreign_operator_is_listed_and_unknown_names_kept() -> None:
+    message = refusal(["symmetricHashJoin", "stateStoreSave", "someFutureOp"], 0)
+    assert message is not None
+    assert "a stream-stream join (symmetricHashJoin)" in message
+    assert "(stateStoreSave)" in message and "someFutureOp (someFutureOp)" in message
