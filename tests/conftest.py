@@ -102,6 +102,8 @@ def session(request: pytest.FixtureRequest) -> Iterator[Any]:
     spark.conf.set(PREFIX + "bufferPerChannel", "100")
     spark.conf.set(PREFIX + "retainedCheckpoints", "100")  # every version stays readable
     yield spark
+    for query in spark.streams.active:  # a test that left its query running
+        query.stop()
     for key in list(spark.conf.getAll):
         if key.startswith(PREFIX):
             spark.conf.unset(key)

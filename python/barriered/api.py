@@ -423,15 +423,29 @@ def await_termination(query: Any, timeout: float | None = None) -> None:
         )
 
 
-def _query_coordinator(query: Any) -> tuple[BarrieredListener, QueryCoordinator]:
-    for listener in _LISTENERS.values():
-        qc = listener.coordinator(str(query.id))
-        if qc is not None:
-            return listener, qc
-    raise ConfigError(
-        f"query {query.id} has not reported a barriered source yet (no micro-batch "
-        "finished); wait for its first batch, or pass its snapshot path"
-    )
+def _query_coordinator(
+    query: Any, timeout: float = 60.0
+) -> tuple[BarrieredListener, QueryCoordinator]:
+    """The coordinator of the query's current run.
+
+    A restarted query keeps its id, and the listener makes the new run's coordinator at
+    the run's first progress event, which Spark delivers asynchronously: until then the
+    previous run's (fenced) coordinator is the one under the id, so this waits for the
+    run's own.
+    """
+    run_id = str(query.runId)
+    deadline = time.monotonic() + timeout
+    while True:
+        for listener in _LISTENERS.values():
+            qc = listener.coordinator(str(query.id))
+            if qc is not None and qc.run_id == run_id:
+                return listener, qc
+        if time.monotonic() > deadline or not query.isActive:
+            raise ConfigError(
+                f"query {query.id} (run {run_id}) has not reported a barriered source yet "
+                "(no micro-batch finished); wait for its first batch, or pass its snapshot path"
+            )
+        time.sleep(0.1)
 
 
 def _query_path(query: Any) -> str:

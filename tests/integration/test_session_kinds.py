@@ -38,6 +38,10 @@ NON_DEFAULT = {
     "inflight.capture": "reference",
     "bufferPerChannel": "123",
     "coordinatorTimeout": "5min",
+    "leaseTimeout": "3min",
+    "retention.minAge": "11min",
+    "retention.historySize": "77",
+    "retention.maintenanceInterval": "3",
 }
 RATE = {"upstream": "rate", "channels": "2", "rowsPerSecond": "0", "rowsPerChannel": "30"}
 

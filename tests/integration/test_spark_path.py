@@ -292,6 +292,8 @@ def test_install_sets_rocksdb_only_when_no_provider_is_set(
 ) -> None:
     key, rocksdb = barriered.api.STATE_STORE_PROVIDER, barriered.api.ROCKSDB_PROVIDER
     hdfs = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+    for leftover in spark.streams.active:  # install() only sets it while no query runs
+        leftover.stop()
     try:
         spark.conf.unset(key)
         assert key not in spark.conf.getAll

@@ -114,6 +114,8 @@ class QueryCoordinator:
         self._beat_ms = 0
         self._completions = 0  # since this coordinator started: maintenance every N
         self.epoch = epoch
+        #: The Spark run this coordinator serves (set by :meth:`identify`).
+        self.run_id: str | None = None
         #: Set when a newer run took the snapshot path over: nothing is written any more.
         self._fenced: str | None = None
         self._lease = (
@@ -146,6 +148,7 @@ class QueryCoordinator:
 
     def identify(self, query_id: str, run_id: str) -> None:
         """Record which query and run hold this epoch (shown when another is refused)."""
+        self.run_id = run_id
         if self._lease is not None:
             self._lease.identity = {"query_id": query_id, "run_id": run_id}
             self._owned(self._lease.renew, force=True)
