@@ -18,8 +18,8 @@ __version__ = "0.1.0"
 # Public name -> module that defines it; imported lazily so that no Spark is needed
 # for the pure parts of the package.
 _LAZY = {
-    "install": "barriered.api",
-    "read_stream": "barriered.api",
+    "install": "barriered.session",
+    "read_stream": "barriered.session",
     "keyed": "barriered.api",
     "records": "barriered.api",
     "await_termination": "barriered.api",

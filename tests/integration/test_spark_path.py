@@ -21,6 +21,7 @@ from deltalake import DeltaTable
 import barriered
 from barriered import cli
 from barriered.datasource.offsets import SourceOffset
+from barriered.session import ROCKSDB_PROVIDER, STATE_STORE_PROVIDER
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from runs import (
@@ -290,7 +291,7 @@ def test_bad_options_fail_with_their_name_and_keep_committed_data(
 def test_install_sets_rocksdb_only_when_no_provider_is_set(
     spark: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    key, rocksdb = barriered.api.STATE_STORE_PROVIDER, barriered.api.ROCKSDB_PROVIDER
+    key, rocksdb = STATE_STORE_PROVIDER, ROCKSDB_PROVIDER
     hdfs = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
     for leftover in spark.streams.active:  # install() only sets it while no query runs
         leftover.stop()
@@ -300,7 +301,7 @@ def test_install_sets_rocksdb_only_when_no_provider_is_set(
         barriered.install(spark)
         assert spark.conf.getAll[key] == rocksdb
         spark.conf.set(key, hdfs)
-        with caplog.at_level(logging.WARNING, logger="barriered.api"):
+        with caplog.at_level(logging.WARNING, logger="barriered.session"):
             barriered.install(spark)
         assert spark.conf.get(key) == hdfs  # a provider the user chose is kept
         assert (

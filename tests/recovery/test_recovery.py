@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from barriered.api import _LISTENERS
 from barriered.datasource.offsets import SourceOffset
+from barriered.session import _LISTENERS
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from barriered.testing import faults

@@ -1,0 +1,259 @@
+"""How barriered attaches to a Spark session: ``install`` and ``read_stream``.
+
+``install`` registers the "barriered" data source and the checkpoint coordinator's
+query listener, makes RocksDB the state store where nothing else was chosen, and hooks
+``load()`` of the classic and Spark Connect stream readers so that the session's
+``spark.sql.streaming.barriered.*`` keys reach the source (a Python data source sees only
+its options).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from barriered.config import PREFIX
+from barriered.coordinator.listener import BarrieredListener
+from barriered.datasource import preflight
+from barriered.datasource.options import SESSION_CONF_OPTION
+from barriered.datasource.source import BarrieredDataSource
+from barriered.errors import CheckpointError
+
+log = logging.getLogger(__name__)
+
+_LISTENERS: dict[int, BarrieredListener] = {}
+_PATCHED = False
+
+
+def _session_conf(spark: SparkSession) -> dict[str, str]:
+    conf = spark.conf.getAll  # a property on classic and Connect sessions (pyspark >= 4)
+    items = (conf() if callable(conf) else conf).items()
+    return {k: v for k, v in items if k.startswith(PREFIX)}
+
+
+def _pass_session_keys(reader: Any, spark: SparkSession) -> None:
+    """Hand ``spark``'s barriered keys to the barriered source ``reader`` will load.
+
+    The one place every barriered ``load()`` goes through (the hook and
+    :func:`read_stream`), on classic and Spark Connect sessions; a driver-side check of
+    the source's options before Spark loads it belongs here.
+    """
+    reader.option(SESSION_CONF_OPTION, json.dumps(_session_conf(spark)))
+
+
+def _reader_classes() -> list[type]:
+    from pyspark.sql.streaming.readwriter import DataStreamReader
+
+    classes: list[type] = [DataStreamReader]
+    try:
+        from pyspark.sql.connect.streaming.readwriter import DataStreamReader as Connect
+    except ImportError:  # a pyspark without the Connect client's dependencies
+        log.debug("no Spark Connect client; only classic sessions are hooked")
+    else:
+        classes.append(Connect)
+    return classes
+
+
+def _patch_stream_reader() -> None:
+    """Pass the session's barriered keys to the source on ``load()`` and check it there.
+
+    A Python data source sees only its options, not the session configuration, so
+    ``DataStreamReader.load`` of classic and Spark Connect sessions is wrapped to add
+    them (as one hidden option) when the format is "barriered". Options the user set on
+    the source still win. Should the hook not run (another client), the source refuses
+    to start without the hidden option instead of using defaults. On a classic session,
+    where this process is the driver, the source's load-time checks
+    (:func:`barriered.datasource.preflight.check`) run here too, so a refusal is the
+    project's own error, not Spark's wrapped ``PYTHON_DATA_SOURCE_ERROR``. (A Spark
+    Connect client is not the driver and may not reach the snapshot path: there the
+    source runs them.)
+    """
+    global _PATCHED
+    if _PATCHED:
+        return
+    for cls in _reader_classes():
+        _hook_load(cls)
+    _PATCHED = True
+
+
+def _hook_load(cls: Any) -> None:
+    original_format = cls.format
+    original_option = cls.option
+    original_options = cls.options
+    original_load = cls.load
+
+    def format(self: Any, source: str) -> Any:
+        self._barriered_format = source
+        return original_format(self, source)
+
+    def record(self: Any, options: dict[str, Any]) -> None:
+        # The JVM reader keeps its options to itself: remember them for the preflight.
+        recorded = self.__dict__.setdefault("_barriered_options", {})
+        recorded.update({k: str(v) for k, v in options.items() if v is not None})
+
+    def option(self: Any, key: str, value: Any) -> Any:
+        record(self, {key: value})
+        return original_option(self, key, value)
+
+    def options(self: Any, **opts: Any) -> Any:
+        record(self, opts)
+        return original_options(self, **opts)
+
+    def load(self: Any, path: str | None = None, format: str | None = None, **kw: Any) -> Any:
+        fmt = format or getattr(self, "_barriered_format", None)
+        if fmt == "barriered":
+            # classic readers keep their session in _spark, Connect readers in _client
+            classic = getattr(self, "_spark", None)
+            _pass_session_keys(self, classic or self._client)
+            if classic is not None:  # this process is the driver: our own errors, unwrapped
+                preflight.check(self.__dict__.get("_barriered_options", {}))
+        return original_load(self, path=path, format=format, **kw)
+
+    cls.format = format
+    cls.option = option
+    cls.options = options
+    cls.load = load
+
+
+def read_stream(spark: SparkSession) -> Any:
+    """Return ``spark.readStream.format("barriered")`` with the session keys attached.
+
+    The same reader as ``spark.readStream.format("barriered")`` after :func:`install`,
+    without relying on its ``load()`` hook: the session's
+    ``spark.sql.streaming.barriered.*`` keys are read now. Works on classic and Spark
+    Connect sessions.
+
+    Parameters
+    ----------
+    spark : SparkSession
+        A session on which :func:`install` was called.
+
+    Returns
+    -------
+    DataStreamReader
+        Add the source's options, then ``load()``.
+    """
+    reader = spark.readStream.format("barriered")
+    _pass_session_keys(reader, spark)
+    return reader
+
+
+#: The session key of Spark's state store provider, and the one the keyed operator needs.
+STATE_STORE_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def _use_rocksdb(spark: SparkSession) -> None:
+    """Make RocksDB the state store of ``spark`` when nothing else was chosen.
+
+    ``barriered.keyed()`` runs on ``transformWithStateInPandas``, which fails its first
+    batch with ``STORE_BACKEND_NOT_SUPPORTED_FOR_TWS`` on Spark's default (HDFS-backed)
+    provider. The key is set only when the session has none and runs no query; another
+    provider is kept, with a warning.
+    """
+    configured = (spark.conf.getAll or {}).get(STATE_STORE_PROVIDER)
+    if configured is None:
+        if spark.streams.active:
+            log.warning(
+                "%s is not set and queries are running; barriered.install() leaves it "
+                "unset. Set it to %s before starting a barriered.keyed() query",
+                STATE_STORE_PROVIDER,
+                ROCKSDB_PROVIDER,
+            )
+            return
+        spark.conf.set(STATE_STORE_PROVIDER, ROCKSDB_PROVIDER)
+        log.info(
+            "set %s to %s (needed by barriered.keyed())", STATE_STORE_PROVIDER, ROCKSDB_PROVIDER
+        )
+    elif configured != ROCKSDB_PROVIDER:
+        log.warning(
+            "%s is %s: barriered.keyed() (transformWithStateInPandas) needs %s and fails "
+            "its first batch with STORE_BACKEND_NOT_SUPPORTED_FOR_TWS on other providers; "
+            "barriered.install() keeps the configured one",
+            STATE_STORE_PROVIDER,
+            configured,
+            ROCKSDB_PROVIDER,
+        )
+
+
+def install(spark: SparkSession) -> BarrieredListener:
+    """Register the "barriered" source and the checkpoint coordinator on ``spark``.
+
+    Idempotent; works on an existing session (a Databricks notebook's ``spark``), classic
+    or Spark Connect, and never creates one. Checks that the coordinator's listener is
+    registered with the session (a Spark Connect client drops its listeners when their
+    event stream breaks: calling ``install`` again registers a new one) and logs it.
+    When the session has no state store provider configured and no query is running, it
+    sets ``spark.sql.streaming.stateStore.providerClass`` to RocksDB (which
+    ``barriered.keyed()`` needs); another configured provider is kept, with a warning.
+
+    Parameters
+    ----------
+    spark : SparkSession
+        The session.
+
+    Returns
+    -------
+    BarrieredListener
+        The listener that coordinates every barriered query of this session.
+
+    Raises
+    ------
+    barriered.errors.CheckpointError
+        When the session did not keep the listener.
+    """
+    spark.dataSource.register(BarrieredDataSource)
+    _use_rocksdb(spark)
+    _patch_stream_reader()
+    listener = _LISTENERS.get(id(spark))
+    if listener is None or listener_registered(spark, listener) is False:
+        listener = BarrieredListener()
+        spark.streams.addListener(listener)
+        _LISTENERS[id(spark)] = listener
+    registered = listener_registered(spark, listener)
+    kind = "Spark Connect" if _is_connect(spark) else "classic"
+    if registered is False:
+        raise CheckpointError(
+            f"barriered.install(spark): the {kind} session did not keep the checkpoint "
+            "coordinator's listener (spark.streams.addListener failed, see the warning "
+            "above); no barriered query could take checkpoints. Call install again once "
+            "the session is reachable"
+        )
+    log.info(
+        "barriered installed on a %s session: format 'barriered' registered, checkpoint "
+        "coordinator listener %s",
+        kind,
+        "registered" if registered else "added (registration not observable)",
+    )
+    return listener
+
+
+def _is_connect(spark: SparkSession) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def listener_registered(spark: SparkSession, listener: BarrieredListener) -> bool | None:
+    """Whether ``spark`` delivers query events to ``listener``.
+
+    Returns
+    -------
+    bool or None
+        None when this pyspark does not let it be observed.
+    """
+    try:
+        if _is_connect(spark):
+            bus = spark.streams._sqlb  # type: ignore[attr-defined]
+            thread = bus._execution_thread
+            return bool(listener in bus._listener_bus and thread is not None and thread.is_alive())
+        mine = listener._jlistener
+        listeners = spark._jsparkSession.streams().listListeners()
+        return bool(any(mine.equals(other) for other in listeners))
+    except Exception:  # internals differ in this pyspark: say so, do not guess
+        log.debug("cannot observe the listeners of this session", exc_info=True)
+        return None
+
+
+__all__ = ["install", "listener_registered", "read_stream"]
