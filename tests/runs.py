@@ -168,3 +168,14 @@ def commit_metadata(layout: SnapshotLayout) -> dict[int, dict[str, Any]]:
         for h in DeltaTable(layout.state_table).history()
         if "barriered.checkpoint_id" in h
     }
+
+
+def checkpoint_cut(
+    row: dict[str, Any], metadata: dict[int, dict[str, Any]]
+) -> tuple[dict[int, int], dict[int, list[int]]]:
+    """Where a completed checkpoint's state stops on each channel (its barrier, or the
+    start of its in-flight range), and its in-flight ranges ``[start, end)``."""
+    barrier = {int(c): b for c, b in json.loads(row["barrier_positions"]).items()}
+    raw = metadata[row["checkpoint_id"]]["barriered.inflight"]
+    inflight = {int(c): r for c, r in json.loads(raw).items()}
+    return {c: (inflight[c][0] if c in inflight else b) for c, b in barrier.items()}, inflight

@@ -31,6 +31,7 @@ from runs import (
     MODES,
     PREFIX,
     SOURCE,
+    checkpoint_cut,
     commit_metadata,
     run,
     state_at,
@@ -66,9 +67,7 @@ def test_completed_checkpoints_hold_exactly_the_records_before_the_barrier(
     metadata = commit_metadata(layout)
     for row in done:
         cid = row["checkpoint_id"]
-        barrier = {int(c): b for c, b in json.loads(row["barrier_positions"]).items()}
-        inflight = {int(c): r for c, r in json.loads(metadata[cid]["barriered.inflight"]).items()}
-        in_state = {c: (inflight[c][0] if c in inflight else b) for c, b in barrier.items()}
+        in_state, inflight = checkpoint_cut(row, metadata)
         assert state_at(layout, row["state_table_version"]) == totals_before(in_state), cid
         expected_inflight = {(c, s) for c, (a, b) in inflight.items() for s in range(a, b)}
         assert row["inflight_rows"] == len(expected_inflight)

@@ -24,7 +24,7 @@ from barriered.datasource.upstreams.rate import RateUpstream
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from barriered.testing.expected import running_totals
-from runs import commit_metadata, state_at
+from runs import checkpoint_cut, commit_metadata, state_at
 
 pytestmark = pytest.mark.spark
 
@@ -74,9 +74,7 @@ def assert_exact(layout: SnapshotLayout) -> list[dict[str, Any]]:
     metadata = commit_metadata(layout)
     for row in done:
         cid = row["checkpoint_id"]
-        barrier = {int(c): b for c, b in json.loads(row["barrier_positions"]).items()}
-        inflight = {int(c): r for c, r in json.loads(metadata[cid]["barriered.inflight"]).items()}
-        in_state = {c: (inflight[c][0] if c in inflight else b) for c, b in barrier.items()}
+        in_state, _ = checkpoint_cut(row, metadata)
         assert state_at(layout, row["state_table_version"]) == running_totals(
             upstream(), in_state
         ), cid
