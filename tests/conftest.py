@@ -53,11 +53,22 @@ def _builder(builder: Any) -> Any:
     return builder
 
 
+def _python_workers_see_the_tests() -> None:
+    """Put this folder on the Python path of the JVM about to start, so its Python workers
+    (executors' and the driver-side ones of transformWithState) import test modules that
+    queries use (``foreign_state``) as this process does."""
+    tests = str(Path(__file__).resolve().parent)
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if tests not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([tests, *filter(None, paths)])
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """A local[2] SparkSession with the RocksDB state store, shared by every Spark test."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    _python_workers_see_the_tests()
     from pyspark.sql import SparkSession
 
     if os.environ.get("SPARK_CONNECT_MODE_ENABLED"):
@@ -75,6 +86,7 @@ def connect_spark() -> Iterator[object]:
     test; the classic session, if one ran, is stopped first."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    _python_workers_see_the_tests()
     from pyspark.sql import SparkSession
 
     classic = SparkSession._instantiatedSession
