@@ -23,9 +23,10 @@ from barriered.coordinator import ownership
 from barriered.coordinator.driver import QueryCoordinator
 from barriered.datasource.offsets import Cut, SourceOffset
 from barriered.datasource.triggers import TriggerLog
-from barriered.errors import FencedError, SnapshotPathInUseError
+from barriered.errors import FencedError, SnapshotPathInUseError, SnapshotStoreError
 from barriered.statestore import checkpoints_table
 from barriered.statestore.acks import Ack, read_acks, state_participant, write_ack, write_data_file
+from barriered.statestore.delta_tables import commit_files
 from barriered.statestore.fileio import write_json
 from barriered.statestore.keyed import STATE_FILE_SCHEMA
 from barriered.statestore.layout import SnapshotLayout
@@ -254,3 +255,23 @@ def test_acks_of_two_runs_do_not_collide(layout: SnapshotLayout) -> None:
     mine = read_acks(layout, 7, 1)
     assert {a.epoch for a in mine.values()} == {1}
     assert json.loads(Path(layout.ack_file(7, "state/op/0", 0)).read_text())["epoch"] == 0
+
+
+def test_a_commit_that_slipped_in_before_the_fence_is_never_taken_for_this_runs(
+    layout: SnapshotLayout,
+) -> None:
+    """The one window fencing leaves (a zombie's check passed just before a takeover, its
+    commit lands after): the new run's commit of the same id fails loudly instead of
+    being skipped as "already committed" with the zombie's state."""
+    schema = pa.schema([("key", pa.string())])
+    uri = layout.state_table
+
+    def commit(epoch: int) -> int:
+        return commit_files(uri, schema, (), 7, [], metadata={"barriered.epoch": epoch}).version
+
+    zombie = commit(0)
+    assert commit(0) == zombie  # the same run's retry stays idempotent
+    before = DeltaTable(uri).version()
+    with pytest.raises(SnapshotStoreError, match=r"committed \(version 0\) by the run of epoch 0"):
+        commit(1)
+    assert DeltaTable(uri).version() == before  # nothing was committed

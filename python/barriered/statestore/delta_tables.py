@@ -242,8 +242,9 @@ def commit_files(
         if checkpoint_id is not None:
             done = table.transaction_version(app_id)
             if done is not None and done >= checkpoint_id:
+                version = committed_version(table, checkpoint_id, custom.get("barriered.epoch"))
                 log.info("%s already committed to %s; skipped", what, uri)
-                return Commit(committed_version(table, checkpoint_id))
+                return Commit(version)
         removes: list[RemoveAction] = []
         if replace_partitions:
             wanted = {tuple(p.get(c) for c in partition_by) for p in replace_partitions}
@@ -293,11 +294,27 @@ def current_files(table: DeltaTable) -> list[dict[str, Any]]:
     return out
 
 
-def committed_version(table: DeltaTable, checkpoint_id: int) -> int:
-    """Return the table version whose commit carries ``checkpoint_id``."""
+def committed_version(table: DeltaTable, checkpoint_id: int, epoch: int | None = None) -> int:
+    """Return the table version whose commit carries ``checkpoint_id``.
+
+    With ``epoch``, that commit must be this run's: a run that lost the snapshot path
+    (see :mod:`barriered.coordinator.ownership`) may have committed the same id in the
+    moment between its ownership check and its commit, and taking that commit for this
+    run's checkpoint would be silently wrong.
+    """
     for entry in table.history():
-        if entry.get("barriered.checkpoint_id") == checkpoint_id:
-            return int(entry["version"])
+        if entry.get("barriered.checkpoint_id") != checkpoint_id:
+            continue
+        theirs = entry.get("barriered.epoch")
+        if epoch is not None and theirs is not None and int(theirs) != int(epoch):
+            raise SnapshotStoreError(
+                f"checkpoint {checkpoint_id} of {table.table_uri!r} was committed (version "
+                f"{entry['version']}) by the run of epoch {theirs}, which lost the snapshot "
+                f"path to this run (epoch {epoch}) while it committed; this run's checkpoint "
+                f"{checkpoint_id} is a different one and was not committed. Stop the older "
+                "run, then restore again (restoreFrom=latest)"
+            )
+        return int(entry["version"])
     raise SnapshotStoreError(
         f"{table.table_uri!r} says checkpoint {checkpoint_id} was committed, but no commit "
         "carries it in the retained Delta history"
