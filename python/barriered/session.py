@@ -66,7 +66,7 @@ def _patch_stream_reader() -> None:
     the source still win. Should the hook not run (another client), the source refuses
     to start without the hidden option instead of using defaults. On a classic session,
     where this process is the driver, the source's load-time checks
-    (:func:`barriered.datasource.preflight.check`) run here too, so a refusal is the
+    (:func:`barriered.datasource.preflight.checked`) run here too, so a refusal is the
     project's own error, not Spark's wrapped ``PYTHON_DATA_SOURCE_ERROR``. (A Spark
     Connect client is not the driver and may not reach the snapshot path: there the
     source runs them.)
@@ -109,7 +109,7 @@ def _hook_load(cls: Any) -> None:
             classic = getattr(self, "_spark", None)
             _pass_session_keys(self, classic or self._client)
             if classic is not None:  # this process is the driver: our own errors, unwrapped
-                preflight.check(self.__dict__.get("_barriered_options", {}))
+                preflight.checked(self.__dict__.get("_barriered_options", {}))
         return original_load(self, path=path, format=format, **kw)
 
     cls.format = format

@@ -189,10 +189,6 @@ class QueryCoordinator:
                 names.add(state_participant(op["operator"], kg))
         return frozenset(names)
 
-    def _crash(self, message: str) -> None:
-        """An injected crash of the driver: do nothing more, and let the source fail."""
-        self.fail(message)
-
     def fail(self, message: str) -> None:
         """Fail the query with ``message`` and do nothing more: no trigger, ack or commit.
 
@@ -206,7 +202,7 @@ class QueryCoordinator:
         log.error("checkpoint coordinator of %s fails the query: %s", self.layout.root, message)
 
     def _commit(self, done: CompletedCheckpoint) -> int:
-        faults.hit(self.layout, faults.BEFORE_COMMIT, done.checkpoint_id, self._crash)
+        faults.hit(self.layout, faults.BEFORE_COMMIT, done.checkpoint_id, self.fail)
         self._fence(f"committing checkpoint {done.checkpoint_id}")
         acks: list[Ack] = [a.payload for a in done.acks.values() if isinstance(a.payload, Ack)]
         inflight_files = [f for a in acks if a.participant.startswith("inflight/") for f in a.files]
@@ -259,7 +255,7 @@ class QueryCoordinator:
         self._needs_upstream_from[done.checkpoint_id] = _upstream_start(
             {str(k): v for k, v in done.positions.items()}, ranges, by_value=bool(inflight_files)
         )
-        faults.hit(self.layout, faults.AFTER_COMMIT, done.checkpoint_id, self._crash)
+        faults.hit(self.layout, faults.AFTER_COMMIT, done.checkpoint_id, self.fail)
         return commit.version
 
     def _renew(self) -> None:
@@ -392,8 +388,8 @@ class QueryCoordinator:
         now = int(time.time() * 1000)
         if now - self._beat_ms < self.conf.coordinator_timeout_ms // 4:
             return
-        log_ = TriggerLog.read(self.layout.triggers_file).with_heartbeat(batch_id, now)
-        log_.write(self.layout.triggers_file)
+        triggers = TriggerLog.read(self.layout.triggers_file).with_heartbeat(batch_id, now)
+        triggers.write(self.layout.triggers_file)
         self._beat_ms = now
 
     def _apply(

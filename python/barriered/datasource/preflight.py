@@ -59,8 +59,3 @@ def checked(
         point.check_config(settings.conf)
         point.check_files()
     return settings, layout, point
-
-
-def check(options: Mapping[str, str]) -> None:
-    """Run the source's load-time checks (see :func:`checked`); raise on the first problem."""
-    checked(options)

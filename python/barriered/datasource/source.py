@@ -49,8 +49,9 @@ class BarrieredDataSource(DataSource):
     start with a :class:`~barriered.errors.ConfigError` naming them. With
     ``restoreFrom``, the checkpoint is found and checked (configuration, channels, data
     files, upstream manifest) when the stream is loaded, before anything is written.
-    Loading (:meth:`schema`) writes nothing; :meth:`streamReader` writes (the upstream's
-    manifest, the configuration) only after every check passed.
+    Loading (:meth:`schema`) and :meth:`streamReader` write nothing; the run writes the
+    upstream's manifest and the configuration only once every check passed and it took
+    the snapshot path (:func:`_start_run`, from the reader's first planning call).
     """
 
     @classmethod

@@ -417,7 +417,7 @@ def truncate_log(
             return 0
         table.create_checkpoint()
     for name in old:
-        delete_file(f"{uri.rstrip('/')}/_delta_log/{name}")
+        delete_file(join(uri, "_delta_log", name))
     log.info("%s: Delta log before version %d deleted (%d file(s))", uri, cut, len(old))
     return len(old)
 
