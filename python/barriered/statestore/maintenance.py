@@ -148,15 +148,17 @@ def _stray_acks(
         STATE: {None, *(r.state_version for r in retained)},
         INFLIGHT: {None, *(r.inflight_version for r in retained if r.inflight_version is not None)},
     }
+    keep: dict[str, set[str]] = {}  # per table: what a version still reads, or a tombstone
     for cid in stray:
         for ack in read_acks(layout, cid).values():
             table = STATE if ack.participant.startswith("state/") else INFLIGHT
             if not ack.files:
                 continue
-            keep = _referenced(layout, table, versions[table])
-            keep.update(str(e[1]) for e in stones.get(table, []))
+            if table not in keep:
+                keep[table] = _referenced(layout, table, versions[table])
+                keep[table].update(str(e[1]) for e in stones.get(table, []))
             for f in ack.files:
-                if f.path not in keep:
+                if f.path not in keep[table]:
                     delete_file(join(table_uri(layout, table), f.path))
         delete_tree(layout.acks_dir(cid))
         log.info("maintenance: stray acknowledgements of checkpoint %d removed", cid)
