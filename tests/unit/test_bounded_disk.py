@@ -22,9 +22,10 @@ from barriered.statestore.delta_tables import (
     current_files,
     truncate_log,
 )
+from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.keyed import STATE_FILE_SCHEMA
 from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.restore_point import committed_checkpoints, resolve
+from barriered.statestore.restore_point import resolve
 from soak import SoakQuery, Usage, usage
 
 

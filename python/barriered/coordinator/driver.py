@@ -54,8 +54,8 @@ from barriered.statestore.delta_tables import (
     state_replacements,
 )
 from barriered.statestore.fileio import filesystem, join, list_names, read_json
+from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.restore_point import committed_checkpoints
 from barriered.testing import faults
 
 log = logging.getLogger(__name__)

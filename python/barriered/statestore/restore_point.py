@@ -28,8 +28,7 @@ from barriered.errors import ConfigError, RestoreError
 from barriered.statestore import checkpoints_table, integrity
 from barriered.statestore.delta_tables import current_files, open_table
 from barriered.statestore.fileio import exists, filesystem, join, list_names, read_json
-from barriered.statestore.integrity import PathIntegrity
-from barriered.statestore.integrity import committed_checkpoints as committed_checkpoints
+from barriered.statestore.integrity import PathIntegrity, committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)

@@ -21,8 +21,8 @@ from deltalake import DeltaTable
 
 from barriered.errors import SnapshotStoreError
 from barriered.statestore.delta_tables import open_table, read_table
+from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.restore_point import committed_checkpoints
 from barriered.tools.history import (
     barrier_positions,
     open_history,
