@@ -155,10 +155,9 @@ def state_at(layout: SnapshotLayout, version: int) -> dict[str, int]:
     table = DeltaTable(
         layout.state_table, version=version, storage_options=dict(layout.storage_options)
     ).to_pyarrow_table()
-    keys = [json.loads(k)["user_id"] for k in table["key"].to_pylist()]
+    keys = table["user_id"].to_pylist()
     assert len(keys) == len(set(keys)), "a key appears twice in one snapshot"
-    values = [json.loads(v)["total"] for v in table["value"].to_pylist()]
-    return dict(zip(keys, values, strict=True))
+    return dict(zip(keys, table["total"].to_pylist(), strict=True))
 
 
 def commit_metadata(layout: SnapshotLayout) -> dict[int, dict[str, Any]]:

@@ -13,13 +13,64 @@ from barriered.statestore.acks import write_data_file
 from barriered.statestore.delta_tables import (
     INFLIGHT_PARTITIONS,
     STATE_PARTITIONS,
-    STATE_SCHEMA,
     as_json,
     commit_files,
 )
 from barriered.statestore.fileio import write_json
-from barriered.statestore.keyed import STATE_FILE_SCHEMA
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.state_schema import TYPED_DESCRIPTION, file_schema, table_schema
+
+#: The column types a keyed operator registers: ``user_id string`` -> ``total long``.
+KEY_TYPE = {
+    "type": "struct",
+    "fields": [{"name": "user_id", "type": "string", "nullable": True, "metadata": {}}],
+}
+STATE_TYPE = {
+    "type": "struct",
+    "fields": [{"name": "total", "type": "long", "nullable": True, "metadata": {}}],
+}
+
+
+def registration(operator: str = "op", max_parallelism: int = 8) -> dict[str, object]:
+    """A keyed operator's registration (``_coordinator/operators/<operator>.json``)."""
+    return {
+        "operator": operator,
+        "key_columns": ["user_id"],
+        "key_schema": "user_id string",
+        "state_schema": "total long",
+        "output_schema": "user_id string, total long",
+        "max_parallelism": max_parallelism,
+        "key_type": KEY_TYPE,
+        "state_type": STATE_TYPE,
+    }
+
+
+#: The data files and the ``state`` table of that operator.
+STATE_FILE_SCHEMA = file_schema(registration())
+STATE_SCHEMA = table_schema([registration()])
+
+
+def state_rows(users: list[str], totals: list[int], checkpoint_id: int) -> pa.Table:
+    """A key group's snapshot file content: ``user_id, total, checkpoint_id``."""
+    return pa.table(
+        {"user_id": users, "total": totals, "checkpoint_id": [checkpoint_id] * len(users)},
+        schema=STATE_FILE_SCHEMA,
+    )
+
+
+def commit_state(
+    layout: SnapshotLayout,
+    checkpoint_id: int,
+    files: list[object],
+    replace: list[dict[str, str]],
+    metadata: dict[str, object],
+) -> int:
+    """Commit state files of a checkpoint as the coordinator does (typed table)."""
+    return commit_files(
+        layout.state_table, STATE_SCHEMA, STATE_PARTITIONS, checkpoint_id, files,  # type: ignore[arg-type]
+        replace, metadata=metadata, description=TYPED_DESCRIPTION,
+    ).version  # fmt: skip
+
 
 INFLIGHT_FILE = pa.schema(
     [("user_id", pa.string()), ("_channel", pa.int32()), ("_seq", pa.int64())]
@@ -52,15 +103,10 @@ def checkpoint(
             layout.inflight_table, INFLIGHT_FILE.append(pa.field("checkpoint_id", pa.int64())),
             INFLIGHT_PARTITIONS, cid, files,
         ).version  # fmt: skip
-    state = pa.table(
-        {"key": ['{"user_id":"u1"}'], "value": [f'{{"total":{cid}}}'], "checkpoint_id": [cid]},
-        schema=STATE_FILE_SCHEMA,
-    )
+    state = state_rows(["u1"], [cid], cid)
     f = write_data_file(layout.state_table, {"operator": "op", "key_group": "3"}, "t", state)
-    return commit_files(
-        layout.state_table,
-        STATE_SCHEMA,
-        STATE_PARTITIONS,
+    return commit_state(
+        layout,
         cid,
         [f],
         [{"operator": "op", "key_group": "3"}],
@@ -71,7 +117,7 @@ def checkpoint(
             "barriered.inflight": as_json({str(c): list(r) for c, r in inflight.items()}),
             "barriered.inflight_version": inflight_version,
         },
-    ).version
+    )
 
 
 def snapshot_path(root: Path, barriers: list[list[int]]) -> SnapshotLayout:
@@ -83,7 +129,7 @@ def snapshot_path(root: Path, barriers: list[list[int]]) -> SnapshotLayout:
         layout.config_file,
         {"conf": conf.to_dict(), "channels": 2, "upstream": {"upstream": "rate"}},
     )
-    write_json(layout.operator_file("op"), {"operator": "op", "key_columns": ["user_id"]})
+    write_json(layout.operator_file("op"), registration())
     for cid, barrier in enumerate(barriers, start=1):
         version = checkpoint(layout, cid, barrier)
         row = {

@@ -22,8 +22,8 @@ from barriered.statestore.acks import (
     write_data_file,
 )
 from barriered.statestore.fileio import write_json
-from barriered.statestore.keyed import STATE_FILE_SCHEMA
 from barriered.statestore.layout import SnapshotLayout
+from snapshots import registration, state_rows
 
 OPERATOR = "totals"
 KEY_GROUPS = 4
@@ -67,7 +67,7 @@ class SoakQuery:
         )
         write_json(
             self.layout.operator_file(OPERATOR),
-            {"operator": OPERATOR, "max_parallelism": KEY_GROUPS, "key_columns": ["user_id"]},
+            registration(OPERATOR, KEY_GROUPS),
         )
         self.coordinator = QueryCoordinator(self.layout)
         self.checkpoint_id = 0
@@ -82,14 +82,7 @@ class SoakQuery:
         if not changed:
             return Ack(cid, participant, changed=False)
         self.totals[key_group] += cid
-        table = pa.table(
-            {
-                "key": [f'{{"user_id":"u{key_group}"}}'],
-                "value": [f'{{"total":{self.totals[key_group]}}}'],
-                "checkpoint_id": [cid],
-            },
-            schema=STATE_FILE_SCHEMA,
-        )
+        table = state_rows([f"u{key_group}"], [self.totals[key_group]], cid)
         f = write_data_file(
             self.layout.state_table,
             {"operator": OPERATOR, "key_group": str(key_group)},

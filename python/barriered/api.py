@@ -10,6 +10,8 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.state import GroupStateTimeout
+from pyspark.sql.types import StructType, _parse_datatype_string
 
 from barriered.coordinator.driver import QueryCoordinator
 from barriered.coordinator.listener import BarrieredListener
@@ -23,11 +25,12 @@ from barriered.datasource.columns import (
 )
 from barriered.errors import CheckpointError, ConfigError
 from barriered.session import _LISTENERS
-from barriered.statestore.fileio import read_json, write_json
-from barriered.statestore.initial_state import initial_state
-from barriered.statestore.keyed import KeyedStatefulProcessor, OperatorSpec, Processor
+from barriered.statestore.fileio import join, list_names, read_json, write_json
+from barriered.statestore.keyed import LIVE_STATE_DDL, KeyedOperator, OperatorSpec
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.restored_state import restored_files
 from barriered.statestore.savepoints import Savepoint, export
+from barriered.statestore.state_schema import check_typed, table_schema
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +71,17 @@ class KeyedStream:
         self.max_parallelism = int(meta[META_MAX_PARALLELISM])
         self.restore: dict[str, Any] | None = meta.get(META_RESTORE)
 
-    def process(self, processor: Processor, name: str | None = None) -> DataFrame:
-        """Run ``processor`` per key with keyed state snapshotted at every checkpoint.
+    def process(self, processor: Any, name: str | None = None) -> DataFrame:
+        """Run ``processor`` per key group with keyed state snapshotted at every checkpoint.
 
         Parameters
         ----------
-        processor : Processor
-            An object with ``state_schema``, ``output_schema`` (DDL strings) and
-            ``process(key, rows, state)``.
+        processor : object
+            An object with ``state_schema``, ``output_schema`` (DDL strings) and either
+            ``process_batch(rows, state) -> (output, new_state)`` (one call per key
+            group and micro-batch, all DataFrames: see
+            :mod:`barriered.statestore.vectorized`) or ``process(key, rows, state)``
+            (one call per key; ``state`` has ``get``/``update``/``clear``).
         name : str, optional
             The operator id on the snapshot path (default: the class name in
             snake_case). It must stay the same across restores.
@@ -84,27 +90,45 @@ class KeyedStream:
         -------
         DataFrame
             The processor's output rows (``output_schema``).
+
+        Raises
+        ------
+        ConfigError
+            When the processor lacks an attribute, or its columns clash with another
+            operator's on the snapshot path.
+        StateLayoutError
+            When the snapshot path (or the restored one) holds state in the JSON layout
+            of earlier versions: nothing is written; ``barriered convert-state`` converts it.
         """
-        for attr in ("state_schema", "output_schema", "process"):
+        for attr in ("state_schema", "output_schema"):
             if not hasattr(processor, attr):
                 raise ConfigError(f"processor {processor!r} has no {attr!r}")
+        if not hasattr(processor, "process_batch") and not hasattr(processor, "process"):
+            raise ConfigError(f"processor {processor!r} has neither 'process_batch' nor 'process'")
         operator = name or _snake(type(processor).__name__)
-        key_schema = ", ".join(
-            f"{c} {self.df.schema[c].dataType.simpleString()}" for c in self.key_columns
-        )
+        key_fields = [self.df.schema[c] for c in self.key_columns]
         spec = OperatorSpec(
             operator=operator,
             key_columns=self.key_columns,
-            key_schema=key_schema,
+            key_schema=", ".join(f"{f.name} {f.dataType.simpleString()}" for f in key_fields),
             state_schema=processor.state_schema,
             output_schema=processor.output_schema,
             max_parallelism=self.max_parallelism,
+            key_type=StructType(key_fields).json(),
+            state_type=_parse_datatype_string(processor.state_schema).json(),
             input_columns=(*self.df.columns, KEY_GROUP),
         )
-        initial = None
-        if self.restore is not None:
-            initial = initial_state(self.df.sparkSession, self.restore, spec).groupBy(KEY_GROUP)
         layout = SnapshotLayout.at(self.snapshot_path)
+        check_typed(layout)
+        others = [
+            read_json(join(layout.operators_dir, n), default=None)
+            for n in list_names(layout.operators_dir)
+            if n.endswith(".json") and n != f"{operator}.json"
+        ]
+        table_schema([*(o for o in others if o is not None), spec.to_dict()])
+        restored = None
+        if self.restore is not None:
+            restored = restored_files(self.restore, spec)
         if read_json(layout.operator_file(operator), default=None) != spec.to_dict():
             # Unchanged: not rewritten (a query refused on a path in use changes nothing).
             write_json(layout.operator_file(operator), spec.to_dict())
@@ -113,12 +137,12 @@ class KeyedStream:
             F.pmod(F.hash(*[F.col(c) for c in self.key_columns]), F.lit(self.max_parallelism)),
         ).otherwise(F.col(SEQ).cast("int"))
         grouped = self.df.withColumn(KEY_GROUP, key_group).groupBy(KEY_GROUP)
-        return grouped.transformWithStateInPandas(
-            KeyedStatefulProcessor(spec, processor),
+        return grouped.applyInPandasWithState(
+            KeyedOperator(spec, processor, restored),
             processor.output_schema,
+            LIVE_STATE_DDL,
             "Append",
-            "None",
-            initialState=initial,
+            GroupStateTimeout.NoTimeout,
         )
 
 

@@ -52,6 +52,11 @@ class RestoreError(BarrieredError, RuntimeError):
     """A snapshot cannot be restored into this query (missing, incompatible, corrupt)."""
 
 
+class StateLayoutError(RestoreError):
+    """A snapshot path's ``state`` table is in the JSON layout of earlier versions: it is
+    refused, never misread (``barriered convert-state`` writes a typed copy)."""
+
+
 class InjectedFault(BarrieredError, RuntimeError):
     """A crash injected on purpose by :mod:`barriered.testing.faults` (recovery tests)."""
 

@@ -7,23 +7,33 @@ executors, so it must live in an importable module (or be defined in the noteboo
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 
 
 class RunningTotals:
-    """Running sum and count of ``amount`` per key; emits the new total per key."""
+    """Running sum and count of ``amount`` per key; emits the new total per key.
+
+    Vectorized: one call per key group and micro-batch (``process_batch``), a groupby
+    and a merge, whatever the number of keys.
+    """
 
     state_schema = "total long, count long"
     output_schema = "user_id string, total long"
 
-    def process(self, key: tuple[Any, ...], rows: pd.DataFrame, state: Any) -> pd.DataFrame:
-        """Add this batch's amounts to the key's total."""
-        current = state.get() or {"total": 0, "count": 0}
-        current = {
-            "total": int(current["total"]) + int(rows["amount"].sum()),
-            "count": int(current["count"]) + len(rows),
-        }
-        state.update(current)
-        return pd.DataFrame({"user_id": [key[0]], "total": [current["total"]]})
+    def process_batch(
+        self, rows: pd.DataFrame, state: pd.DataFrame
+    ) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Add this batch's amounts to the totals of the keys present in ``rows``."""
+        keys = [c for c in state.columns if c not in ("total", "count")]
+        batch = (
+            rows.groupby(keys, sort=False, dropna=False)["amount"]
+            .agg(total="sum", count="size")
+            .reset_index()
+        )
+        new = batch.merge(state, on=keys, how="left", suffixes=("", "_before"))
+        for field in ("total", "count"):
+            new[field] = new[field].astype("int64") + new[f"{field}_before"].fillna(0).astype(
+                "int64"
+            )
+        new = new[[*keys, "total", "count"]]
+        return new[[*keys, "total"]], new

@@ -149,10 +149,10 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 def _use_rocksdb(spark: SparkSession) -> None:
     """Make RocksDB the state store of ``spark`` when nothing else was chosen.
 
-    ``barriered.keyed()`` runs on ``transformWithStateInPandas``, which fails its first
-    batch with ``STORE_BACKEND_NOT_SUPPORTED_FOR_TWS`` on Spark's default (HDFS-backed)
-    provider. The key is set only when the session has none and runs no query; another
-    provider is kept, with a warning.
+    ``barriered.keyed()`` runs on ``applyInPandasWithState``, which works under any
+    provider; RocksDB keeps large state off the JVM heap, so it is the default here. The
+    key is set only when the session has none and runs no query; another provider is
+    kept.
     """
     configured = (spark.conf.getAll or {}).get(STATE_STORE_PROVIDER)
     if configured is None:
@@ -169,14 +169,7 @@ def _use_rocksdb(spark: SparkSession) -> None:
             "set %s to %s (needed by barriered.keyed())", STATE_STORE_PROVIDER, ROCKSDB_PROVIDER
         )
     elif configured != ROCKSDB_PROVIDER:
-        log.warning(
-            "%s is %s: barriered.keyed() (transformWithStateInPandas) needs %s and fails "
-            "its first batch with STORE_BACKEND_NOT_SUPPORTED_FOR_TWS on other providers; "
-            "barriered.install() keeps the configured one",
-            STATE_STORE_PROVIDER,
-            configured,
-            ROCKSDB_PROVIDER,
-        )
+        log.info("%s is %s: barriered.install() keeps it", STATE_STORE_PROVIDER, configured)
 
 
 def install(spark: SparkSession) -> BarrieredListener:

@@ -18,7 +18,8 @@ from pyspark.sql import functions as F
 from barriered.api import snapshot_path
 from barriered.errors import SnapshotStoreError
 from barriered.statestore import checkpoints_table
-from barriered.statestore.delta_tables import STATE_SCHEMA
+from barriered.statestore.fileio import read_json
+from barriered.statestore.state_schema import check_typed, columns_schema
 from barriered.tools.history import (
     display_columns,
     open_history,
@@ -97,16 +98,20 @@ def plot_checkpoints(path_or_query: Any, title: str | None = None) -> Figure:
 
 
 def state_table(
-    spark: SparkSession, path_or_query: Any, checkpoint: int | None = None
+    spark: SparkSession,
+    path_or_query: Any,
+    checkpoint: int | None = None,
+    operator: str | None = None,
 ) -> DataFrame:
     """Return the keyed state of a completed checkpoint as a DataFrame.
 
-    Columns: ``operator, key_group, key, value, checkpoint_id``. ``key`` and ``value``
-    are JSON objects (the key columns, the state fields): parse them with ``from_json``
-    or ``get_json_object``; ``checkpoint_id`` is the checkpoint that last rewrote the
-    key group. The ``state`` table is read at the checkpoint's version with Spark's
-    Delta reader when the session has one (Databricks), else with delta-rs through Arrow
-    on the driver.
+    Columns: ``operator, key_group``, the key columns and state fields of the keyed
+    operators as their Spark types (``user_id``, ``total``, ...), and ``checkpoint_id``
+    (the checkpoint that last rewrote the key group). With ``operator``, only that
+    operator's rows and columns (``key_group``, its keys and fields, ``checkpoint_id``).
+    The ``state`` table is read at the checkpoint's version with Spark's Delta reader
+    when the session has one (Databricks), else with delta-rs through Arrow on the
+    driver.
 
     Parameters
     ----------
@@ -116,15 +121,31 @@ def state_table(
         A snapshot path, or a query whose source is barriered.
     checkpoint : int, optional
         A completed checkpoint id (default: the latest completed one).
+    operator : str, optional
+        One keyed operator (``process(..., name=)``; default: all of them).
 
     Raises
     ------
     barriered.errors.CheckpointError
         When that checkpoint does not exist or was aborted.
+    barriered.errors.StateLayoutError
+        When the state table is in the JSON layout of earlier versions.
+    barriered.errors.SnapshotStoreError
+        When ``operator`` is not registered on the snapshot path.
     """
     layout, rows = open_history(snapshot_path(path_or_query))
     row = select_checkpoint(rows, checkpoint, retained_ids(layout, rows))
     version = int(row["state_table_version"])
+    check_typed(layout, version)
+    columns: list[str] | None = None
+    if operator is not None:
+        registered = read_json(layout.operator_file(operator), default=None)
+        if registered is None:
+            raise SnapshotStoreError(
+                f"no keyed operator {operator!r} is registered on {layout.root!r} "
+                f"(see {layout.operators_dir})"
+            )
+        columns = ["key_group", *columns_schema(registered).names, "checkpoint_id"]
     df = _read_with_spark_delta(spark, layout.state_table, version)
     if df is None:
         try:
@@ -136,7 +157,9 @@ def state_table(
                 f"cannot read {layout.state_table!r} at version {version}: {exc}"
             ) from exc
         df = spark.createDataFrame(table)
-    return df.select(*STATE_SCHEMA.names)
+    if operator is None:
+        return df
+    return df.where(F.col("operator") == operator).select(*(columns or []))
 
 
 def _read_with_spark_delta(spark: SparkSession, uri: str, version: int) -> DataFrame | None:

@@ -300,12 +300,9 @@ def test_install_sets_rocksdb_only_when_no_provider_is_set(
         barriered.install(spark)
         assert spark.conf.getAll[key] == rocksdb
         spark.conf.set(key, hdfs)
-        with caplog.at_level(logging.WARNING, logger="barriered.session"):
+        with caplog.at_level(logging.INFO, logger="barriered.session"):
             barriered.install(spark)
         assert spark.conf.get(key) == hdfs  # a provider the user chose is kept
-        assert (
-            f"{key} is {hdfs}: barriered.keyed() (transformWithStateInPandas) needs" in caplog.text
-        )
-        assert "STORE_BACKEND_NOT_SUPPORTED_FOR_TWS" in caplog.text
+        assert f"{key} is {hdfs}: barriered.install() keeps it" in caplog.text
     finally:
         spark.conf.set(key, rocksdb)

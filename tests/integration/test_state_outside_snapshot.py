@@ -68,7 +68,7 @@ CASES: dict[str, tuple[str, Plan, str]] = {
         "append",
     ),
     "applyInPandasWithState": (
-        "applyInPandasWithState()",
+        "applyInPandasWithState() not made by barriered.keyed()",
         lambda ev, s: (
             barriered.records(ev)
             .groupBy("user_id")
@@ -94,7 +94,7 @@ CASES: dict[str, tuple[str, Plan, str]] = {
         "append",
     ),
     "transformWithStateInPandasExec": (
-        "transformWithStateInPandas() not made by barriered.keyed()",
+        "transformWithStateInPandas()",
         lambda ev, s: (
             barriered.keyed(ev, "user_id")
             .process(RunningTotals())

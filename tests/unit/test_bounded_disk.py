@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -16,16 +15,15 @@ from barriered.statestore import checkpoints_table, maintenance, retention
 from barriered.statestore.acks import Ack, DataFile, read_acks, write_ack, write_data_file
 from barriered.statestore.delta_tables import (
     STATE_PARTITIONS,
-    STATE_SCHEMA,
     as_json,
     commit_files,
     current_files,
     truncate_log,
 )
 from barriered.statestore.integrity import committed_checkpoints
-from barriered.statestore.keyed import STATE_FILE_SCHEMA
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import resolve
+from snapshots import STATE_SCHEMA, state_rows
 from soak import SoakQuery, Usage, usage
 
 
@@ -74,7 +72,7 @@ def assert_bounded_and_restorable(tmp_path: Path, early: int, late: int) -> None
     assert point.barrier == (oldest * 10, oldest * 10)
     point.check_files()
     table = DeltaTable(layout.state_table, version=point.state_version).to_pyarrow_table()
-    state = {r["key_group"]: json.loads(r["value"])["total"] for r in table.to_pylist()}
+    state = {r["key_group"]: r["total"] for r in table.to_pylist()}
     assert state == query.totals_at[oldest]
     if point.inflight:
         assert point.inflight == ((0, oldest * 10 - 4, oldest * 10),)
@@ -97,10 +95,7 @@ def test_disk_is_bounded_over_500_checkpoints(tmp_path: Path) -> None:
 
 def commit_checkpoint(layout: SnapshotLayout, cid: int) -> int:
     """Commit checkpoint ``cid`` (key group 0 rewritten) with its restore metadata."""
-    table = pa.table(
-        {"key": ['{"k":1}'], "value": [f'{{"total":{cid}}}'], "checkpoint_id": [cid]},
-        schema=STATE_FILE_SCHEMA,
-    )
+    table = state_rows(["k1"], [cid], cid)
     f = write_data_file(layout.state_table, {"operator": "op", "key_group": "0"}, "t", table)
     commit = commit_files(
         layout.state_table,
@@ -117,7 +112,7 @@ def commit_checkpoint(layout: SnapshotLayout, cid: int) -> int:
 
 def values(layout: SnapshotLayout, version: int) -> list[str]:
     table = DeltaTable(layout.state_table, version=version).to_pyarrow_table()
-    return [str(v) for v in table.column("value").to_pylist()]
+    return [str(v) for v in table.column("total").to_pylist()]
 
 
 @pytest.fixture()
@@ -139,7 +134,7 @@ def test_the_log_is_cut_at_the_oldest_retained_version_which_stays_a_restore_poi
         f"{versions[c]:020d}" for c in (4, 5, 6)
     ]
     for cid in (4, 5, 6):  # loadable, and still in the history with their metadata
-        assert values(layout, versions[cid]) == [f'{{"total":{cid}}}']
+        assert values(layout, versions[cid]) == [str(cid)]
     history = committed_checkpoints(layout)
     assert sorted(history) == [4, 5, 6]
     assert history[4][0] == versions[4]
@@ -148,7 +143,7 @@ def test_the_log_is_cut_at_the_oldest_retained_version_which_stays_a_restore_poi
         DeltaTable(layout.state_table, version=versions[3])
     assert truncate_log(layout.state_table, versions[4]) == 0  # nothing more to cut
     assert commit_checkpoint(layout, 7) == versions[6] + 1  # the table goes on
-    assert values(layout, versions[6] + 1) == ['{"total":7}']
+    assert values(layout, versions[6] + 1) == ["7"]
 
 
 def test_compaction_keeps_the_newest_rows_and_the_retained_ones(layout: SnapshotLayout) -> None:
@@ -182,10 +177,7 @@ def test_maintenance_removes_stray_acks_and_only_the_files_nothing_reads(
     kept = DataFile(path, size, 1, {"operator": "op", "key_group": "0"}, 0)
     write_ack(layout, Ack(1, "state/op/0", True, (kept,)))
     # A task acknowledged checkpoint 2 after it was aborted: its file was never committed.
-    table = pa.table(
-        {"key": ['{"k":1}'], "value": ['{"total":2}'], "checkpoint_id": [2]},
-        schema=STATE_FILE_SCHEMA,
-    )
+    table = state_rows(["k1"], [2], 2)
     orphan = write_data_file(layout.state_table, {"operator": "op", "key_group": "0"}, "t", table)
     write_ack(layout, Ack(2, "state/op/0", True, (orphan,)))
     # Checkpoint 3 is still pending: its acknowledgement stays.
@@ -202,4 +194,4 @@ def test_maintenance_removes_stray_acks_and_only_the_files_nothing_reads(
     assert read_acks(layout, 3)
     assert not Path(layout.state_table, orphan.path).exists()
     assert DeltaTable(layout.state_table).file_uris() == committed
-    assert values(layout, v1) == ['{"total":1}']
+    assert values(layout, v1) == ["1"]

@@ -28,8 +28,8 @@ from barriered.statestore import checkpoints_table
 from barriered.statestore.acks import Ack, read_acks, state_participant, write_ack, write_data_file
 from barriered.statestore.delta_tables import commit_files
 from barriered.statestore.fileio import write_json
-from barriered.statestore.keyed import STATE_FILE_SCHEMA
 from barriered.statestore.layout import SnapshotLayout
+from snapshots import registration, state_rows
 
 GROUPS = 2
 LEASE_MS = 60_000
@@ -56,17 +56,14 @@ def layout(tmp_path: Path) -> SnapshotLayout:
         lease_timeout_ms=LEASE_MS,
     )
     write_json(lay.config_file, {"conf": conf.to_dict(), "channels": 1})
-    write_json(lay.operator_file("op"), {"operator": "op", "max_parallelism": GROUPS})
+    write_json(lay.operator_file("op"), registration("op", GROUPS))
     return lay
 
 
 def publish(layout: SnapshotLayout, checkpoint_id: int, epoch: int, total: int) -> None:
     """What the keyed operator of the run with ``epoch`` writes for a checkpoint."""
     for kg in range(GROUPS):
-        table = pa.table(
-            {"key": [f'{{"k":{kg}}}'], "value": [f'{{"total":{total}}}'], "checkpoint_id": [1]},
-            schema=STATE_FILE_SCHEMA,
-        )
+        table = state_rows([f"k{kg}"], [total], 1)
         f = write_data_file(
             layout.state_table, {"operator": "op", "key_group": str(kg)}, "t", table
         )
@@ -91,7 +88,7 @@ def cut(qc: QueryCoordinator, checkpoint_id: int, position: int) -> None:
 
 def totals(layout: SnapshotLayout, version: int) -> list[str]:
     rows = DeltaTable(layout.state_table, version=version).to_pyarrow_table().to_pylist()
-    return sorted(f"{r['key_group']}:{r['value']}" for r in rows)
+    return sorted(f"{r['key_group']}:{r['total']}" for r in rows)
 
 
 def run_elsewhere(layout: SnapshotLayout, code: str) -> None:
@@ -237,8 +234,8 @@ def test_a_zombie_coordinator_commits_nothing_after_a_takeover(layout: SnapshotL
     rows = checkpoints_table.read_rows(layout)
     assert [(r["checkpoint_id"], r["status"]) for r in rows] == [(1, "completed"), (2, "completed")]
     v2 = int(rows[1]["state_table_version"])
-    assert totals(layout, v1) == ['0:{"total":5}', '1:{"total":5}']
-    assert totals(layout, v2) == ['0:{"total":6}', '1:{"total":6}']
+    assert totals(layout, v1) == ["0:5", "1:5"]
+    assert totals(layout, v2) == ["0:6", "1:6"]
     assert TriggerLog.read(layout.triggers_file).last_completed == 2
 
 

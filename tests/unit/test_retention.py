@@ -13,12 +13,11 @@ from barriered.statestore.acks import Ack, read_acks, write_ack, write_data_file
 from barriered.statestore.delta_tables import (
     INFLIGHT_PARTITIONS,
     STATE_PARTITIONS,
-    STATE_SCHEMA,
     commit_files,
     state_replacements,
 )
-from barriered.statestore.keyed import STATE_FILE_SCHEMA
 from barriered.statestore.layout import SnapshotLayout
+from snapshots import STATE_SCHEMA, state_rows
 
 INFLIGHT_FILE = pa.schema(
     [("user_id", pa.string()), ("_channel", pa.int32()), ("_seq", pa.int64())]
@@ -26,10 +25,7 @@ INFLIGHT_FILE = pa.schema(
 
 
 def state_file(layout: SnapshotLayout, key_group: int, checkpoint_id: int, total: int):
-    table = pa.table(
-        {"key": ['{"k":1}'], "value": [f'{{"total":{total}}}'], "checkpoint_id": [checkpoint_id]},
-        schema=STATE_FILE_SCHEMA,
-    )
+    table = state_rows(["k1"], [total], checkpoint_id)
     return write_data_file(
         layout.state_table, {"operator": "op", "key_group": str(key_group)}, "t", table
     )
@@ -65,7 +61,7 @@ def parquet_files(folder: str) -> set[str]:
 
 def totals(layout: SnapshotLayout, version: int) -> list[str]:
     rows = DeltaTable(layout.state_table, version=version).to_pyarrow_table().to_pylist()
-    return sorted(f"{r['key_group']}:{r['value']}" for r in rows)
+    return sorted(f"{r['key_group']}:{r['total']}" for r in rows)
 
 
 @pytest.fixture()
@@ -125,7 +121,7 @@ def test_discard_deletes_uncommitted_files_of_an_aborted_checkpoint(
     retention.discard(layout, 2, delete_data=True)
     assert read_acks(layout, 2) == {}
     assert orphan.path not in parquet_files(layout.state_table)
-    assert totals(layout, v1) == ['0:{"total":5}']
+    assert totals(layout, v1) == ["0:5"]
 
 
 def test_discard_keeps_data_when_a_commit_may_have_happened(layout: SnapshotLayout) -> None:
@@ -146,8 +142,8 @@ def test_an_unread_file_stays_for_the_grace_period(layout: SnapshotLayout) -> No
     assert retention.apply(layout, retained, min_age_ms=60_000, now_ms=1_000_000) == 0
     assert retention.apply(layout, retained, min_age_ms=60_000, now_ms=1_059_999) == 0
     assert parquet_files(layout.state_table) == files
-    assert reader.to_pyarrow_table().column("value").to_pylist() == ['{"total":10}']
+    assert reader.to_pyarrow_table().column("total").to_pylist() == [10]
 
     assert retention.apply(layout, retained, min_age_ms=60_000, now_ms=1_060_000) == 1
     assert len(files - parquet_files(layout.state_table)) == 1
-    assert totals(layout, v2) == ['0:{"total":11}']
+    assert totals(layout, v2) == ["0:11"]

@@ -18,10 +18,11 @@ def test_a_spark_operator_is_named_with_what_to_do() -> None:
     assert "barriered.keyed(df, *keys).process(processor)" in message
 
 
-def test_more_transform_with_state_operators_than_keyed_ones_are_refused() -> None:
+def test_more_apply_in_pandas_with_state_operators_than_keyed_ones_are_refused() -> None:
+    assert KEYED_OPERATOR == "applyInPandasWithState"
     message = refusal([KEYED_OPERATOR, KEYED_OPERATOR, KEYED_OPERATOR], 1)
     assert message is not None
-    assert "transformWithStateInPandas() not made by barriered.keyed() " in message
+    assert "applyInPandasWithState() not made by barriered.keyed() " in message
     assert f"({KEYED_OPERATOR} x2)" in message
 
 

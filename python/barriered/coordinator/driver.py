@@ -48,7 +48,6 @@ from barriered.statestore.acks import Ack, inflight_participant, read_acks, stat
 from barriered.statestore.delta_tables import (
     INFLIGHT_PARTITIONS,
     STATE_PARTITIONS,
-    STATE_SCHEMA,
     as_json,
     commit_files,
     state_replacements,
@@ -56,6 +55,7 @@ from barriered.statestore.delta_tables import (
 from barriered.statestore.fileio import filesystem, join, list_names, read_json
 from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.state_schema import TYPED_DESCRIPTION, table_schema
 from barriered.testing import faults
 
 log = logging.getLogger(__name__)
@@ -230,7 +230,7 @@ class QueryCoordinator:
         }
         commit = commit_files(
             self.layout.state_table,
-            STATE_SCHEMA,
+            table_schema(self.operators()),
             STATE_PARTITIONS,
             done.checkpoint_id,
             [f for a in state_acks for f in a.files],
@@ -244,6 +244,7 @@ class QueryCoordinator:
                 "barriered.epoch": self.epoch,
             },
             storage_options=self.layout.storage_options,
+            description=TYPED_DESCRIPTION,
         )
         if self.epoch is not None and ownership.newer_epoch_exists(self.layout, self.epoch):
             # The takeover came between the check above and this commit.

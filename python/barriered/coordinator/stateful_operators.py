@@ -8,11 +8,13 @@ empty, so the coordinator refuses such a query on its first micro-batch, before 
 checkpoint can complete (the query progress names every state operator of the plan:
 ``stateOperators[].operatorName``).
 
-The keyed operator of :func:`barriered.keyed` is a ``transformWithStateInPandas``
-(``transformWithStateInPandasExec``) like any other. Each one registers itself on the
-snapshot path (``_operators/<name>.json``) and the coordinator waits for all of them at
-every checkpoint, so a query whose progress shows more ``transformWithStateInPandas``
-operators than the snapshot path has keyed operators runs one that is not barriered.
+The keyed operator of :func:`barriered.keyed` is an ``applyInPandasWithState`` like any
+other (it runs under any state store provider, unlike ``transformWithStateInPandas``,
+which Spark allows only on its own RocksDB provider). Each one registers itself on the
+snapshot path (``_coordinator/operators/<name>.json``) and the coordinator waits for all
+of them at every checkpoint, so a query whose progress shows more
+``applyInPandasWithState`` operators than the snapshot path has keyed operators runs
+one that is not barriered.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-#: The progress name of ``transformWithStateInPandas``, the one barriered.keyed() uses.
-KEYED_OPERATOR = "transformWithStateInPandasExec"
+#: The progress name of ``applyInPandasWithState``, the one barriered.keyed() uses.
+KEYED_OPERATOR = "applyInPandasWithState"
 
 #: Progress names of Spark's stateful operators (Spark 4.3) and what users call them.
 OPERATORS: dict[str, str] = {
@@ -30,11 +32,11 @@ OPERATORS: dict[str, str] = {
     "dedupe": "dropDuplicates()",
     "dedupeWithinWatermark": "dropDuplicatesWithinWatermark()",
     "symmetricHashJoin": "a stream-stream join",
-    "applyInPandasWithState": "applyInPandasWithState()",
+    KEYED_OPERATOR: "applyInPandasWithState() not made by barriered.keyed()",
     "flatMapGroupsWithState": "flatMapGroupsWithState()",
     "transformWithStateInPySparkExec": "transformWithState() (Row-based)",
     "transformWithStateExec": "transformWithState() (Scala/Java)",
-    KEYED_OPERATOR: "transformWithStateInPandas() not made by barriered.keyed()",
+    "transformWithStateInPandasExec": "transformWithStateInPandas()",
     "globalLimit": "a streaming limit()",
 }
 

@@ -39,15 +39,6 @@ from barriered.statestore.fileio import delete_file, filesystem, join, list_name
 
 log = logging.getLogger(__name__)
 
-STATE_SCHEMA = pa.schema(
-    [
-        ("operator", pa.string()),
-        ("key_group", pa.int32()),
-        ("key", pa.string()),
-        ("value", pa.string()),
-        ("checkpoint_id", pa.int64()),
-    ]
-)
 STATE_PARTITIONS = ["operator", "key_group"]
 INFLIGHT_PARTITIONS = ["checkpoint_id"]
 APP_ID_PREFIX = "barriered."
@@ -187,6 +178,7 @@ def commit_files(
     replace_partitions: Sequence[Mapping[str, str]] = (),
     metadata: Mapping[str, Any] | None = None,
     storage_options: Mapping[str, str] | None = None,
+    description: str | None = None,
 ) -> Commit:
     """Commit files to one table in one transaction.
 
@@ -211,6 +203,8 @@ def commit_files(
         Custom commit metadata.
     storage_options : mapping, optional
         delta-rs storage options of the table.
+    description : str, optional
+        The table's description, set when the commit creates it.
 
     Returns
     -------
@@ -235,6 +229,7 @@ def commit_files(
                 _adds(adds),
                 mode="error",
                 partition_by=list(partition_by),
+                description=description,
                 storage_options=options,
                 commit_properties=props,
             )
@@ -245,6 +240,7 @@ def commit_files(
                 version = committed_version(table, checkpoint_id, custom.get("barriered.epoch"))
                 log.info("%s already committed to %s; skipped", what, uri)
                 return Commit(version)
+        _add_columns(table, schema)
         removes: list[RemoveAction] = []
         if replace_partitions:
             wanted = {tuple(p.get(c) for c in partition_by) for p in replace_partitions}
@@ -274,6 +270,17 @@ def commit_files(
         return Commit(table.version(), tuple(r.path for r in removes))
     except OSError as exc:
         raise SnapshotStoreError(f"cannot commit {what} to {uri!r}: {exc}") from exc
+
+
+def _add_columns(table: DeltaTable, schema: pa.Schema) -> None:
+    """Add the columns of ``schema`` the table lacks (a new keyed operator's), in one
+    metadata commit before the data commit (Delta reads them as null in older files)."""
+    have = set(pa.schema(table.schema().to_arrow()).names)
+    new = [f for f in schema if f.name not in have]
+    if new:
+        table.alter.add_columns(list(DeltaSchema.from_arrow(pa.schema(new)).fields))
+        table.update_incremental()
+        log.info("%s: columns %s added", table.table_uri, [f.name for f in new])
 
 
 def current_files(table: DeltaTable) -> list[dict[str, Any]]:

@@ -28,8 +28,8 @@ from barriered.statestore.acks import DataFile
 from barriered.statestore.delta_tables import (
     INFLIGHT_PARTITIONS,
     STATE_PARTITIONS,
-    STATE_SCHEMA,
     commit_files,
+    open_table,
 )
 from barriered.statestore.fileio import (
     copy_file,
@@ -45,6 +45,7 @@ from barriered.statestore.restore_point import (
     TableFile,
     resolve,
 )
+from barriered.statestore.state_schema import TYPED_DESCRIPTION, check_typed
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ def export(origin: SnapshotLayout, checkpoint_id: int | None, target: str) -> Sa
         When ``target`` is not empty or cannot be written.
     """
     point = resolve(origin, "latest" if checkpoint_id is None else str(checkpoint_id))
+    check_typed(origin, point.state_version, f" (checkpoint {point.checkpoint_id})")
     point.check_files()
     out = SnapshotLayout.at(target, origin.storage_options)
     if exists(out.root) and (list_names(out.root) or list_names(out.root, folders=True)):
@@ -127,9 +129,12 @@ def export(origin: SnapshotLayout, checkpoint_id: int | None, target: str) -> Sa
         ).version  # fmt: skip
     metadata["barriered.inflight_version"] = inflight_version
     state = _copy(point.state_files(), origin.state_table, out.state_table)
+    source_table = open_table(origin.state_table, point.state_version, origin.storage_options)
+    assert source_table is not None  # resolve() found the checkpoint in it
     state_version = commit_files(
-        out.state_table, STATE_SCHEMA, STATE_PARTITIONS, cid, state, metadata=metadata,
-        storage_options=out.storage_options,
+        out.state_table, pa.schema(source_table.schema().to_arrow()), STATE_PARTITIONS, cid,
+        state, metadata=metadata, storage_options=out.storage_options,
+        description=TYPED_DESCRIPTION,
     ).version  # fmt: skip
     rows = [r for r in checkpoints_table.read_rows(origin) if r["checkpoint_id"] == cid]
     row = dict(rows[-1]) if rows else {"checkpoint_id": cid, "kind": point.kind}

@@ -1,12 +1,13 @@
-"""A keyed operator's state on restore: read from the ``state`` table, in parallel.
+"""A keyed operator's state on restore: its files in the ``state`` table, per key group.
 
 With ``restoreFrom`` the source puts the restored checkpoint (snapshot path, id, state
 table version) in the metadata of the ``_barrier`` column. ``barriered.keyed(...)
 .process(...)`` then checks that the processor matches the operator that wrote the
-snapshot (key columns, key types, state schema) and hands the operator's files at that
-version to Spark as the initial state of ``transformWithStateInPandas``: the driver
-only lists files (Delta metadata); executors read them, each key group landing in
-whichever Spark partition owns it now, so the number of partitions is free.
+snapshot (key columns, key types, state schema) and that the snapshot is typed, and
+lists the operator's files at that version per key group (Delta metadata only; no data
+is read on the driver). The operator carries that list to the executors, where each key
+group reads its own Parquet file on its first call, in whichever Spark partition owns it
+now, so the number of partitions is free.
 """
 
 from __future__ import annotations
@@ -15,21 +16,16 @@ import logging
 from collections.abc import Mapping
 from typing import Any, cast
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import StructType, _parse_datatype_string
 
-from barriered.datasource.columns import KEY_GROUP
 from barriered.errors import RestoreError
 from barriered.statestore.delta_tables import current_files, open_table
 from barriered.statestore.fileio import join, read_json
-from barriered.statestore.keyed import OperatorSpec
+from barriered.statestore.keyed import OperatorSpec, RestoredFiles
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.state_schema import check_typed
 
 log = logging.getLogger(__name__)
-
-#: Columns of the initial-state DataFrame (grouped by ``_key_group``).
-INITIAL_STATE_DDL = f"{KEY_GROUP} int, key string, value string"
 
 
 def _schema(ddl: str) -> StructType:
@@ -68,12 +64,11 @@ def check_operator(spec: OperatorSpec, registered: Mapping[str, Any] | None, whe
         )
 
 
-def initial_state(spark: SparkSession, restore: Mapping[str, Any], spec: OperatorSpec) -> DataFrame:
-    """Return the operator's state at the restored checkpoint as ``_key_group, key, value``.
+def restored_files(restore: Mapping[str, Any], spec: OperatorSpec) -> RestoredFiles:
+    """Return the operator's snapshot files per key group at the restored checkpoint.
 
     Parameters
     ----------
-    spark : SparkSession
     restore : mapping
         ``{"root", "checkpoint_id", "state_version"}`` from the source's metadata.
     spec : OperatorSpec
@@ -83,27 +78,27 @@ def initial_state(spark: SparkSession, restore: Mapping[str, Any], spec: Operato
     ------
     RestoreError
         When the processor does not match the snapshot's operator.
+    StateLayoutError
+        When the snapshot's state table is in the JSON layout (convert it first).
     """
     origin = SnapshotLayout.configured(str(restore["root"]))
     cid, version = int(restore["checkpoint_id"]), int(restore["state_version"])
     where = f"checkpoint {cid} of {origin.root!r}"
+    check_typed(origin, version, f" (restoring {where})")
     check_operator(spec, read_json(origin.operator_file(spec.operator), default=None), where)
     table = open_table(origin.state_table, version, origin.storage_options)
-    paths = [
-        join(origin.state_table, f["path"])
-        for f in (current_files(table) if table is not None else [])
-        if f["partition_values"].get("operator") == spec.operator
-    ]
+    by_group: dict[int, list[str]] = {}
+    for f in current_files(table) if table is not None else []:
+        pv = f["partition_values"]
+        if pv.get("operator") == spec.operator:
+            by_group.setdefault(int(pv["key_group"]), []).append(
+                join(origin.state_table, f["path"])
+            )
     log.info(
-        "restore: operator %s loads %d key group file(s) of %s (state version %d)",
+        "restore: operator %s loads %d key group(s) of %s (state version %d) on the executors",
         spec.operator,
-        len(paths),
+        len(by_group),
         where,
         version,
     )
-    if not paths:
-        return spark.createDataFrame([], INITIAL_STATE_DDL)
-    files = spark.read.option("basePath", origin.state_table).parquet(*paths)
-    return files.select(
-        F.col("key_group").cast("int").alias(KEY_GROUP), F.col("key"), F.col("value")
-    )
+    return RestoredFiles(cid, {k: tuple(v) for k, v in by_group.items()})

@@ -1,0 +1,172 @@
+"""The typed ``state`` table: key columns and state fields as their declared Spark types.
+
+Every keyed operator registers its key columns and state fields with their Spark types
+(``_coordinator/operators/<operator>.json``: ``key_type`` and ``state_type``, Spark's JSON
+form of a ``StructType``, readable without a Spark session). The ``state`` table's
+schema is ``operator, key_group``, then every operator's key columns and state fields
+(in registration order; several operators share a column only when it has the same
+type), then ``checkpoint_id``. A row of one operator leaves the other operators' columns
+null.
+
+The layout before typed state stored every key and value as a JSON string (columns
+``key`` and ``value``). Such a table is recognized by its schema (``key`` and ``value``
+strings) and a missing typed marker (the table's description), and is refused, never
+misread: ``barriered convert-state`` writes a typed copy.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from barriered.errors import ConfigError, StateLayoutError
+from barriered.statestore.delta_tables import open_table
+from barriered.statestore.layout import SnapshotLayout
+
+#: The Delta table description that marks a ``state`` table as typed.
+TYPED_DESCRIPTION = "barriered keyed state (typed columns)"
+#: Columns of every state table, before and after the operators' own.
+HEAD = pa.schema([("operator", pa.string()), ("key_group", pa.int32())])
+TAIL = pa.schema([("checkpoint_id", pa.int64())])
+_RESERVED = {"operator", "key_group", "checkpoint_id"}
+
+#: Schema of the ``state`` table in the JSON layout (before typed state).
+JSON_LAYOUT_SCHEMA = pa.schema([*HEAD, ("key", pa.string()), ("value", pa.string()), *TAIL])
+
+
+_PRIMITIVES: dict[str, pa.DataType] = {
+    "string": pa.string(),
+    "long": pa.int64(),
+    "integer": pa.int32(),
+    "short": pa.int16(),
+    "byte": pa.int8(),
+    "double": pa.float64(),
+    "float": pa.float32(),
+    "boolean": pa.bool_(),
+    "binary": pa.binary(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "timestamp_ntz": pa.timestamp("us"),
+}
+
+
+def arrow_type(spark_type: Any) -> pa.DataType:
+    """The Arrow type of a Spark type in its JSON form (as ``StructType.jsonValue()``),
+    the mapping PySpark's Arrow conversion uses; no Spark session needed.
+
+    Raises
+    ------
+    ConfigError
+        For a type the state table cannot hold (intervals, variants, ...).
+    """
+    if isinstance(spark_type, str):
+        if spark_type in _PRIMITIVES:
+            return _PRIMITIVES[spark_type]
+        decimal = re.fullmatch(r"decimal\((\d+),\s*(\d+)\)", spark_type)
+        if decimal:
+            return pa.decimal128(int(decimal.group(1)), int(decimal.group(2)))
+    elif spark_type.get("type") == "struct":
+        return pa.struct(
+            [
+                pa.field(f["name"], arrow_type(f["type"]), f.get("nullable", True))
+                for f in spark_type["fields"]
+            ]
+        )
+    elif spark_type.get("type") == "array":
+        return pa.list_(arrow_type(spark_type["elementType"]))
+    elif spark_type.get("type") == "map":
+        return pa.map_(arrow_type(spark_type["keyType"]), arrow_type(spark_type["valueType"]))
+    raise ConfigError(f"keyed state cannot hold the Spark type {spark_type!r}")
+
+
+def struct_schema(spark_struct: Mapping[str, Any]) -> pa.Schema:
+    """Arrow schema of a Spark ``StructType`` in its JSON form."""
+    return pa.schema(arrow_type(dict(spark_struct)))
+
+
+def columns_schema(registration: Mapping[str, Any]) -> pa.Schema:
+    """Arrow schema of one operator's columns: key columns, then state fields.
+
+    Raises
+    ------
+    StateLayoutError
+        When the registration predates typed state (no ``key_type``/``state_type``).
+    """
+    if "key_type" not in registration or "state_type" not in registration:
+        raise StateLayoutError(
+            f"operator {registration.get('operator')!r} was registered before typed state "
+            "(its registration has no column types): its snapshots are in the JSON layout. "
+            "Convert them with: barriered convert-state SNAPSHOT_PATH -o NEW_PATH"
+        )
+    return pa.schema(
+        [*struct_schema(registration["key_type"]), *struct_schema(registration["state_type"])]
+    )
+
+
+def file_schema(registration: Mapping[str, Any]) -> pa.Schema:
+    """Schema of the data files of one operator (partition columns are in the path)."""
+    return pa.schema([*columns_schema(registration), *TAIL])
+
+
+def table_schema(registrations: Iterable[Mapping[str, Any]]) -> pa.Schema:
+    """The ``state`` table's schema for these operators.
+
+    Raises
+    ------
+    ConfigError
+        When two operators declare one column with different types, or a column is
+        named like a column of the table itself.
+    """
+    fields: dict[str, tuple[pa.Field, str]] = {}
+    for reg in registrations:
+        for f in columns_schema(reg):
+            if f.name in _RESERVED:
+                raise ConfigError(
+                    f"operator {reg['operator']!r}: a key column or state field may not be "
+                    f"named {f.name!r} (a column of the state table); rename it"
+                )
+            seen = fields.get(f.name)
+            if seen is not None and seen[0].type != f.type:
+                raise ConfigError(
+                    f"operators {seen[1]!r} and {reg['operator']!r} both have a column "
+                    f"{f.name!r}, as {seen[0].type} and {f.type}: they share the state table "
+                    "of one snapshot path, so rename one of them"
+                )
+            fields.setdefault(f.name, (f, str(reg["operator"])))
+    return pa.schema([*HEAD, *(f for f, _ in fields.values()), *TAIL])
+
+
+def is_json_layout(schema: pa.Schema, description: str | None) -> bool:
+    """Whether a ``state`` table with this schema is in the JSON layout."""
+    names = set(schema.names)
+    return (
+        description != TYPED_DESCRIPTION
+        and {"key", "value"} <= names
+        and pa.types.is_string(schema.field("key").type)
+        and pa.types.is_string(schema.field("value").type)
+    )
+
+
+def check_typed(layout: SnapshotLayout, version: int | None = None, what: str = "") -> None:
+    """Refuse a snapshot path whose ``state`` table is in the JSON layout.
+
+    Raises
+    ------
+    StateLayoutError
+        Naming the table and the command that converts it. Nothing is written.
+    """
+    table = open_table(layout.state_table, version, layout.storage_options)
+    if table is None:
+        return
+    schema = pa.schema(table.schema().to_arrow())
+    if is_json_layout(schema, table.metadata().description):
+        raise StateLayoutError(
+            f"the state table {layout.state_table!r}{what} stores keys and values as JSON "
+            "strings (the layout before typed state), which this version does not read; "
+            "nothing was written. Convert a checkpoint of it into a new snapshot path with: "
+            f"barriered convert-state {layout.root} -o NEW_PATH [--checkpoint N], then "
+            "restore from that path (restoreFrom=NEW_PATH) with a new snapshotPath"
+        )

@@ -1,0 +1,175 @@
+"""The merge of one key group's batch into its state, vectorized.
+
+A key group's state is one Arrow table: the key columns and the state fields, one row
+per key. Per micro-batch the operator hands the group's rows and the state of the keys
+present in them to the processor in one call, :meth:`BatchProcessor.process_batch`, and
+merges what it returns back into the table with a few pandas operations (no per-key
+work outside the processor). A processor that implements only the per-key
+``process(key, rows, state)`` runs through :class:`PerKey`, on the same merge.
+
+The contract of ``process_batch(rows, state) -> (output, new_state)``:
+
+* ``rows``: every data row of the key group in this micro-batch, in ``(_channel, _seq)``
+  order, with the stream's own columns (no ``_channel``/``_seq``/``_barrier`` columns);
+* ``state``: one row per key of ``rows`` that has state (key columns and state fields;
+  a key without state has no row);
+* ``output``: the rows to emit (``output_schema``), or None;
+* ``new_state``: the new state of the keys of ``rows`` (key columns and state fields,
+  one row per key): it replaces theirs; a key of ``rows`` missing from it loses its
+  state; a key that is not in ``rows`` may be added too. Keys not in ``rows`` and not in
+  ``new_state`` keep their state untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol, cast
+
+import pandas as pd
+import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+
+class BatchProcessor(Protocol):
+    """A keyed processor called once per key group and micro-batch.
+
+    Attributes
+    ----------
+    state_schema : str
+        DDL of the per-key state, e.g. ``"total long, count long"``.
+    output_schema : str
+        DDL of the output rows.
+    """
+
+    state_schema: str
+    output_schema: str
+
+    def process_batch(
+        self, rows: pd.DataFrame, state: pd.DataFrame
+    ) -> tuple[pd.DataFrame | None, pd.DataFrame]:
+        """Return the output rows and the new state of the keys of ``rows``."""
+        ...
+
+
+def _key_index(frame: pd.DataFrame, keys: list[str]) -> pd.Index:
+    if len(keys) == 1:
+        return cast(pd.Index, pd.Index(frame[keys[0]]))
+    return cast(pd.Index, pd.MultiIndex.from_arrays([frame[k] for k in keys]))
+
+
+def merge(
+    state: pa.Table,
+    rows: pd.DataFrame,
+    keys: list[str],
+    processor: BatchProcessor,
+) -> tuple[pd.DataFrame | None, pa.Table]:
+    """Run ``processor`` on one key group's ``rows`` and return its output and new state.
+
+    Parameters
+    ----------
+    state : pyarrow.Table
+        The key group's state (key columns, state fields; its schema is kept).
+    rows : pandas.DataFrame
+        The key group's data rows of this micro-batch, in order.
+    keys : list of str
+        The key columns.
+    processor : BatchProcessor
+        The user's processor.
+
+    Returns
+    -------
+    tuple
+        The output frame (or None) and the new state table.
+    """
+    current = state.to_pandas()
+    if len(current):
+        present = _key_index(current, keys).isin(_key_index(rows, keys).unique())
+        given, kept = current[present], current[~present]
+    else:
+        given, kept = current, current
+    output, new = processor.process_batch(rows, given.reset_index(drop=True))
+    new = new[state.schema.names]
+    if len(new) and len(kept):
+        # Keys of new_state outside rows replace their state as well.
+        kept = kept[~_key_index(kept, keys).isin(_key_index(new, keys))]
+    merged = pd.concat([kept, new], ignore_index=True) if len(kept) else new
+    table = pa.Table.from_pandas(merged, schema=state.schema, preserve_index=False)
+    return output, table.combine_chunks()
+
+
+class KeyState:
+    """The state of one key, as handed to ``process(key, rows, state)``.
+
+    ``get()`` returns a dict (field name -> value) or None, ``update(dict)`` replaces it,
+    ``clear()`` removes it.
+    """
+
+    def __init__(self, value: dict[str, Any] | None, fields: list[str]) -> None:
+        self._value = value
+        self._fields = fields
+        self.changed = False
+
+    def get(self) -> dict[str, Any] | None:
+        """Return this key's state, or None when it has none."""
+        return None if self._value is None else dict(self._value)
+
+    def update(self, value: dict[str, Any]) -> None:
+        """Replace this key's state with ``value`` (every state field must be present)."""
+        self._value = {f: value[f] for f in self._fields}
+        self.changed = True
+
+    def clear(self) -> None:
+        """Remove this key's state."""
+        self._value = None
+        self.changed = True
+
+
+def _plain(value: Any) -> Any:
+    """A numpy/pandas scalar as a Python value (NaN/NaT as None)."""
+    if value is None or (not isinstance(value, (str, bytes)) and bool(pd.isna(value))):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+class PerKey:
+    """A per-key ``process(key, rows, state)`` processor as a :class:`BatchProcessor`.
+
+    Keys are handed over in their order of first appearance, each with its rows in
+    ``(_channel, _seq)`` order.
+    """
+
+    def __init__(self, processor: Any, keys: list[str], fields: list[str]) -> None:
+        self.processor = processor
+        self.state_schema = processor.state_schema
+        self.output_schema = processor.output_schema
+        self.keys = keys
+        self.fields = fields
+
+    def process_batch(
+        self, rows: pd.DataFrame, state: pd.DataFrame
+    ) -> tuple[pd.DataFrame | None, pd.DataFrame]:
+        """Call ``process`` per key of ``rows``; collect outputs and new states."""
+        known: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for record in state.to_dict("records"):
+            known[tuple(_plain(record[k]) for k in self.keys)] = {
+                f: _plain(record[f]) for f in self.fields
+            }
+        outputs: list[pd.DataFrame] = []
+        new_rows: list[dict[str, Any]] = []
+        groups = rows.groupby(self.keys, sort=False, dropna=False).indices
+        for user_key, positions in groups.items():
+            key = tuple(
+                _plain(v) for v in (user_key if isinstance(user_key, tuple) else (user_key,))
+            )
+            key_state = KeyState(known.get(key), self.fields)
+            out = self.processor.process(
+                key, rows.iloc[positions].reset_index(drop=True), key_state
+            )
+            if out is not None and len(out):
+                outputs.append(out)
+            value = key_state.get()
+            if value is not None:
+                new_rows.append({**dict(zip(self.keys, key, strict=True)), **value})
+        new = pd.DataFrame(new_rows, columns=[*self.keys, *self.fields])
+        return (pd.concat(outputs, ignore_index=True) if outputs else None), new
