@@ -141,15 +141,13 @@ display(fig)  # noqa: F821
 # MAGIC ## What the last checkpoint holds
 # MAGIC
 # MAGIC `barriered.state_table` reads the keyed state of a checkpoint (the latest completed
-# MAGIC by default). Keys and values are JSON. The last checkpoint of an `availableNow` run
+# MAGIC by default), with the key columns and state fields as typed columns (`user_id`,
+# MAGIC `total`, `count`). The last checkpoint of an `availableNow` run
 # MAGIC covers every record, so its state equals a batch aggregation over the same files.
 
 # COMMAND ----------
 
-state = barriered.state_table(spark, query).select(
-    F.get_json_object("key", "$.user_id").alias("user_id"),
-    F.get_json_object("value", "$.total").cast("long").alias("total"),
-)
+state = barriered.state_table(spark, query).select("user_id", "total")
 expected = (
     spark.read.schema("user_id string, amount long")
     .json(os.path.join(EVENTS, "*", "*.json"))

@@ -162,7 +162,10 @@ assert unaligned["inflight_rows"] > 0
 
 # COMMAND ----------
 
-final = {mode: barriered.state_table(spark, q).select("key", "value") for mode, q in queries.items()}
+final = {
+    mode: barriered.state_table(spark, q).select("user_id", "total", "count")
+    for mode, q in queries.items()
+}
 differences = final["aligned"].exceptAll(final["unaligned"]).count()
 differences += final["unaligned"].exceptAll(final["aligned"]).count()
 assert differences == 0

@@ -90,10 +90,7 @@ def run(checkpoint_location, restore_from=None, snapshots=SNAP):
 
 def mismatches(snapshots=SNAP):
     """Users whose snapshot total differs from a batch sum over every file so far."""
-    state = barriered.state_table(spark, snapshots).select(
-        F.get_json_object("key", "$.user_id").alias("user_id"),
-        F.get_json_object("value", "$.total").cast("long").alias("total"),
-    )
+    state = barriered.state_table(spark, snapshots).select("user_id", "total")
     batch = (
         spark.read.schema("user_id string, amount long")
         .json(os.path.join(EVENTS, "*", "*.json"))

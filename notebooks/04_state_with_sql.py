@@ -7,7 +7,7 @@
 # MAGIC | table | holds |
 # MAGIC |---|---|
 # MAGIC | `_checkpoints` | one row per finished checkpoint (the history) |
-# MAGIC | `state` | keyed state: `operator, key_group, key, value, checkpoint_id` (`key`, `value` are JSON) |
+# MAGIC | `state` | keyed state: `operator, key_group`, the key columns and state fields as their types (`user_id, total, count`), `checkpoint_id` |
 # MAGIC | `inflight` | the records unaligned checkpoints overtook, by `checkpoint_id` |
 # MAGIC
 # MAGIC A checkpoint's state is the `state` table *at its version* (`state_table_version`).
@@ -103,17 +103,15 @@ first, last = completed.first(), completed.orderBy("checkpoint_id", ascending=Fa
 # MAGIC ## State with Spark SQL
 # MAGIC
 # MAGIC `barriered.state_table(spark, path, checkpoint=None)` is the state of a checkpoint
-# MAGIC (the latest completed by default) as a DataFrame; `from_json` and
-# MAGIC `get_json_object` open the JSON columns.
+# MAGIC (the latest completed by default) as a DataFrame: the key columns and state
+# MAGIC fields are columns of their declared types (`operator=` keeps one operator's).
 
 # COMMAND ----------
 
 barriered.state_table(spark, SNAP).createOrReplaceTempView("state")
 totals = spark.sql(
     """
-    SELECT key_group, get_json_object(key, '$.user_id') AS user_id, v.total, v.count
-    FROM (SELECT *, from_json(value, 'total long, count long') AS v FROM state)
-    ORDER BY total DESC
+    SELECT key_group, user_id, total, count FROM state ORDER BY total DESC
     """
 )
 display(totals)  # noqa: F821
@@ -131,10 +129,8 @@ barriered.state_table(spark, SNAP, checkpoint=first["checkpoint_id"]).createOrRe
 )
 growth = spark.sql(
     """
-    SELECT get_json_object(l.key, '$.user_id') AS user_id,
-           CAST(get_json_object(f.value, '$.total') AS BIGINT) AS first_total,
-           CAST(get_json_object(l.value, '$.total') AS BIGINT) AS last_total
-    FROM state l LEFT JOIN state_first f ON l.operator = f.operator AND l.key = f.key
+    SELECT l.user_id, f.total AS first_total, l.total AS last_total
+    FROM state l LEFT JOIN state_first f ON l.operator = f.operator AND l.user_id = f.user_id
     ORDER BY user_id
     """
 )
@@ -196,13 +192,12 @@ assert sum(overtaken["records"].to_pylist()) == with_inflight["inflight_rows"]
 # MAGIC %md
 # MAGIC ## On Databricks: Delta time travel in SQL
 # MAGIC
-# MAGIC The tables are Delta tables, so Databricks SQL reads them directly (`key:user_id`
-# MAGIC extracts from a JSON string):
+# MAGIC The tables are Delta tables, so Databricks SQL reads them directly:
 # MAGIC
 # MAGIC ```sql
 # MAGIC SELECT checkpoint_id, effective_mode, state_table_version
 # MAGIC FROM delta.`/Volumes/main/default/scratch/barriered-sql/snapshots/_checkpoints`;
 # MAGIC
-# MAGIC SELECT key:user_id, value:total
+# MAGIC SELECT user_id, total, count
 # MAGIC FROM delta.`/Volumes/main/default/scratch/barriered-sql/snapshots/state` VERSION AS OF 3;
 # MAGIC ```

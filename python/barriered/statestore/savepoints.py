@@ -18,13 +18,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from barriered.errors import SnapshotStoreError
+from barriered.errors import ConfigError, SnapshotStoreError
 from barriered.statestore import checkpoints_table
-from barriered.statestore.acks import DataFile
+from barriered.statestore.acks import DataFile, write_data_file
 from barriered.statestore.delta_tables import (
     INFLIGHT_PARTITIONS,
     STATE_PARTITIONS,
@@ -38,14 +39,21 @@ from barriered.statestore.fileio import (
     filesystem,
     join,
     list_names,
+    read_json,
     write_json,
 )
+from barriered.statestore.json_layout import convert_file, typed_registration
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import (
     TableFile,
     resolve,
 )
-from barriered.statestore.state_schema import TYPED_DESCRIPTION, check_typed
+from barriered.statestore.state_schema import (
+    TYPED_DESCRIPTION,
+    check_typed,
+    is_json_layout,
+    table_schema,
+)
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +91,33 @@ def _copy(files: list[TableFile], source: str, target: str) -> list[DataFile]:
     return out
 
 
-def export(origin: SnapshotLayout, checkpoint_id: int | None, target: str) -> Savepoint:
+def _operators(origin: SnapshotLayout, json_layout: bool) -> dict[str, dict[str, Any]]:
+    """The operator registrations of ``origin`` (typed, when converting)."""
+    folder = origin.operators_dir
+    found = {n[:-5]: read_json(join(folder, n)) for n in list_names(folder) if n.endswith(".json")}
+    return {k: typed_registration(v) if json_layout else v for k, v in found.items()}
+
+
+def _converted(
+    files: list[TableFile], origin: SnapshotLayout, out: SnapshotLayout, operators: dict[str, Any]
+) -> list[DataFile]:
+    """Typed copies of the JSON-layout state files ``files``."""
+    written = []
+    for f in files:
+        operator = str(f.partition_values["operator"])
+        table = convert_file(join(origin.state_table, f.path), operators[operator])
+        prefix = f.path.rsplit("/", 1)[-1].split("-", 1)[0] or "state"
+        written.append(write_data_file(out.state_table, dict(f.partition_values), prefix, table))  # type: ignore[arg-type]
+    return written
+
+
+def export(
+    origin: SnapshotLayout, checkpoint_id: int | None, target: str, convert: bool = False
+) -> Savepoint:
     """Copy a completed checkpoint of ``origin`` to the savepoint folder ``target``.
+
+    With ``convert``, the checkpoint's state must be in the JSON layout of earlier
+    versions, and the savepoint holds it typed (``barriered convert-state``).
 
     Parameters
     ----------
@@ -94,6 +127,8 @@ def export(origin: SnapshotLayout, checkpoint_id: int | None, target: str) -> Sa
         The checkpoint (None: the latest completed one).
     target : str
         A folder that does not exist yet (or is empty).
+    convert : bool, default False
+        Convert state of the JSON layout (refused without it) into typed files.
 
     Raises
     ------
@@ -103,7 +138,20 @@ def export(origin: SnapshotLayout, checkpoint_id: int | None, target: str) -> Sa
         When ``target`` is not empty or cannot be written.
     """
     point = resolve(origin, "latest" if checkpoint_id is None else str(checkpoint_id))
-    check_typed(origin, point.state_version, f" (checkpoint {point.checkpoint_id})")
+    source_table = open_table(origin.state_table, point.state_version, origin.storage_options)
+    assert source_table is not None  # resolve() found the checkpoint in it
+    state_schema = pa.schema(source_table.schema().to_arrow())
+    json_layout = is_json_layout(state_schema, source_table.metadata().description)
+    if not convert:
+        check_typed(origin, point.state_version, f" (checkpoint {point.checkpoint_id})")
+    elif not json_layout:
+        raise ConfigError(
+            f"the state of checkpoint {point.checkpoint_id} of {origin.root!r} is already "
+            "typed: nothing to convert and nothing was written (barriered savepoint copies it)"
+        )
+    operators = _operators(origin, json_layout)
+    if json_layout:
+        state_schema = table_schema(operators.values())
     point.check_files()
     out = SnapshotLayout.at(target, origin.storage_options)
     if exists(out.root) and (list_names(out.root) or list_names(out.root, folders=True)):
@@ -113,7 +161,8 @@ def export(origin: SnapshotLayout, checkpoint_id: int | None, target: str) -> Sa
         )
     cid = point.checkpoint_id
     copy_file(origin.config_file, out.config_file)
-    copy_tree(origin.operators_dir, out.operators_dir)
+    for name, registration in operators.items():
+        write_json(out.operator_file(name), registration)
     copy_tree(origin.source_dir, out.source_dir)
     metadata = dict(point.metadata)
     metadata.pop("barriered.checkpoint_id", None)
@@ -128,11 +177,12 @@ def export(origin: SnapshotLayout, checkpoint_id: int | None, target: str) -> Sa
             storage_options=out.storage_options,
         ).version  # fmt: skip
     metadata["barriered.inflight_version"] = inflight_version
-    state = _copy(point.state_files(), origin.state_table, out.state_table)
-    source_table = open_table(origin.state_table, point.state_version, origin.storage_options)
-    assert source_table is not None  # resolve() found the checkpoint in it
+    if json_layout:
+        state = _converted(point.state_files(), origin, out, operators)
+    else:
+        state = _copy(point.state_files(), origin.state_table, out.state_table)
     state_version = commit_files(
-        out.state_table, pa.schema(source_table.schema().to_arrow()), STATE_PARTITIONS, cid,
+        out.state_table, state_schema, STATE_PARTITIONS, cid,
         state, metadata=metadata, storage_options=out.storage_options,
         description=TYPED_DESCRIPTION,
     ).version  # fmt: skip
