@@ -43,6 +43,8 @@ from benchmarks.markdown import table
 CHANNELS, KEYS, MAX_PARALLELISM = 4, 1000, 128
 #: Target of c/b and d/b (issue 6).
 TARGET = 0.90
+#: Target of b/a: the Python keyed operator against Spark's native aggregation (issue 14).
+NATIVE_TARGET = 0.80
 
 SIZES = {
     "full": {"per_batch": 2500, "seconds": 15, "rounds": 4, "warmup": 20, "interval": "5s"},
@@ -158,6 +160,7 @@ def run(ctx: Context) -> dict[str, Any]:
         for k, (num, den) in pairs.items()
     }
     targets = {
+        **target(f"b/a >= {NATIVE_TARGET}", ratios["b_over_a"], NATIVE_TARGET, at_least=True),
         **target(f"c/b >= {TARGET}", ratios["c_over_b"], TARGET, at_least=True),
         **target(f"d/b >= {TARGET}", ratios["d_over_b"], TARGET, at_least=True),
     }
@@ -234,9 +237,10 @@ def markdown(record: dict[str, Any]) -> str:
             ),
             "",
             f"**b/a = {r['b_over_a']}** (Python keyed operator against Spark's native "
-            f"aggregation), **c/b = {r['c_over_b']}**, **d/b = {r['d_over_b']}** "
-            f"(target ≥ {TARGET}); all records over all rounds. Per round (each pair ran "
-            f"back to back): c/b {per_round['c_over_b']}, d/b {per_round['d_over_b']}.",
+            f"aggregation, target ≥ {NATIVE_TARGET}), **c/b = {r['c_over_b']}**, "
+            f"**d/b = {r['d_over_b']}** (target ≥ {TARGET}); all records over all rounds. "
+            f"Per round (each pair ran back to back): c/b {per_round['c_over_b']}, "
+            f"d/b {per_round['d_over_b']}.",
             "",
             "Per checkpoint: "
             + "; ".join(

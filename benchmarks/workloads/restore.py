@@ -8,8 +8,8 @@ a new query reads the same upstream with ``.option("restoreFrom", "latest")`` in
 *new* Spark checkpoint location, with ``spark.sql.shuffle.partitions`` equal to the
 seeding run's (``same``) or different (``rescaled``), after one more small file (one
 record per key group) was dropped in. The restore time is measured from ``start()`` to
-the end of the restored query's first micro-batch (which loads every key group's state
-as transformWithStateInPandas initial state), next to the same first batch of a fresh
+the end of the restored query's first micro-batch (in which every key group, called for
+its record, reads its snapshot file on the executor), next to the same first batch of a fresh
 query without restore on the same small file (``baseline``), so the difference is what
 loading the state costs. A tiny seed-and-restore runs first, not measured (warm-up).
 """
@@ -95,7 +95,7 @@ def _seed(
 
 def _warm_up(ctx: Context) -> None:
     """Seed and restore a tiny state once (not measured): the first restore of a session
-    pays for loading the initial-state code paths, which no measured run should."""
+    pays for loading the restore code paths, which no measured run should."""
     snap, data, _, _ = _seed(ctx, 1000, "warmup")
     _first_batch(ctx, snap, data, ctx.path("ck-warmup-restore"), {"restoreFrom": "latest"})
 

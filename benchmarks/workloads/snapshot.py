@@ -9,7 +9,11 @@ suite waits for the checkpoint that covers it. A changed key group rewrites all 
 (one Parquet file); an unchanged one acknowledges without writing (incremental
 snapshots). The write throughput of a checkpoint (state bytes / end-to-end duration) is
 compared with a sequential write of the same bytes to the same folder, flushed with
-``fsync``, measured in the same run.
+``fsync``, measured in the same run, and the cut batch with the ordinary batches of the
+same level (the batches that delivered records and took no snapshot).
+
+Targets (issue 14), at 100% of key groups changed: snapshot write speed / sequential
+write >= 0.1, and the cut batch <= 1.5x an ordinary batch (p50s).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from benchmarks.harness import (
     progress,
     ratio,
     start,
+    target,
 )
 from benchmarks.jobs import running_count
 from benchmarks.markdown import table
@@ -42,6 +47,8 @@ MAX_PARALLELISM = 128
 LEVELS = (1, 10, 100)  # percent of key groups changed
 SIZES = {"full": {"keys": 100_000, "repeats": 4}, "quick": {"keys": 10_000, "repeats": 2}}
 SCHEMA = pa.schema([("user_id", pa.string()), ("amount", pa.int64())])
+#: Targets at 100% of key groups changed.
+SPEED_TARGET, CUT_TARGET = 0.1, 1.5
 
 
 def users_by_group(keys: int) -> dict[int, list[str]]:
@@ -96,7 +103,7 @@ def state_size(snap: str) -> dict[str, int]:
     return {
         "files": len(files),
         "bytes": sum(os.path.getsize(f) for f in files),
-        "rows": table.to_pyarrow_table(columns=["key"]).num_rows,
+        "rows": table.to_pyarrow_table(columns=["checkpoint_id"]).num_rows,
     }
 
 
@@ -133,6 +140,7 @@ def run(ctx: Context) -> dict[str, Any]:
         load = wait_for_checkpoint(snap, position, timeout=900)
         ctx.emit(f"  loaded {size['keys']} keys: checkpoint {load['checkpoint_id']}")
         levels: dict[str, Any] = {}
+        seen = max((p["batchId"] for p in progress(query)), default=-1)
         for pct in LEVELS:
             chosen = sorted(groups)[: max(1, round(MAX_PARALLELISM * pct / 100))]
             rows = []
@@ -140,10 +148,18 @@ def run(ctx: Context) -> dict[str, Any]:
                 drop_file(data, f"{pct:03d}-{r}", [groups[g][r % len(groups[g])] for g in chosen])
                 position += len(chosen)
                 rows.append(wait_for_checkpoint(snap, position, timeout=300))
-            cut_ms = {p["batchId"]: p["batchDuration"] for p in progress(query)}
+            batches = [p for p in progress(query) if p["batchId"] > seen]
+            seen = max((p["batchId"] for p in batches), default=seen)
+            cut_ms = {p["batchId"]: p["batchDuration"] for p in batches}
+            cuts = {r["cut_batch_id"] for r in checkpoint_rows(snap)}
             levels[f"{pct}%"] = {
                 "key_groups_changed": len(chosen),
                 "checkpoints": [_measure(ctx, row, cut_ms) for row in rows],
+                "other_batch_ms": [
+                    p["batchDuration"]
+                    for p in batches
+                    if p["batchId"] not in cuts and p["numInputRows"] > 0
+                ],
             }
             ctx.emit(f"  {pct}%: {[row['state_bytes'] for row in rows]} bytes")
     finally:
@@ -156,6 +172,8 @@ def run(ctx: Context) -> dict[str, Any]:
         level["cut_batch_ms_p50"] = percentile(
             [c["cut_batch_ms"] for c in points if c["cut_batch_ms"] is not None], 50
         )
+        level["other_batch_ms_p50"] = percentile(level.pop("other_batch_ms"), 50)
+        level["cut_over_other"] = ratio(level["cut_batch_ms_p50"], level["other_batch_ms_p50"])
         level["snapshot_mb_s"] = round(
             level["state_bytes_p50"] / 1e6 / (level["end_to_end_ms_p50"] / 1000), 3
         )
@@ -163,9 +181,24 @@ def run(ctx: Context) -> dict[str, Any]:
         level["throughput_ratio"] = ratio(
             level["snapshot_mb_s"], level["sequential_mb_s"], digits=5
         )
+    top = levels["100%"]
     return {
         "params": {"keys": size["keys"], "max_parallelism": MAX_PARALLELISM, **size},
         "results": {"full_state": full, "levels": levels},
+        "targets": {
+            **target(
+                f"snapshot / sequential write >= {SPEED_TARGET} (100%)",
+                top["throughput_ratio"],
+                SPEED_TARGET,
+                at_least=True,
+            ),
+            **target(
+                f"cut batch / ordinary batch <= {CUT_TARGET} (100%)",
+                top["cut_over_other"],
+                CUT_TARGET,
+                at_least=False,
+            ),
+        },
     }
 
 
@@ -179,6 +212,7 @@ def markdown(record: dict[str, Any]) -> str:
             level["state_bytes_p50"],
             level["end_to_end_ms_p50"],
             level["cut_batch_ms_p50"],
+            level["other_batch_ms_p50"],
             level["snapshot_mb_s"],
             level["sequential_mb_s"],
             level["throughput_ratio"],
@@ -197,6 +231,7 @@ def markdown(record: dict[str, Any]) -> str:
                     "state bytes written p50",
                     "end-to-end ms p50",
                     "cut batch ms p50",
+                    "ordinary batch ms p50",
                     "snapshot MB/s",
                     "sequential MB/s (fsync)",
                     "ratio",
