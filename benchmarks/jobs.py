@@ -22,10 +22,10 @@ OUTPUT_SCHEMA = "user_id string, count long"
 
 def _counted(rows: pd.DataFrame, state: pd.DataFrame) -> pd.DataFrame:
     """The new count of every key of ``rows``: its rows in this batch plus its state."""
-    batch = rows.groupby("user_id", sort=False).size().rename("count").reset_index()
-    new = batch.merge(state, on="user_id", how="left", suffixes=("", "_before"))
-    new["count"] = new["count"].astype("int64") + new["count_before"].fillna(0).astype("int64")
-    return new[["user_id", "count"]]
+    seen = rows["user_id"].value_counts(sort=False)
+    before = pd.Series(state["count"].to_numpy(), index=state["user_id"].to_numpy())
+    count = seen.add(before, fill_value=0).astype("int64")
+    return pd.DataFrame({"user_id": count.index, "count": count.to_numpy()})
 
 
 class RunningCount:

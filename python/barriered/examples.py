@@ -25,15 +25,8 @@ class RunningTotals:
     ) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Add this batch's amounts to the totals of the keys present in ``rows``."""
         keys = [c for c in state.columns if c not in ("total", "count")]
-        batch = (
-            rows.groupby(keys, sort=False, dropna=False)["amount"]
-            .agg(total="sum", count="size")
-            .reset_index()
-        )
-        new = batch.merge(state, on=keys, how="left", suffixes=("", "_before"))
-        for field in ("total", "count"):
-            new[field] = new[field].astype("int64") + new[f"{field}_before"].fillna(0).astype(
-                "int64"
-            )
-        new = new[[*keys, "total", "count"]]
+        amounts = rows.groupby(keys, sort=False, dropna=False)["amount"]
+        batch = pd.DataFrame({"total": amounts.sum(), "count": amounts.size()})
+        before = state.set_index(keys)[["total", "count"]]
+        new = batch.add(before, fill_value=0).astype("int64").reset_index()
         return new[[*keys, "total"]], new

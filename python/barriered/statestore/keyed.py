@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -132,6 +133,7 @@ class KeyedOperator:
         self.restored = restored
         self.schema = columns_schema(spec.to_dict())
         self.keys = list(spec.key_columns)
+        self.user_columns = [c for c in spec.input_columns if c not in _META]
         if hasattr(processor, "process_batch"):
             self.processor: BatchProcessor = processor
         else:
@@ -142,7 +144,8 @@ class KeyedOperator:
         self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame], live: Any
     ) -> Iterator[pd.DataFrame]:
         key_group = int(key[0])
-        batch = pd.concat(list(frames), ignore_index=True)
+        parts = list(frames)
+        batch = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
         batch.columns = list(self.spec.input_columns)
         if live.exists:
             blob, mod_count, raw = live.get
@@ -154,17 +157,19 @@ class KeyedOperator:
                 if self.restored is not None
                 else self.schema.empty_table()
             )
-        is_marker = batch[BARRIER].notna()
-        data = batch[~is_marker]
+        is_marker = batch[BARRIER].notna().to_numpy()
+        data = batch[~is_marker] if is_marker.any() else batch
         output = None
         if len(data):
-            data = data.sort_values([CHANNEL, SEQ], kind="stable")
-            rows = data[[c for c in data.columns if c not in _META]].reset_index(drop=True)
+            order = np.lexsort((data[SEQ].to_numpy(), data[CHANNEL].to_numpy()))
+            if (order != np.arange(len(order))).any():
+                data = data.take(order)
+            rows = data[self.user_columns].reset_index(drop=True)
             output, new = merge(table, rows, self.keys, self.processor)
             if not new.equals(table):
                 table, blob = new, None
                 mod_count += 1
-        markers = batch[is_marker].sort_values(BARRIER)
+        markers = batch[is_marker].sort_values(BARRIER) if is_marker.any() else batch[:0]
         for checkpoint_id, meta_json in zip(markers[BARRIER], markers[BARRIER_META], strict=True):
             self._snapshot(
                 key_group, int(checkpoint_id), json.loads(meta_json), table, mod_count, snapshots

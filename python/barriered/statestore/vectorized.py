@@ -27,6 +27,7 @@ from typing import Any, Protocol, cast
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,23 @@ def _key_index(frame: pd.DataFrame, keys: list[str]) -> pd.Index:
     return cast(pd.Index, pd.MultiIndex.from_arrays([frame[k] for k in keys]))
 
 
+def _has_key(table: pa.Table, frame: pd.DataFrame, keys: list[str]) -> pa.ChunkedArray:
+    """Whether each row of ``table`` has one of the keys of ``frame``."""
+    if len(keys) == 1:
+        key = keys[0]
+        values = pa.array(frame[key].unique(), table.schema.field(key).type, from_pandas=True)
+        return pc.is_in(table[key], value_set=values)
+    index = _key_index(table.select(keys).to_pandas(), keys)
+    return pa.chunked_array([pa.array(index.isin(_key_index(frame, keys)))])
+
+
+def to_table(frame: pd.DataFrame, schema: pa.Schema) -> pa.Table:
+    """``frame``'s columns of ``schema`` as an Arrow table of exactly that schema."""
+    return pa.Table.from_arrays(
+        [pa.array(frame[f.name], f.type, from_pandas=True) for f in schema], schema=schema
+    )
+
+
 def merge(
     state: pa.Table,
     rows: pd.DataFrame,
@@ -65,6 +83,9 @@ def merge(
     processor: BatchProcessor,
 ) -> tuple[pd.DataFrame | None, pa.Table]:
     """Run ``processor`` on one key group's ``rows`` and return its output and new state.
+
+    Only the state of the keys present in ``rows`` is converted to pandas; the rest of
+    the key group's state stays Arrow and is carried over as it is.
 
     Parameters
     ----------
@@ -82,20 +103,17 @@ def merge(
     tuple
         The output frame (or None) and the new state table.
     """
-    current = state.to_pandas()
-    if len(current):
-        present = _key_index(current, keys).isin(_key_index(rows, keys).unique())
-        given, kept = current[present], current[~present]
+    if state.num_rows:
+        present = _has_key(state, rows, keys)
+        given, kept = state.filter(present), state.filter(pc.invert(present))
     else:
-        given, kept = current, current
-    output, new = processor.process_batch(rows, given.reset_index(drop=True))
-    new = new[state.schema.names]
-    if len(new) and len(kept):
+        given, kept = state, state
+    output, new = processor.process_batch(rows, given.to_pandas())
+    table = to_table(new, state.schema)
+    if table.num_rows and kept.num_rows:
         # Keys of new_state outside rows replace their state as well.
-        kept = kept[~_key_index(kept, keys).isin(_key_index(new, keys))]
-    merged = pd.concat([kept, new], ignore_index=True) if len(kept) else new
-    table = pa.Table.from_pandas(merged, schema=state.schema, preserve_index=False)
-    return output, table.combine_chunks()
+        kept = kept.filter(pc.invert(_has_key(kept, new, keys)))
+    return output, pa.concat_tables([kept, table]).combine_chunks()
 
 
 class KeyState:
