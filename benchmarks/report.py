@@ -37,8 +37,8 @@ METHOD = """\
   duration; the sequential reference writes the same number of bytes to one new file in
   the same folder and `fsync`s it (median of 3), in the same run. The snapshot writer
   does not `fsync`, so the reference is the slower of the two ways to write.
-* Restore time is `start()` → end of the first batch of the restored query (which loads
-  the state as transformWithStateInPandas initial state) minus the same for a fresh
+* Restore time is `start()` → end of the first batch of the restored query (in which
+  every key group reads its snapshot file on the executor) minus the same for a fresh
   query on the same small input (baseline: session, planning, Python workers).
 * The machine is shared: the 1-minute load average before and after each workload is
   recorded with its numbers. Quick runs (`--quick`) are smoke runs with small sizes;
