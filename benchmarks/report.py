@@ -28,8 +28,10 @@ METHOD = """\
 * Checkpoint durations come from the `_checkpoints` table written by the coordinator:
   *end-to-end* is trigger → completion (every key group acknowledged, one Delta commit);
   *alignment* is first barrier delivered → cut; *micro-batches* is
-  `cut_batch_id - trigger_batch_id`, the batches that ran between the coordinator's
-  trigger (after batch `trigger_batch_id`) and the batch whose end is the snapshot.
+  `cut_batch_id - trigger_batch_id`: `trigger_batch_id` is the last batch the coordinator
+  had handled when the checkpoint started (the source planner starts a periodic
+  checkpoint itself, in the first batch it plans once the coordinator's schedule says it
+  is due), so an unaligned cut in that first batch counts 1.
 * Fast-channel records while aligning are the records channels 1-3 delivered in the
   batches after the one that fixed a checkpoint's barriers, up to its cut (taken from
   the source's start/end offsets in the query progress), per batch.
@@ -40,6 +42,12 @@ METHOD = """\
 * Restore time is `start()` → end of the first batch of the restored query (which loads
   the state as transformWithStateInPandas initial state) minus the same for a fresh
   query on the same small input (baseline: session, planning, Python workers).
+  Native ingest is the same for Spark's `groupBy().count()` reading the seed file (every
+  key, one batch, fresh state) minus that query on the small input; restore / native
+  ingest compares the two differences, seeding / native ingest the whole runs (start →
+  the seeding run's final checkpoint, against start → end of the native batch).
+* The cut batch of a snapshot is compared with the ordinary batches of the same level
+  (batches that delivered records and cut nothing), p50 against p50.
 * The machine is shared: the 1-minute load average before and after each workload is
   recorded with its numbers. Quick runs (`--quick`) are smoke runs with small sizes;
   their results go to `benchmarks/results/quick/` and are not quoted here.

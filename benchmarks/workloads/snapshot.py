@@ -33,7 +33,9 @@ from benchmarks.harness import (
     percentile,
     progress,
     ratio,
+    source_offsets,
     start,
+    target,
 )
 from benchmarks.jobs import running_count
 from benchmarks.markdown import table
@@ -41,6 +43,9 @@ from benchmarks.markdown import table
 MAX_PARALLELISM = 128
 LEVELS = (1, 10, 100)  # percent of key groups changed
 SIZES = {"full": {"keys": 100_000, "repeats": 4}, "quick": {"keys": 10_000, "repeats": 2}}
+#: Targets (issue 14): snapshot write speed against a sequential write of the same bytes,
+#: and the cut batch against an ordinary batch, when 100% of the key groups changed.
+TARGET_WRITE, TARGET_CUT_BATCH = 0.1, 1.5
 SCHEMA = pa.schema([("user_id", pa.string()), ("amount", pa.int64())])
 
 
@@ -133,6 +138,7 @@ def run(ctx: Context) -> dict[str, Any]:
         load = wait_for_checkpoint(snap, position, timeout=900)
         ctx.emit(f"  loaded {size['keys']} keys: checkpoint {load['checkpoint_id']}")
         levels: dict[str, Any] = {}
+        seen_before = {p["batchId"] for p in progress(query)}
         for pct in LEVELS:
             chosen = sorted(groups)[: max(1, round(MAX_PARALLELISM * pct / 100))]
             rows = []
@@ -140,11 +146,15 @@ def run(ctx: Context) -> dict[str, Any]:
                 drop_file(data, f"{pct:03d}-{r}", [groups[g][r % len(groups[g])] for g in chosen])
                 position += len(chosen)
                 rows.append(wait_for_checkpoint(snap, position, timeout=300))
-            cut_ms = {p["batchId"]: p["batchDuration"] for p in progress(query)}
+            batches = progress(query)
+            cut_ms = {p["batchId"]: p["batchDuration"] for p in batches}
+            seen = {p["batchId"] for p in batches}
             levels[f"{pct}%"] = {
                 "key_groups_changed": len(chosen),
                 "checkpoints": [_measure(ctx, row, cut_ms) for row in rows],
+                "ordinary_batch_ms": _ordinary_batches(batches, seen_before),
             }
+            seen_before = seen
             ctx.emit(f"  {pct}%: {[row['state_bytes'] for row in rows]} bytes")
     finally:
         query.stop()
@@ -163,10 +173,43 @@ def run(ctx: Context) -> dict[str, Any]:
         level["throughput_ratio"] = ratio(
             level["snapshot_mb_s"], level["sequential_mb_s"], digits=5
         )
+        level["ordinary_batch_ms_p50"] = percentile(level["ordinary_batch_ms"], 50)
+        level["cut_over_ordinary"] = ratio(
+            level["cut_batch_ms_p50"], level["ordinary_batch_ms_p50"], digits=2
+        )
+    whole = levels["100%"]
+    targets = {
+        **target(
+            f"snapshot write / sequential write (100%) >= {TARGET_WRITE}",
+            whole["throughput_ratio"],
+            TARGET_WRITE,
+            at_least=True,
+        ),
+        **target(
+            f"cut batch / ordinary batch (100%) <= {TARGET_CUT_BATCH}",
+            whole["cut_over_ordinary"],
+            TARGET_CUT_BATCH,
+            at_least=False,
+        ),
+    }
     return {
         "params": {"keys": size["keys"], "max_parallelism": MAX_PARALLELISM, **size},
         "results": {"full_state": full, "levels": levels},
+        "targets": targets,
     }
+
+
+def _ordinary_batches(batches: list[dict[str, Any]], before: set[int]) -> list[int]:
+    """Durations of this level's batches that delivered records and cut no checkpoint
+    (the same changed keys, without a snapshot): what a cut batch is compared with."""
+    out = []
+    for p in batches:
+        start_offset, end_offset = source_offsets(p)
+        if p["batchId"] in before or start_offset is None or end_offset.cut is not None:
+            continue
+        if sum(end_offset.positions) > sum(start_offset.positions):
+            out.append(p["batchDuration"])
+    return out
 
 
 def markdown(record: dict[str, Any]) -> str:
@@ -182,6 +225,8 @@ def markdown(record: dict[str, Any]) -> str:
             level["snapshot_mb_s"],
             level["sequential_mb_s"],
             level["throughput_ratio"],
+            level.get("ordinary_batch_ms_p50"),
+            level.get("cut_over_ordinary"),
         ]
         for pct, level in results["levels"].items()
     ]
@@ -200,6 +245,8 @@ def markdown(record: dict[str, Any]) -> str:
                     "snapshot MB/s",
                     "sequential MB/s (fsync)",
                     "ratio",
+                    "ordinary batch ms p50",
+                    "cut / ordinary batch",
                 ],
                 rows,
             ),
