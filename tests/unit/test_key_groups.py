@@ -135,6 +135,8 @@ def test_key_values_that_do_not_parse_are_refused(
         parse_key(texts, key_types(schema))
 
 
-def test_a_value_of_the_wrong_python_type_is_refused() -> None:
+def test_a_value_of_the_wrong_python_type_or_no_utf8_is_refused() -> None:
     with pytest.raises(KeyGroupError, match="is not a Spark 'int'"):
         spark_hash(["1"], ["int"])
+    with pytest.raises(KeyGroupError, match="not valid UTF-8"):
+        spark_hash(["\udcff"], ["string"])  # an undecodable byte on a command line

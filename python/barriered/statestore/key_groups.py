@@ -142,7 +142,12 @@ def _hash_column(value: object, type_name: str, seed: int) -> int:
     if type_name == "bigint" and isinstance(value, int):
         return _hash_long(value, seed)
     if type_name == "string" and isinstance(value, str):
-        return _hash_bytes(value.encode("utf-8"), seed)
+        try:
+            return _hash_bytes(value.encode("utf-8"), seed)
+        except UnicodeEncodeError as exc:
+            raise KeyGroupError(
+                f"string key {value!r} is not valid UTF-8 ({exc.reason}); Spark strings are UTF-8"
+            ) from None
     if type_name == "binary" and isinstance(value, bytes):
         return _hash_bytes(value, seed)
     if type_name == "date" and isinstance(value, datetime.date):
