@@ -24,6 +24,7 @@ from typing import Any
 from barriered.api import records
 from barriered.demo import PHASES
 from benchmarks.harness import (
+    NATIVE_OPTIONS,
     Context,
     barriered_stream,
     checkpoint_rows,
@@ -36,6 +37,7 @@ from benchmarks.harness import (
     target,
     throughput,
     timed_coordinator,
+    without_coordinator,
 )
 from benchmarks.jobs import rate_options, running_count
 from benchmarks.markdown import table
@@ -72,11 +74,13 @@ def _run_variant(ctx: Context, name: str, size: dict[str, Any], seconds: float, 
     options = rate_options(CHANNELS, KEYS, size["per_batch"], rows_per_channel=10**9)
     with timed_coordinator() as coordinator:
         if name == "native":
-            df = records(barriered_stream(ctx.spark, snap, options)).groupBy("user_id").count()
-            query = start(df, ck, output_mode="update")
+            with without_coordinator(ctx.spark):
+                stream = barriered_stream(ctx.spark, snap, {**options, **NATIVE_OPTIONS})
+                query = start(records(stream).groupBy("user_id").count(), ck, "update")
+                batches = run_for(query, seconds)
         else:
             query = start(running_count(ctx.spark, snap, options), ck)
-        batches = run_for(query, seconds)
+            batches = run_for(query, seconds)
     steady = batches[1:]
     done = [r for r in checkpoint_rows(snap) if r["status"] == "completed"]
     return {

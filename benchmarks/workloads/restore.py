@@ -29,7 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from barriered.api import records
-from benchmarks.harness import Context, barriered_stream, configure, ratio, run_until, start, target
+from benchmarks.harness import (
+    NATIVE_OPTIONS,
+    Context,
+    barriered_stream,
+    configure,
+    ratio,
+    run_until,
+    start,
+    target,
+    without_coordinator,
+)
 from benchmarks.jobs import running_count
 from benchmarks.markdown import table
 from benchmarks.workloads.snapshot import (
@@ -75,14 +85,19 @@ def _first_batch(
     ``groupBy().count()``), wait for its first batch, stop it; return its timings."""
     began = time.time()
     if native:
-        df = records(barriered_stream(ctx.spark, snap, _options(data))).groupBy("user_id")
-        query = start(df.count(), ck, output_mode="update")
+        with without_coordinator(ctx.spark):
+            stream = barriered_stream(ctx.spark, snap, {**_options(data), **NATIVE_OPTIONS})
+            query = start(records(stream).groupBy("user_id").count(), ck, output_mode="update")
+            try:
+                batches = run_until(query, lambda seen: bool(seen), timeout=1800)
+            finally:
+                query.stop()
     else:
         query = start(running_count(ctx.spark, snap, {**_options(data), **extra}), ck)
-    try:
-        batches = run_until(query, lambda seen: bool(seen), timeout=1800)
-    finally:
-        query.stop()
+        try:
+            batches = run_until(query, lambda seen: bool(seen), timeout=1800)
+        finally:
+            query.stop()
     first = batches[0]
     state_rows = sum(op.get("numRowsTotal", 0) for op in first.get("stateOperators", []))
     return {
