@@ -43,7 +43,9 @@ METHOD = """\
   the state as transformWithStateInPandas initial state) minus the same for a fresh
   query on the same small input (baseline: session, planning, Python workers).
   Native ingest is the same for Spark's `groupBy().count()` reading the seed file (every
-  key, one batch, fresh state) minus that query on the small input; restore / native
+  key, one batch, fresh state; like every native baseline it reads the barriered source
+  with the coordinator's listener removed, since the coordinator refuses state no
+  snapshot holds) minus that query on the small input; restore / native
   ingest compares the two differences, seeding / native ingest the whole runs (start →
   the seeding run's final checkpoint, against start → end of the native batch).
 * The cut batch of a snapshot is compared with the ordinary batches of the same level
@@ -98,6 +100,12 @@ def _header(records: dict[str, dict[str, Any]], suite: dict[str, Any] | None) ->
     return lines
 
 
+def _verdict(check: dict[str, Any]) -> str:
+    if check["value"] is None:
+        return "**not measured** (see the workload's section)"
+    return "met" if check["met"] else f"**MISSED** by {abs(check.get('margin') or 0)}"
+
+
 def _targets(records: dict[str, dict[str, Any]]) -> list[str]:
     rows = [
         [
@@ -105,7 +113,7 @@ def _targets(records: dict[str, dict[str, Any]]) -> list[str]:
             f"`{label}`",
             check["value"],
             check.get("margin"),
-            "met" if check["met"] else f"**MISSED** by {abs(check.get('margin') or 0)}",
+            _verdict(check),
         ]
         for name, record in records.items()
         for label, check in record.get("targets", {}).items()
@@ -113,7 +121,18 @@ def _targets(records: dict[str, dict[str, Any]]) -> list[str]:
     if not rows:
         return []
     headers = ["workload", "target", "measured", "margin", "verdict"]
-    return ["## Targets", "", table(headers, rows), ""]
+    why = [
+        f"* {name}, `{label}`: {text}"
+        for name, record in records.items()
+        for label, check in record.get("targets", {}).items()
+        if not check["met"]
+        for prefix, text in getattr(WORKLOADS[name], "WHY_MISSED", {}).items()
+        if label.startswith(prefix)
+    ]
+    lines = ["## Targets", "", table(headers, rows), ""]
+    if why:
+        lines += ["Why a target is missed, and what would close it:", "", *why, ""]
+    return lines
 
 
 def render(folder: Path) -> str:
