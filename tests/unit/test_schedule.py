@@ -233,3 +233,15 @@ def test_the_coordinator_publishes_its_schedule_and_adopts_the_planners_start(
     assert following is not None and following.checkpoint_id == 2
     assert following.due_ms == published.due_ms + 60_000
     assert read_json(layout.schedule_file)["epoch"] is None
+
+
+def test_a_restored_run_starts_its_ids_above_a_scheduled_one(tmp_path: Path) -> None:
+    """A crashed run's planner may have started the scheduled id with no other trace on
+    the path (no request, no _checkpoints row): a restore must not reuse it."""
+    from barriered.statestore.restore_point import highest_checkpoint_id
+
+    lay = SnapshotLayout.at(str(tmp_path / "snap"))
+    TriggerLog().with_request(TriggerRequest(1)).write(lay.triggers_file)
+    assert highest_checkpoint_id(lay) == 1
+    Schedule(2, due_ms=0, mode="unaligned", epoch=0).write(lay.schedule_file)
+    assert highest_checkpoint_id(lay) == 2

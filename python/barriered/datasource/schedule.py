@@ -105,6 +105,13 @@ class Schedule:
             return None
         return schedule
 
+    @staticmethod
+    def reserved_id(uri: str) -> int | None:
+        """The id the schedule at ``uri`` reserved, whichever run published it (a crashed
+        run's planner may have started it without any other trace on the path)."""
+        raw = read_json(uri, default=None)
+        return None if not raw else int(raw["checkpoint_id"])
+
     def request(self, now_ms: int, last_id: int) -> TriggerRequest | None:
         """The checkpoint to start now, or None: not yet due, paused, or already started
         (its id is at or below ``last_id``, the highest id the source started)."""
