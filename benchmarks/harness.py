@@ -94,6 +94,25 @@ def timed_coordinator() -> Iterator[dict[str, float]]:
             setattr(QueryCoordinator, name, method)
 
 
+#: Source options of a native baseline: no coordinator runs, so its watchdog must wait.
+NATIVE_OPTIONS = {"coordinatorTimeout": "1d"}
+
+
+@contextlib.contextmanager
+def without_coordinator(spark: Any) -> Iterator[None]:
+    """Run a native baseline (Spark's own ``groupBy().count()`` on the barriered source,
+    with :data:`NATIVE_OPTIONS`) while inside: the coordinator's listener is removed, since
+    it refuses a query whose state no snapshot holds, and added back afterwards."""
+    import barriered
+
+    listener = barriered.install(spark)
+    spark.streams.removeListener(listener)
+    try:
+        yield
+    finally:
+        spark.streams.addListener(listener)
+
+
 def configure(spark: Any, keys: dict[str, str]) -> None:
     """Reset every ``spark.sql.streaming.barriered.*`` key, then set ``keys`` (short names)."""
     for key in list(spark.conf.getAll):

@@ -28,8 +28,10 @@ METHOD = """\
 * Checkpoint durations come from the `_checkpoints` table written by the coordinator:
   *end-to-end* is trigger → completion (every key group acknowledged, one Delta commit);
   *alignment* is first barrier delivered → cut; *micro-batches* is
-  `cut_batch_id - trigger_batch_id`, the batches that ran between the coordinator's
-  trigger (after batch `trigger_batch_id`) and the batch whose end is the snapshot.
+  `cut_batch_id - trigger_batch_id`: `trigger_batch_id` is the last batch the coordinator
+  had handled when the checkpoint started (the source planner starts a periodic
+  checkpoint itself, in the first batch it plans once the coordinator's schedule says it
+  is due), so an unaligned cut in that first batch counts 1.
 * Fast-channel records while aligning are the records channels 1-3 delivered in the
   batches after the one that fixed a checkpoint's barriers, up to its cut (taken from
   the source's start/end offsets in the query progress), per batch.
@@ -40,6 +42,14 @@ METHOD = """\
 * Restore time is `start()` → end of the first batch of the restored query (in which
   every key group reads its snapshot file on the executor) minus the same for a fresh
   query on the same small input (baseline: session, planning, Python workers).
+  Native ingest is the same for Spark's `groupBy().count()` reading the seed file (every
+  key, one batch, fresh state; like every native baseline it reads the barriered source
+  with the coordinator's listener removed, since the coordinator refuses state no
+  snapshot holds) minus that query on the small input; restore / native
+  ingest compares the two differences, seeding / native ingest the whole runs (start →
+  the seeding run's final checkpoint, against start → end of the native batch).
+* The cut batch of a snapshot is compared with the ordinary batches of the same level
+  (batches that delivered records and cut nothing), p50 against p50.
 * The machine is shared: the 1-minute load average before and after each workload is
   recorded with its numbers. Quick runs (`--quick`) are smoke runs with small sizes;
   their results go to `benchmarks/results/quick/` and are not quoted here.
@@ -90,6 +100,12 @@ def _header(records: dict[str, dict[str, Any]], suite: dict[str, Any] | None) ->
     return lines
 
 
+def _verdict(check: dict[str, Any]) -> str:
+    if check["value"] is None:
+        return "**not measured** (see the workload's section)"
+    return "met" if check["met"] else f"**MISSED** by {abs(check.get('margin') or 0)}"
+
+
 def _targets(records: dict[str, dict[str, Any]]) -> list[str]:
     rows = [
         [
@@ -97,7 +113,7 @@ def _targets(records: dict[str, dict[str, Any]]) -> list[str]:
             f"`{label}`",
             check["value"],
             check.get("margin"),
-            "met" if check["met"] else f"**MISSED** by {abs(check.get('margin') or 0)}",
+            _verdict(check),
         ]
         for name, record in records.items()
         for label, check in record.get("targets", {}).items()
@@ -105,7 +121,18 @@ def _targets(records: dict[str, dict[str, Any]]) -> list[str]:
     if not rows:
         return []
     headers = ["workload", "target", "measured", "margin", "verdict"]
-    return ["## Targets", "", table(headers, rows), ""]
+    why = [
+        f"* {name}, `{label}`: {text}"
+        for name, record in records.items()
+        for label, check in record.get("targets", {}).items()
+        if not check["met"]
+        for prefix, text in getattr(WORKLOADS[name], "WHY_MISSED", {}).items()
+        if label.startswith(prefix)
+    ]
+    lines = ["## Targets", "", table(headers, rows), ""]
+    if why:
+        lines += ["Why a target is missed, and what would close it:", "", *why, ""]
+    return lines
 
 
 def render(folder: Path) -> str:

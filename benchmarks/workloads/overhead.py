@@ -19,14 +19,12 @@ workload's subject.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
-from unittest import mock
 
 from barriered.api import records
-from barriered.coordinator import listener
 from barriered.demo import PHASES
 from benchmarks.harness import (
+    NATIVE_OPTIONS,
     Context,
     barriered_stream,
     checkpoint_rows,
@@ -39,6 +37,7 @@ from benchmarks.harness import (
     target,
     throughput,
     timed_coordinator,
+    without_coordinator,
 )
 from benchmarks.jobs import rate_options, running_count
 from benchmarks.markdown import table
@@ -46,8 +45,15 @@ from benchmarks.markdown import table
 CHANNELS, KEYS, MAX_PARALLELISM = 4, 1000, 128
 #: Target of c/b and d/b (issue 6).
 TARGET = 0.90
-#: Target of b/a: the Python keyed operator against Spark's native aggregation (issue 14).
-NATIVE_TARGET = 0.80
+#: Target of b/a: the keyed operator against Spark's native aggregation (issue 14).
+TARGET_NATIVE = 0.80
+#: Why a target is missed and what would close it (by target label prefix; RESULTS.md).
+WHY_MISSED = {
+    "keyed / groupBy().count()": "the keyed operator's micro-batch still crosses into a "
+    "Python worker twice per key group (Arrow rows in, the group's state blob in and out "
+    "through applyInPandasWithState) and merges state in pandas, where Spark aggregates in "
+    "generated JVM code; the fixed cost per key group and batch dominates at small batches.",
+}
 
 SIZES = {
     "full": {"per_batch": 2500, "seconds": 15, "rounds": 4, "warmup": 20, "interval": "5s"},
@@ -73,16 +79,15 @@ def _run_variant(ctx: Context, name: str, size: dict[str, Any], seconds: float, 
     configure(ctx.spark, keys)
     snap, ck = ctx.path(tag, name, "snap"), ctx.path(tag, name, "ck")
     options = rate_options(CHANNELS, KEYS, size["per_batch"], rows_per_channel=10**9)
-    with timed_coordinator() as coordinator, contextlib.ExitStack() as stack:
+    with timed_coordinator() as coordinator:
         if name == "native":
-            # The baseline keeps Spark's own state on purpose: the coordinator's refusal of
-            # state outside the snapshot is lifted for it (it is measured, not restored).
-            stack.enter_context(mock.patch.object(listener, "refusal", lambda *_: None))
-            df = records(barriered_stream(ctx.spark, snap, options)).groupBy("user_id").count()
-            query = start(df, ck, output_mode="update")
+            with without_coordinator(ctx.spark):
+                stream = barriered_stream(ctx.spark, snap, {**options, **NATIVE_OPTIONS})
+                query = start(records(stream).groupBy("user_id").count(), ck, "update")
+                batches = run_for(query, seconds)
         else:
             query = start(running_count(ctx.spark, snap, options), ck)
-        batches = run_for(query, seconds)
+            batches = run_for(query, seconds)
     steady = batches[1:]
     done = [r for r in checkpoint_rows(snap) if r["status"] == "completed"]
     return {
@@ -166,7 +171,12 @@ def run(ctx: Context) -> dict[str, Any]:
         for k, (num, den) in pairs.items()
     }
     targets = {
-        **target(f"b/a >= {NATIVE_TARGET}", ratios["b_over_a"], NATIVE_TARGET, at_least=True),
+        **target(
+            f"keyed / groupBy().count() (b/a) >= {TARGET_NATIVE}",
+            ratios["b_over_a"],
+            TARGET_NATIVE,
+            at_least=True,
+        ),
         **target(f"c/b >= {TARGET}", ratios["c_over_b"], TARGET, at_least=True),
         **target(f"d/b >= {TARGET}", ratios["d_over_b"], TARGET, at_least=True),
     }
@@ -243,10 +253,9 @@ def markdown(record: dict[str, Any]) -> str:
             ),
             "",
             f"**b/a = {r['b_over_a']}** (Python keyed operator against Spark's native "
-            f"aggregation, target ≥ {NATIVE_TARGET}), **c/b = {r['c_over_b']}**, "
-            f"**d/b = {r['d_over_b']}** (target ≥ {TARGET}); all records over all rounds. "
-            f"Per round (each pair ran back to back): c/b {per_round['c_over_b']}, "
-            f"d/b {per_round['d_over_b']}.",
+            f"aggregation), **c/b = {r['c_over_b']}**, **d/b = {r['d_over_b']}** "
+            f"(target ≥ {TARGET}); all records over all rounds. Per round (each pair ran "
+            f"back to back): c/b {per_round['c_over_b']}, d/b {per_round['d_over_b']}.",
             "",
             "Per checkpoint: "
             + "; ".join(

@@ -9,11 +9,7 @@ suite waits for the checkpoint that covers it. A changed key group rewrites all 
 (one Parquet file); an unchanged one acknowledges without writing (incremental
 snapshots). The write throughput of a checkpoint (state bytes / end-to-end duration) is
 compared with a sequential write of the same bytes to the same folder, flushed with
-``fsync``, measured in the same run, and the cut batch with the ordinary batches of the
-same level (the batches that delivered records and took no snapshot).
-
-Targets (issue 14), at 100% of key groups changed: snapshot write speed / sequential
-write >= 0.1, and the cut batch <= 1.5x an ordinary batch (p50s).
+``fsync``, measured in the same run.
 """
 
 from __future__ import annotations
@@ -39,6 +35,7 @@ from benchmarks.harness import (
     percentile,
     progress,
     ratio,
+    source_offsets,
     start,
     target,
 )
@@ -48,9 +45,22 @@ from benchmarks.markdown import table
 MAX_PARALLELISM = 128
 LEVELS = (1, 10, 100)  # percent of key groups changed
 SIZES = {"full": {"keys": 100_000, "repeats": 4}, "quick": {"keys": 10_000, "repeats": 2}}
+#: Targets (issue 14): snapshot write speed against a sequential write of the same bytes,
+#: and the cut batch against an ordinary batch, when 100% of the key groups changed.
+TARGET_WRITE, TARGET_CUT_BATCH = 0.1, 1.5
+#: Why a target is missed and what would close it (by target label prefix; RESULTS.md).
+WHY_MISSED = {
+    "snapshot write / sequential write": "the ratio divides the state bytes by the "
+    "checkpoint's end-to-end time (trigger to completion: a whole micro-batch, the acks and "
+    "the coordinator's Delta commit), which at this size is dominated by fixed costs, not "
+    "bytes; the operator's writer alone (see below) pays ~0.6 ms per key-group file of a "
+    "few KB. Fewer, larger files would close it: one file per Spark partition and checkpoint "
+    "holding all its changed key groups, which needs deletion vectors (not written by "
+    "delta-rs) or a 'latest file per key group' read rule to stay incremental.",
+    "cut batch / ordinary batch": "the cut batch also writes the changed key groups' "
+    "snapshot files inside the keyed operator.",
+}
 SCHEMA = pa.schema([("user_id", pa.string()), ("amount", pa.int64())])
-#: Targets at 100% of key groups changed.
-SPEED_TARGET, CUT_TARGET = 0.1, 1.5
 
 
 def users_by_group(keys: int) -> dict[int, list[str]]:
@@ -82,6 +92,30 @@ def wait_for_checkpoint(snap: str, position: int, timeout: float) -> dict[str, A
     raise TimeoutError(f"no checkpoint covered position {position} within {timeout:.0f} s")
 
 
+def writer_speed(snap: str, scratch: str) -> dict[str, Any]:
+    """MB/s of the keyed operator's snapshot writer alone on the full state.
+
+    Every key group's state (its Arrow table, as the operator holds it) is written with
+    :func:`barriered.statestore.acks.write_data_file`, the call a changed key group makes
+    at a cut, into a scratch table: the bytes over the time of those writes.
+    """
+    table = DeltaTable(SnapshotLayout.configured(snap).state_table)
+    data = table.to_pyarrow_table()
+    groups = [
+        data.filter(pc.equal(data["key_group"], kg)).drop_columns(["operator", "key_group"])
+        for kg in sorted(set(data["key_group"].to_pylist()))
+    ]
+    began = time.perf_counter()
+    written = [
+        write_data_file(scratch, {"operator": "o", "key_group": str(i)}, "bench", g)
+        for i, g in enumerate(groups)
+    ]
+    seconds = time.perf_counter() - began
+    size = sum(f.size for f in written)
+    return {"bytes": size, "files": len(written), "ms": round(seconds * 1000, 1),
+            "mb_s": round(size / 1e6 / seconds, 1)}  # fmt: skip
+
+
 def sequential_write(folder: str, size: int, repeats: int = 3) -> float:
     """MB/s of writing ``size`` bytes to one new file in ``folder`` (write, fsync, close)."""
     data = os.urandom(max(size, 1))
@@ -107,30 +141,6 @@ def state_size(snap: str) -> dict[str, int]:
         "bytes": sum(os.path.getsize(f) for f in files),
         "rows": table.to_pyarrow_table(columns=["checkpoint_id"]).num_rows,
     }
-
-
-def writer_speed(snap: str, scratch: str) -> dict[str, Any]:
-    """MB/s of the keyed operator's snapshot writer alone on the full state.
-
-    Every key group's state (its Arrow table, as the operator holds it) is written with
-    :func:`barriered.statestore.acks.write_data_file`, the call a changed key group makes
-    at a cut, into a scratch table: the bytes over the time of those writes.
-    """
-    table = DeltaTable(SnapshotLayout.configured(snap).state_table)
-    data = table.to_pyarrow_table()
-    groups = [
-        data.filter(pc.equal(data["key_group"], kg)).drop_columns(["operator", "key_group"])
-        for kg in sorted(set(data["key_group"].to_pylist()))
-    ]
-    began = time.perf_counter()
-    written = [
-        write_data_file(scratch, {"operator": "o", "key_group": str(i)}, "bench", g)
-        for i, g in enumerate(groups)
-    ]
-    seconds = time.perf_counter() - began
-    size = sum(f.size for f in written)
-    return {"bytes": size, "files": len(written), "ms": round(seconds * 1000, 1),
-            "mb_s": round(size / 1e6 / seconds, 1)}  # fmt: skip
 
 
 def _measure(ctx: Context, row: dict[str, Any], cut_ms: dict[int, int]) -> dict[str, Any]:
@@ -166,7 +176,7 @@ def run(ctx: Context) -> dict[str, Any]:
         load = wait_for_checkpoint(snap, position, timeout=900)
         ctx.emit(f"  loaded {size['keys']} keys: checkpoint {load['checkpoint_id']}")
         levels: dict[str, Any] = {}
-        seen = max((p["batchId"] for p in progress(query)), default=-1)
+        seen_before = {p["batchId"] for p in progress(query)}
         for pct in LEVELS:
             chosen = sorted(groups)[: max(1, round(MAX_PARALLELISM * pct / 100))]
             rows = []
@@ -174,19 +184,15 @@ def run(ctx: Context) -> dict[str, Any]:
                 drop_file(data, f"{pct:03d}-{r}", [groups[g][r % len(groups[g])] for g in chosen])
                 position += len(chosen)
                 rows.append(wait_for_checkpoint(snap, position, timeout=300))
-            batches = [p for p in progress(query) if p["batchId"] > seen]
-            seen = max((p["batchId"] for p in batches), default=seen)
+            batches = progress(query)
             cut_ms = {p["batchId"]: p["batchDuration"] for p in batches}
-            cuts = {r["cut_batch_id"] for r in checkpoint_rows(snap)}
+            seen = {p["batchId"] for p in batches}
             levels[f"{pct}%"] = {
                 "key_groups_changed": len(chosen),
                 "checkpoints": [_measure(ctx, row, cut_ms) for row in rows],
-                "other_batch_ms": [
-                    p["batchDuration"]
-                    for p in batches
-                    if p["batchId"] not in cuts and p["numInputRows"] > 0
-                ],
+                "ordinary_batch_ms": _ordinary_batches(batches, seen_before),
             }
+            seen_before = seen
             ctx.emit(f"  {pct}%: {[row['state_bytes'] for row in rows]} bytes")
     finally:
         query.stop()
@@ -201,8 +207,6 @@ def run(ctx: Context) -> dict[str, Any]:
         level["cut_batch_ms_p50"] = percentile(
             [c["cut_batch_ms"] for c in points if c["cut_batch_ms"] is not None], 50
         )
-        level["other_batch_ms_p50"] = percentile(level.pop("other_batch_ms"), 50)
-        level["cut_over_other"] = ratio(level["cut_batch_ms_p50"], level["other_batch_ms_p50"])
         level["snapshot_mb_s"] = round(
             level["state_bytes_p50"] / 1e6 / (level["end_to_end_ms_p50"] / 1000), 3
         )
@@ -210,25 +214,43 @@ def run(ctx: Context) -> dict[str, Any]:
         level["throughput_ratio"] = ratio(
             level["snapshot_mb_s"], level["sequential_mb_s"], digits=5
         )
-    top = levels["100%"]
+        level["ordinary_batch_ms_p50"] = percentile(level["ordinary_batch_ms"], 50)
+        level["cut_over_ordinary"] = ratio(
+            level["cut_batch_ms_p50"], level["ordinary_batch_ms_p50"], digits=2
+        )
+    whole = levels["100%"]
+    targets = {
+        **target(
+            f"snapshot write / sequential write (100%) >= {TARGET_WRITE}",
+            whole["throughput_ratio"],
+            TARGET_WRITE,
+            at_least=True,
+        ),
+        **target(
+            f"cut batch / ordinary batch (100%) <= {TARGET_CUT_BATCH}",
+            whole["cut_over_ordinary"],
+            TARGET_CUT_BATCH,
+            at_least=False,
+        ),
+    }
     return {
         "params": {"keys": size["keys"], "max_parallelism": MAX_PARALLELISM, **size},
         "results": {"full_state": full, "levels": levels, "writer": writer},
-        "targets": {
-            **target(
-                f"snapshot / sequential write >= {SPEED_TARGET} (100%)",
-                top["throughput_ratio"],
-                SPEED_TARGET,
-                at_least=True,
-            ),
-            **target(
-                f"cut batch / ordinary batch <= {CUT_TARGET} (100%)",
-                top["cut_over_other"],
-                CUT_TARGET,
-                at_least=False,
-            ),
-        },
+        "targets": targets,
     }
+
+
+def _ordinary_batches(batches: list[dict[str, Any]], before: set[int]) -> list[int]:
+    """Durations of this level's batches that delivered records and cut no checkpoint
+    (the same changed keys, without a snapshot): what a cut batch is compared with."""
+    out = []
+    for p in batches:
+        start_offset, end_offset = source_offsets(p)
+        if p["batchId"] in before or start_offset is None or end_offset.cut is not None:
+            continue
+        if sum(end_offset.positions) > sum(start_offset.positions):
+            out.append(p["batchDuration"])
+    return out
 
 
 def markdown(record: dict[str, Any]) -> str:
@@ -241,10 +263,11 @@ def markdown(record: dict[str, Any]) -> str:
             level["state_bytes_p50"],
             level["end_to_end_ms_p50"],
             level["cut_batch_ms_p50"],
-            level["other_batch_ms_p50"],
             level["snapshot_mb_s"],
             level["sequential_mb_s"],
             level["throughput_ratio"],
+            level.get("ordinary_batch_ms_p50"),
+            level.get("cut_over_ordinary"),
         ]
         for pct, level in results["levels"].items()
     ]
@@ -266,10 +289,11 @@ def markdown(record: dict[str, Any]) -> str:
                     "state bytes written p50",
                     "end-to-end ms p50",
                     "cut batch ms p50",
-                    "ordinary batch ms p50",
                     "snapshot MB/s",
                     "sequential MB/s (fsync)",
                     "ratio",
+                    "ordinary batch ms p50",
+                    "cut / ordinary batch",
                 ],
                 rows,
             ),

@@ -4,7 +4,9 @@ Commands:
 
 * ``demo``: the local demo on real Spark;
 * ``checkpoints PATH [--json]``: the checkpoint history of a snapshot path;
-* ``inspect PATH [--checkpoint N] [--json]``: what a completed checkpoint holds;
+* ``inspect PATH [--checkpoint N] [--json]``: what a completed checkpoint holds; with
+  ``--key VALUE[,VALUE...] [--partitions N] [--operator NAME]``, which key group (and
+  shuffle partition) one key lives in and its state rows;
 * ``plot PATH -o FILE.png``: durations, alignment and sizes over checkpoint ids;
 * ``savepoint PATH -o OUT [--checkpoint N]``: copy a completed checkpoint into a
   self-contained savepoint folder;
@@ -69,9 +71,23 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    """Print the state and in-flight records of one completed checkpoint."""
+    """Print the state and in-flight records of one completed checkpoint, or with
+    ``--key`` where one key lives (key group, partition) and its state rows."""
     from barriered.tools.contents import format_contents, inspect_checkpoint
 
+    if args.key:
+        from barriered.tools.key_lookup import format_location, locate_key
+
+        with reporting() as progress:
+            loc = locate_key(
+                args.path, args.key, args.operator, args.partitions, args.checkpoint, progress.step
+            )
+        print(
+            json.dumps(loc.to_dict(), sort_keys=True, default=str)
+            if args.json
+            else format_location(loc)
+        )
+        return 0
     with reporting() as progress:
         contents = inspect_checkpoint(args.path, args.checkpoint, step=progress.step)
     print(
@@ -198,6 +214,20 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("path", help="the snapshot path")
     _add_checkpoint_option(ins)
     ins.add_argument("--json", action="store_true", help="one JSON object")
+    ins.add_argument(
+        "--key",
+        action="append",
+        metavar="VALUE[,VALUE...]",
+        help="where this key lives: its key group, partition and state rows (one --key per "
+        "key column, or one with the values comma-separated)",
+    )
+    ins.add_argument("--operator", metavar="NAME", help="with --key: the keyed operator")
+    ins.add_argument(
+        "--partitions",
+        type=int,
+        metavar="N",
+        help="with --key: the Spark shuffle partition of the key for N partitions",
+    )
     ins.set_defaults(run=cmd_inspect)
 
     plot = sub.add_parser("plot", help="plot durations, alignment and sizes per checkpoint")

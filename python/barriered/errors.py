@@ -17,7 +17,8 @@ class ConfigError(BarrieredError, ValueError):
 
 
 class KeyGroupError(BarrieredError, ValueError):
-    """Invalid parallelism / maxParallelism or a key group outside its range."""
+    """A key group that cannot be computed: an unsupported key type, a key value that does
+    not parse as its column's type, or an invalid number of partitions."""
 
 
 class BarrierProtocolError(BarrieredError, RuntimeError):

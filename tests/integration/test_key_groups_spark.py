@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import datetime
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from barriered.statestore.key_groups import key_group_for_key, spark_hash
+from barriered import cli
+from barriered.statestore.key_groups import key_group_for_key, shuffle_partition, spark_hash
+from runs import MODES, run, totals_before, upstream
 
 pytestmark = pytest.mark.spark
 
@@ -114,19 +118,44 @@ def test_spark_hash_and_key_group_agree_with_the_jvm(spark: Any) -> None:
     assert checked == len(result) * len(KEYS) * len(MAX_PARALLELISMS)
 
 
-def test_spark_hash_accepts_the_dataframe_schema_types(spark: Any) -> None:
+def test_the_shuffle_partition_of_a_key_group_agrees_with_the_jvm(spark: Any) -> None:
     from pyspark.sql import functions as F
 
-    df = spark.createDataFrame(_rows()[:5], SCHEMA)
-    fields = [df.schema[c].dataType for c in ("i", "s", "l")]
-    for row in df.select("i", "s", "l", F.hash("i", "s", "l").alias("h")).collect():
-        assert spark_hash([row.i, row.s, row.l], fields) == row.h
+    groups = spark.range(0, 300).select(F.col("id").cast("int").alias("_key_group"))
+    for n in (2, 3, 5):
+        placed = groups.repartition(n, "_key_group").select(
+            "_key_group", F.spark_partition_id().alias("p")
+        )
+        rows = placed.collect()
+        assert len(rows) == 300
+        assert {r._key_group: r.p for r in rows} == {g: shuffle_partition(g, n) for g in range(300)}
 
 
-def test_inferred_python_types_match_create_dataframe_inference(spark: Any) -> None:
+def test_inspect_key_finds_the_key_group_partition_and_state_of_a_key(
+    session: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from pyspark.sql import functions as F
 
-    rows = [(1, "a", True, 2.5), (2**40, "😀", False, -0.0), (-7, "", None, None)]
-    df = spark.createDataFrame(rows, ["x", "y", "z", "w"])  # inferred: bigint, string, ...
-    got = df.select(F.hash("x", "y", "z", "w").alias("h")).collect()
-    assert [spark_hash(list(r)) for r in rows] == [g.h for g in got]
+    _query, layout = run(session, tmp_path, MODES["aligned"])
+    totals = totals_before(dict(enumerate(upstream().available())))
+    users = sorted(totals)[:5]
+    expected = {
+        r.user_id: (r.kg, r.p)
+        for r in session.createDataFrame([(u,) for u in users], "user_id string")
+        .select(
+            "user_id",
+            F.pmod(F.hash("user_id"), F.lit(8)).alias("kg"),
+            F.pmod(F.hash(F.pmod(F.hash("user_id"), F.lit(8))), F.lit(3)).alias("p"),
+        )
+        .collect()
+    }
+    for user in users:
+        assert cli.main(["inspect", layout.root, "--key", user, "--partitions", "3", "--json"]) == 0
+        found = json.loads(capsys.readouterr().out)
+        assert (found["key_group"], found["partition"]) == expected[user], user
+        assert found["max_parallelism"] == 8 and found["key"] == {"user_id": user}
+        (row,) = found["state_rows"]
+        assert json.loads(row["value"])["total"] == totals[user]
+        assert row["key_group"] == found["key_group"]
+    assert cli.main(["inspect", layout.root, "--key", "nobody"]) == 0
+    assert "no state for this key" in capsys.readouterr().out

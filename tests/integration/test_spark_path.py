@@ -7,10 +7,13 @@ recompute, from the upstream's own records, what each completed checkpoint must 
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
+import time
 from collections import Counter, defaultdict
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ from deltalake import DeltaTable
 import barriered
 from barriered import cli
 from barriered.datasource.offsets import SourceOffset
+from barriered.examples import RunningTotals
 from barriered.session import ROCKSDB_PROVIDER, STATE_STORE_PROVIDER
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
@@ -118,6 +122,62 @@ def test_unaligned_checkpoints_complete_within_two_batches(session: Any, tmp_pat
     assert any(r["inflight_rows"] > 0 for r in done), "no checkpoint overtook a backlog"
     blocked = [end for _, end in offsets(query) if end.active is not None]
     assert blocked == [], "an unaligned checkpoint stayed open across batches"
+
+
+def test_a_due_unaligned_checkpoint_is_cut_in_the_first_batch_planned_after(
+    session: Any, tmp_path: Path
+) -> None:
+    """The planner starts the coordinator's scheduled checkpoint itself: its unaligned
+    cut is the first batch planned once it is due, not the one after (the listener hears
+    of batch k only when Spark already planned k + 1)."""
+    conf = {
+        **MODES["unaligned"],
+        "checkpointInterval": "3s",
+        "maxConcurrentCheckpoints": "2",  # the due time alone decides, not a pending one
+    }
+    for key, value in conf.items():
+        session.conf.set(PREFIX + key, value)
+    source = {**SOURCE, "rowsPerSecond": "400", "rowsPerChannel": "1000000"}
+    events = session.readStream.format("barriered").options(**source)
+    events = events.option("snapshotPath", str(tmp_path / "snap")).load()
+    out = barriered.keyed(events, "user_id").process(RunningTotals())
+    query = (
+        out.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck")).start()
+    )
+    layout = SnapshotLayout.at(str(tmp_path / "snap"))
+    try:
+        deadline = time.monotonic() + 120
+        while len(checkpoints_table.completed(layout)) < 4:
+            assert time.monotonic() < deadline, "fewer than 3 checkpoints in 120 s"
+            time.sleep(0.5)
+    finally:
+        query.stop()
+    progress = {p.batchId: p for p in query.recentProgress}
+    planned = {
+        b: SourceOffset.from_dict(json.loads(p.sources[0].endOffset)) for b, p in progress.items()
+    }
+    starts = {int(s["id"]): (b, s) for b, end in planned.items() for s in end.started}
+    checked = 0
+    rows = checkpoints_table.completed(layout)
+    for previous, row in itertools.pairwise(rows):
+        cid = row["checkpoint_id"]
+        batch, started = starts[cid]
+        assert row["barrier_batch_id"] == row["cut_batch_id"] == batch, row
+        assert row["effective_mode"] == "unaligned"
+        # Due by the coordinator's rules: the interval after the previous start, and not
+        # before the previous end (minPauseBetweenCheckpoints 0).
+        at_previous = int(starts[previous["checkpoint_id"]][1]["at_ms"])
+        due = at_previous + 3_000
+        if previous["end_timestamp_ms"] <= int(started["at_ms"]):
+            due = max(due, previous["end_timestamp_ms"])
+        assert int(started["requested_ms"]) == due, (cid, started, previous)
+        assert int(started["at_ms"]) >= due  # not before it was due
+        if batch - 1 in progress:  # the batch before began planning before it was due
+            began = datetime.fromisoformat(progress[batch - 1].timestamp.replace("Z", "+00:00"))
+            assert began.timestamp() * 1000 < due, (cid, batch)
+            checked += 1
+    assert checked >= 2
+    assert any(r["inflight_rows"] > 0 for r in checkpoints_table.completed(layout))
 
 
 def test_at_least_once_never_blocks(session: Any, tmp_path: Path) -> None:

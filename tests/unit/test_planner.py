@@ -244,6 +244,7 @@ def test_aligned_under_skew_blocks_fast_channels_until_the_slow_one_arrives() ->
             "mode": "aligned",
             "barrier": [100, 70, 70],
             "at_ms": 1000,
+            "requested_ms": 0,  # the request's time (a schedule's due time)
             "reason": "",
         },
     )
@@ -565,6 +566,7 @@ def test_a_newer_request_subsumes_the_aligning_checkpoint() -> None:
             "mode": "aligned",
             "barrier": [100, 110, 110],
             "at_ms": 3000,
+            "requested_ms": 0,  # the request's time (a schedule's due time)
             "reason": "",
         },
     )
@@ -624,6 +626,7 @@ def test_available_now_final_checkpoint_is_cut_in_the_batch_reaching_the_target(
             "mode": "aligned",
             "barrier": [100, 40],
             "at_ms": 3000,
+            "requested_ms": 3000,  # the request's time (a schedule's due time)
             "reason": FINAL_REASON,
         },
     )

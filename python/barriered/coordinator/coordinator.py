@@ -30,6 +30,14 @@ Rules:
   elapsed since the last checkpoint trigger (since construction for the first one), at
   least ``min_pause_ms`` passed since the last completion or abort, and fewer than
   ``max_concurrent`` checkpoints (savepoints included) are pending.
+- **Scheduled periodic checkpoints**: the same rules, published instead of applied.
+  :meth:`~CheckpointCoordinator.schedule` reserves the next periodic checkpoint's id and
+  says when it is due (interval, min pause), whether it is paused (max concurrent) and
+  in which mode; the source planner starts it in the first batch it plans once due
+  (the listener hears of a batch only after the next one was planned, so a trigger
+  from ``tick()`` starts a batch later) and the coordinator adopts it
+  (:meth:`~CheckpointCoordinator.adopt`) from the offset. ``tick(periodic=False)`` then
+  triggers forced checkpoints only.
 - **Manual checkpoints and savepoints** (:meth:`~CheckpointCoordinator.trigger_checkpoint`,
   :meth:`~CheckpointCoordinator.trigger_savepoint`) are forced (as in Flink): they ignore
   interval, min pause and max concurrent. They become pending at once (the id is
@@ -79,6 +87,7 @@ from barriered.coordinator.pending import PendingCheckpoint
 from barriered.coordinator.policy import ChannelSignals, ModeDecision, decide_mode
 from barriered.coordinator.settings import CoordinatorSettings
 from barriered.coordinator.stats import CheckpointStats, CheckpointStatsTracker
+from barriered.datasource.schedule import Schedule
 from barriered.errors import CheckpointError, CheckpointFailureLimitExceeded
 
 __all__ = ["CheckpointCoordinator", "Committer", "Participants"]
@@ -164,6 +173,8 @@ class CheckpointCoordinator:
         self._last_periodic_ms: int | None = None
         self._last_end_ms: int | None = None
         self._last_batch_id: int | None = None
+        #: The id reserved for the periodic checkpoint the source starts (see schedule()).
+        self._reserved: int | None = None
         self._signals: ChannelSignals | None = None
         self._failures = CheckpointFailureManager(settings.tolerable_failures)
         self._tracker = CheckpointStatsTracker(settings.stats_history_size)
@@ -249,7 +260,11 @@ class CheckpointCoordinator:
     # ------------------------------------------------------------------ triggering
 
     def tick(
-        self, *, batch_id: int | None = None, signals: ChannelSignals | None = None
+        self,
+        *,
+        batch_id: int | None = None,
+        signals: ChannelSignals | None = None,
+        periodic: bool = True,
     ) -> list[TriggerRequest]:
         """Expire overdue checkpoints, trigger a periodic one if due, return new triggers.
 
@@ -262,6 +277,9 @@ class CheckpointCoordinator:
             triggered from now on.
         signals : ChannelSignals, optional
             Fresh channel signals for the mode policy (kept until replaced).
+        periodic : bool, default True
+            Whether to trigger a due periodic checkpoint here. False when the source
+            starts periodic checkpoints itself on the published :meth:`schedule`.
 
         Returns
         -------
@@ -287,7 +305,7 @@ class CheckpointCoordinator:
                 if signals is not None:
                     self._signals = signals
                 self._expire(now, effects)
-                if self._periodic_due(now):
+                if periodic and self._periodic_due(now):
                     self._trigger(CHECKPOINT, now, effects)
                     self._last_periodic_ms = now
                 requests = [self._unsent[cid] for cid in sorted(self._unsent)]
@@ -354,9 +372,68 @@ class CheckpointCoordinator:
         finally:
             effects.run()
 
+    def schedule(self) -> Schedule | None:
+        """The next periodic checkpoint, for the source planner to start when it is due.
+
+        Reserves an id for it (kept until the source starts it or passes it by), so a
+        forced checkpoint or savepoint requested meanwhile gets another id. The due time
+        follows the interval and min pause rules; ``paused`` is set while
+        ``max_concurrent`` checkpoints are pending; the mode is the policy's decision for
+        a checkpoint triggered now. The source's start comes back through :meth:`adopt`.
+
+        Returns
+        -------
+        Schedule or None
+            None after :meth:`shutdown` or once the failure limit was exceeded (nothing
+            may start any more). Its ``epoch`` is None: the caller publishes it for its run.
+        """
+        with self._lock:
+            if self._shut_down or self._error is not None:
+                return None
+            if self._reserved is None:
+                self._reserved = self._next_id
+                self._next_id += 1
+            decision = self._decide(CHECKPOINT)
+            return Schedule(
+                checkpoint_id=self._reserved,
+                due_ms=self._due_ms(),
+                mode=decision.mode,
+                reason=decision.reason,
+                paused=self._pause_reason(),
+            )
+
+    @property
+    def reserved_id(self) -> int | None:
+        """The id reserved for the scheduled periodic checkpoint, if any."""
+        with self._lock:
+            return self._reserved
+
+    def on_source_last_id(self, last_id: int) -> None:
+        """The source has started (or passed) every id up to ``last_id``.
+
+        A reserved id at or below it that the source did not start is given up (the
+        planner would find it stale): the next :meth:`schedule` reserves a new one.
+        Call after adopting the checkpoints the same offset reports started.
+        """
+        with self._lock:
+            self._next_id = max(self._next_id, last_id + 1)
+            reserved = self._reserved
+            if reserved is None or reserved > last_id:
+                return
+            if reserved not in self._pending and self._tracker.get(reserved) is None:
+                logger.info(
+                    "checkpoint id %d reserved for the schedule was passed by the source "
+                    "(its last id is %d); the next schedule reserves another",
+                    reserved,
+                    last_id,
+                )
+            self._reserved = None
+
     def adopt(self, checkpoint_id: int, mode: Mode, reason: str, at_ms: int | None = None) -> bool:
-        """Register a checkpoint the source started on its own (the final checkpoint of a
-        Trigger.AvailableNow run), so that it is acknowledged and committed like any other.
+        """Register a checkpoint the source started on its own, so that it is acknowledged
+        and committed like any other: the periodic checkpoint of the :meth:`schedule` (its
+        reserved id; it counts as the periodic trigger, the interval runs from its start)
+        or the final checkpoint of a Trigger.AvailableNow run.
 
         Parameters
         ----------
@@ -394,8 +471,16 @@ class CheckpointCoordinator:
                     trigger_batch_id=self._last_batch_id,
                 )
                 self._pending[checkpoint_id] = pending
+                scheduled = checkpoint_id == self._reserved
+                if scheduled:
+                    self._reserved = None
+                    self._last_periodic_ms = now
                 logger.info(
-                    "checkpoint %d started by the source (%s): %s", checkpoint_id, mode, reason
+                    "checkpoint %d started by the source%s (%s): %s",
+                    checkpoint_id,
+                    " on the coordinator's schedule" if scheduled else "",
+                    mode,
+                    reason,
                 )
                 self._notify_stats(pending.to_stats(), effects)
                 return True
@@ -709,25 +794,40 @@ class CheckpointCoordinator:
             return "unknown"
         return "duplicate" if finished.status == "completed" else "discarded"
 
+    def _due_ms(self) -> int:
+        """When the next periodic checkpoint is due: ``checkpoint_interval_ms`` after the
+        last periodic (or manual) trigger, at least ``min_pause_ms`` after the last end."""
+        s = self._settings
+        since = self._started_ms if self._last_periodic_ms is None else self._last_periodic_ms
+        due = since + s.checkpoint_interval_ms
+        if self._last_end_ms is not None:
+            due = max(due, self._last_end_ms + s.min_pause_ms)
+        return due
+
+    def _pause_reason(self) -> str | None:
+        """Why no periodic checkpoint may start now, whenever due (None: it may)."""
+        if len(self._pending) >= self._settings.max_concurrent:
+            return (
+                f"{len(self._pending)} checkpoint(s) pending {sorted(self._pending)}, "
+                f"maxConcurrentCheckpoints={self._settings.max_concurrent}"
+            )
+        return None
+
     def _periodic_due(self, now: int) -> bool:
         s = self._settings
         since = self._started_ms if self._last_periodic_ms is None else self._last_periodic_ms
         if now - since < s.checkpoint_interval_ms:
             return False
-        if self._last_end_ms is not None and now - self._last_end_ms < s.min_pause_ms:
+        if now < self._due_ms():
             logger.debug(
                 "periodic checkpoint due but min pause: %d of %d ms since the last end",
-                now - self._last_end_ms,
+                now - (self._last_end_ms or 0),
                 s.min_pause_ms,
             )
             return False
-        if len(self._pending) >= s.max_concurrent:
-            logger.debug(
-                "periodic checkpoint due but %d pending (max %d): %s",
-                len(self._pending),
-                s.max_concurrent,
-                sorted(self._pending),
-            )
+        paused = self._pause_reason()
+        if paused is not None:
+            logger.debug("periodic checkpoint due but %s", paused)
             return False
         return True
 

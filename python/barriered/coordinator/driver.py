@@ -7,8 +7,10 @@ After every micro-batch the listener hands the barriered source's progress to
    barrier positions fixed, aborts, the cut with its in-flight ranges),
 2. collects the acknowledgements the executors published under ``_acks/<id>/``,
 3. lets the coordinator complete checkpoints (one Delta commit each, see
-   :mod:`barriered.statestore.delta_tables`), expire old ones and trigger new ones
-   (written to the trigger log the planner reads).
+   :mod:`barriered.statestore.delta_tables`), expire old ones, trigger forced ones
+   (written to the trigger log the planner reads) and publish the schedule of the next
+   periodic one (:mod:`barriered.datasource.schedule`), which the planner starts itself
+   when it is due; the coordinator adopts it from the offset that reports it started.
 
 Finished checkpoints are appended to the ``_checkpoints`` table. After a completion the
 coordinator tells the source, through the trigger log, the positions before which no
@@ -23,6 +25,7 @@ checks that no newer run took the path over; a fenced coordinator writes nothing
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -41,6 +44,7 @@ from barriered.coordinator.policy import ChannelSignals
 from barriered.coordinator.settings import CoordinatorSettings
 from barriered.coordinator.stats import CheckpointStats
 from barriered.datasource.offsets import SourceOffset
+from barriered.datasource.schedule import Schedule
 from barriered.datasource.triggers import TriggerLog, TriggerRequest
 from barriered.errors import CheckpointError, CheckpointFailureLimitExceeded, FencedError
 from barriered.statestore import checkpoints_table, maintenance, retention
@@ -112,6 +116,8 @@ class QueryCoordinator:
         self._barrier_batch: dict[int, int] = {}
         self._crashed: str | None = None
         self._beat_ms = 0
+        self._published: Schedule | None = None
+        self._published_ms = 0
         self._completions = 0  # since this coordinator started: maintenance every N
         self.epoch = epoch
         #: The Spark run this coordinator serves (set by :meth:`identify`).
@@ -300,12 +306,16 @@ class QueryCoordinator:
         self._completions += 1
         if self._completions % self.conf.retention_maintenance_interval == 0:
             pending = self.core.pending_ids
+            reserved = self.core.reserved_id  # the source may start it at any moment
             maintenance.run(
                 self.layout,
                 retained,
                 self.conf.retention_history_size,
                 self.conf.retention_min_age_ms,
-                finished_below=min(pending, default=self.core.next_id),
+                finished_below=min(
+                    [*pending, *([] if reserved is None else [reserved])],
+                    default=self.core.next_id,
+                ),
                 pending=pending,
             )
         starts = [self._needs_upstream_from[c] for c in keep if c in self._needs_upstream_from]
@@ -412,6 +422,7 @@ class QueryCoordinator:
             self._barrier_batch[cid] = batch_id
         for aborted in offset.aborted:
             core.abort(int(aborted["id"]), f"aborted by the source: {aborted['reason']}")
+        core.on_source_last_id(offset.last_id)
         if offset.cut is not None:
             cut = offset.cut
             core.expect(cut.id, [inflight_participant(c) for c, _, _ in cut.inflight])
@@ -430,22 +441,54 @@ class QueryCoordinator:
     def tick(
         self, batch_id: int | None = None, signals: ChannelSignals | None = None
     ) -> list[TriggerRequest]:
-        """Expire, trigger and publish new trigger requests to the source."""
+        """Expire, publish forced trigger requests and the schedule to the source."""
         if self._crashed or self._fenced:
             return []
-        requests = self.core.tick(batch_id=batch_id, signals=signals)
-        if not requests:
-            return []
-        self._fence(f"publishing trigger requests {[r.checkpoint_id for r in requests]}")
+        requests = self.core.tick(batch_id=batch_id, signals=signals, periodic=False)
         out = [
             TriggerRequest(r.checkpoint_id, r.kind, r.mode, r.mode_reason, r.timestamp_ms)
             for r in requests
         ]
-        log_ = TriggerLog.read(self.layout.triggers_file)
-        for r in out:
-            log_ = log_.with_request(r)
-        log_.write(self.layout.triggers_file)
+        if out:
+            self._fence(f"publishing trigger requests {[r.id for r in out]}")
+            log_ = TriggerLog.read(self.layout.triggers_file)
+            for r in out:
+                log_ = log_.with_request(r)
+            log_.write(self.layout.triggers_file)
+        self._publish_schedule()
         return out
+
+    def _publish_schedule(self) -> None:
+        """Write the schedule of the next periodic checkpoint when it changed (and at
+        least four times per ``coordinatorTimeout``, which heals a write of a zombie).
+
+        The schedule names this run's epoch, and a run that lost the path does not
+        write it (the planner of the newer run would ignore it, but it would replace
+        the newer run's own)."""
+        schedule = self.core.schedule()
+        if schedule is None:
+            return
+        schedule = dataclasses.replace(schedule, epoch=self.epoch)
+        now = int(time.time() * 1000)
+        fresh = now - self._published_ms < self.conf.coordinator_timeout_ms // 4
+        if schedule == self._published and fresh:
+            return
+        if self.epoch is not None and ownership.newer_epoch_exists(self.layout, self.epoch):
+            log.info(
+                "schedule of checkpoint %d not published: a newer run took %s over",
+                schedule.checkpoint_id,
+                self.layout.root,
+            )
+            return
+        schedule.write(self.layout.schedule_file)
+        self._published, self._published_ms = schedule, now
+        log.debug(
+            "checkpoint %d scheduled at %d ms (%s)%s",
+            schedule.checkpoint_id,
+            schedule.due_ms,
+            schedule.mode,
+            "" if schedule.paused is None else f", paused: {schedule.paused}",
+        )
 
     def collect_acks(self) -> None:
         """Feed newly published acknowledgements of cut checkpoints to the coordinator."""

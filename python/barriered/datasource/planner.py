@@ -6,7 +6,10 @@ log, the clock), so a restarted driver plans exactly the same batches.
 
 How a checkpoint ``n`` travels (see DESIGN.md, "The model, in micro-batch terms"):
 
-1. The coordinator's request for ``n`` is picked up: the barrier positions are fixed,
+1. ``n`` starts: a periodic checkpoint in the first batch planned once the coordinator's
+   schedule (:mod:`barriered.datasource.schedule`) says it is due and not paused, a
+   forced checkpoint or savepoint when the coordinator's request for ``n`` in the
+   trigger log is picked up. The barrier positions are fixed,
    ``B_n(c) = min(available(c), D(c) + bufferPerChannel)``.
 2. Each channel delivers up to its admission limit, but never past ``B_n(c)`` (except
    at-least-once, which never holds anything back). A channel whose delivered position
@@ -42,6 +45,7 @@ from barriered.barrier import (
     RecordingController,
 )
 from barriered.datasource.offsets import ActiveCheckpoint, Cut, SourceOffset
+from barriered.datasource.schedule import Schedule
 from barriered.datasource.triggers import TriggerRequest
 
 log = logging.getLogger(__name__)
@@ -73,6 +77,8 @@ class PlanInput:
         Read-ahead bound for barrier positions.
     aligned_timeout_ms : int
         ``alignedCheckpointTimeout`` for checkpoints in mode aligned_with_timeout.
+    schedule : Schedule or None
+        This run's schedule of the next periodic checkpoint (None: none published).
     """
 
     available: Sequence[int]
@@ -84,6 +90,7 @@ class PlanInput:
     now_ms: int
     buffer_per_channel: int
     aligned_timeout_ms: int
+    schedule: Schedule | None = None
 
 
 def _new_handler(
@@ -174,6 +181,7 @@ class _Step:
                 "mode": mode,
                 "barrier": list(barrier),
                 "at_ms": now,
+                "requested_ms": request.requested_ms,
                 "reason": request.reason,
             }
         )
@@ -309,6 +317,12 @@ def plan(start: SourceOffset, inp: PlanInput) -> SourceOffset:
     for request in sorted(inp.requests, key=lambda r: r.id):
         if request.id > step.last_id and request.id not in inp.cancelled:
             step.start(request)
+    if inp.schedule is not None and not step.started:
+        # The periodic checkpoint the coordinator scheduled, in the first batch planned
+        # once it is due (a forced one started now goes first: this one would subsume it).
+        due = inp.schedule.request(inp.now_ms, step.last_id)
+        if due is not None and due.id not in inp.cancelled:
+            step.start(due)
     step.feed(step.deliver())
     if (
         inp.target is not None

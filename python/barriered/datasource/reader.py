@@ -3,7 +3,8 @@
 Driver side (one long-lived Python worker): ``initialOffset``, ``latestOffset`` (the
 planner), ``partitions``, ``reportLatestOffset``, ``commit``. Executor side (a pickled
 copy): ``read``. Nothing the driver side keeps in memory is needed for correctness:
-the planner works from the start offset and the trigger log alone.
+the planner works from the start offset, the trigger log and the coordinator's schedule
+alone.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from barriered.datasource.columns import CHANNEL, SEQ, data_batch, marker_batch
 from barriered.datasource.offsets import Replay, SourceOffset
 from barriered.datasource.options import SourceSettings
 from barriered.datasource.planner import PlanInput, plan
+from barriered.datasource.schedule import Schedule
 from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams.base import Upstream
 from barriered.datasource.watchdog import CoordinatorWatchdog
@@ -198,6 +200,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 now_ms=int(time.time() * 1000),
                 buffer_per_channel=conf.buffer_per_channel,
                 aligned_timeout_ms=conf.aligned_checkpoint_timeout_ms,
+                schedule=Schedule.read(self.layout.schedule_file, self.epoch),
             ),
         )
         self._report = {

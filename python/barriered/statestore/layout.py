@@ -94,6 +94,12 @@ class SnapshotLayout:
         return join(self.root, "_coordinator", "triggers.json")
 
     @property
+    def schedule_file(self) -> str:
+        """The coordinator's schedule of the next periodic checkpoint, which the source
+        planner starts (:mod:`barriered.datasource.schedule`)."""
+        return join(self.root, "_coordinator", "schedule.json")
+
+    @property
     def tombstones_file(self) -> str:
         """Files removed from a table and the version from which on they are unread."""
         return join(self.root, "_coordinator", "tombstones.json")

@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from barriered.config import BarrieredConf, check_restore_compatible
+from barriered.datasource.schedule import Schedule
 from barriered.datasource.triggers import TriggerLog
 from barriered.errors import ConfigError, RestoreError
 from barriered.statestore import checkpoints_table, integrity
@@ -262,13 +263,16 @@ def _check_file(uri: str, size: int, point: RestorePoint) -> None:
 
 def highest_checkpoint_id(layout: SnapshotLayout) -> int:
     """The highest checkpoint id ever used on ``layout`` (0 if none): committed, recorded,
-    requested, or with acknowledgements left by a crashed run. New ids must be above it,
-    so that nothing a crashed run left behind is mistaken for a new checkpoint's."""
+    requested, scheduled, or with acknowledgements left by a crashed run. New ids must be
+    above it, so that nothing a crashed run left behind is mistaken for a new checkpoint's."""
     ids = set(committed_checkpoints(layout))
     ids.update(int(r["checkpoint_id"]) for r in checkpoints_table.read_rows(layout))
     triggers = TriggerLog.read(layout.triggers_file)
     ids.update(r.id for r in triggers.requests)
     ids.update(triggers.cancelled)
+    scheduled = Schedule.reserved_id(layout.schedule_file)
+    if scheduled is not None:
+        ids.add(scheduled)
     ids.update(int(n) for n in list_names(join(layout.root, "_acks"), folders=True) if n.isdigit())
     return max(ids, default=0)
 

@@ -1,0 +1,126 @@
+"""The coordinator's schedule: the next periodic checkpoint, started by the source planner.
+
+The coordinator runs in a ``StreamingQueryListener``: it hears of batch ``k`` only once
+Spark already planned batch ``k + 1``, so a checkpoint it requested through the trigger
+log after batch ``k`` would start no sooner than batch ``k + 2``. Instead it publishes,
+after every batch and whenever its state changes, *when* the next periodic checkpoint is
+due and how it is to be taken: ``_coordinator/schedule.json``, written atomically, which
+the planner reads before every batch and acts on itself, in the first batch planned
+once the checkpoint is due. The coordinator keeps every decision:
+
+* ``checkpoint_id``: the id it reserved for the checkpoint (forced checkpoints and
+  savepoints take other ids, so the two never collide);
+* ``due_ms``: the earliest start, from ``checkpointInterval`` and
+  ``minPauseBetweenCheckpoints``;
+* ``mode`` and ``reason``: the aligned/unaligned decision from its measured signals;
+* ``paused``: why nothing may start now (``maxConcurrentCheckpoints`` reached), or None;
+* ``epoch``: the run the schedule belongs to; the planner of another run ignores it.
+
+The planner starts the reserved id at most once (ids at or below its offset's
+``last_id`` are stale) and records the start in the offset (``started``), from which the
+coordinator adopts the checkpoint like one it requested itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from barriered.datasource.triggers import TriggerRequest
+from barriered.statestore.fileio import read_json, write_json
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The next periodic checkpoint, as the coordinator published it.
+
+    Attributes
+    ----------
+    checkpoint_id : int
+        The id reserved for it.
+    due_ms : int
+        Wall-clock time (ms) from which on it may start.
+    mode : str
+        The mode it is to be taken in.
+    reason : str
+        Why that mode (recorded in ``_checkpoints``).
+    paused : str or None
+        Why it may not start now, even when due (None: it may).
+    epoch : int or None
+        The run that published it (None: a snapshot path without ownership).
+    """
+
+    checkpoint_id: int
+    due_ms: int
+    mode: str
+    reason: str = ""
+    paused: str | None = None
+    epoch: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return {
+            "checkpoint_id": self.checkpoint_id,
+            "due_ms": self.due_ms,
+            "mode": self.mode,
+            "reason": self.reason,
+            "paused": self.paused,
+            "epoch": self.epoch,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Schedule:
+        """Parse the JSON form."""
+        return cls(
+            checkpoint_id=int(d["checkpoint_id"]),
+            due_ms=int(d["due_ms"]),
+            mode=str(d["mode"]),
+            reason=str(d.get("reason", "")),
+            paused=None if d.get("paused") is None else str(d["paused"]),
+            epoch=None if d.get("epoch") is None else int(d["epoch"]),
+        )
+
+    def write(self, uri: str) -> None:
+        """Write the schedule to ``uri`` atomically."""
+        write_json(uri, self.to_dict())
+
+    @classmethod
+    def read(cls, uri: str, epoch: int | None) -> Schedule | None:
+        """The schedule at ``uri`` if run ``epoch`` published it, else None (absent, or a
+        stale schedule of another run, which the planner must not act on)."""
+        raw = read_json(uri, default=None)
+        if not raw:
+            return None
+        schedule = cls.from_dict(raw)
+        if schedule.epoch != epoch:
+            log.debug(
+                "schedule %s is of epoch %s, this run is epoch %s: ignored",
+                uri,
+                schedule.epoch,
+                epoch,
+            )
+            return None
+        return schedule
+
+    @staticmethod
+    def reserved_id(uri: str) -> int | None:
+        """The id the schedule at ``uri`` reserved, whichever run published it (a crashed
+        run's planner may have started it without any other trace on the path)."""
+        raw = read_json(uri, default=None)
+        return None if not raw else int(raw["checkpoint_id"])
+
+    def request(self, now_ms: int, last_id: int) -> TriggerRequest | None:
+        """The checkpoint to start now, or None: not yet due, paused, or already started
+        (its id is at or below ``last_id``, the highest id the source started)."""
+        if self.paused is not None or now_ms < self.due_ms or self.checkpoint_id <= last_id:
+            return None
+        return TriggerRequest(
+            id=self.checkpoint_id,
+            kind="checkpoint",
+            mode=self.mode,
+            reason=self.reason,
+            requested_ms=self.due_ms,
+        )
