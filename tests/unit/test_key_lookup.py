@@ -21,11 +21,37 @@ from barriered.datasource.offsets import Cut, SourceOffset
 from barriered.statestore.acks import Ack, state_participant, write_ack, write_data_file
 from barriered.statestore.fileio import write_json
 from barriered.statestore.key_groups import key_group_for_key, shuffle_partition
-from barriered.statestore.keyed import STATE_FILE_SCHEMA
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.state_schema import file_schema
 
 GROUPS = 4
 KEY_SCHEMA = "k string, n int"
+
+
+def _struct(*fields: tuple[str, str]) -> dict[str, object]:
+    return {
+        "type": "struct",
+        "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in fields],
+    }
+
+
+def registration(
+    name: str, key_schema: str, key_fields: list[tuple[str, str]]
+) -> dict[str, object]:
+    """A typed keyed operator registration with one state field ``total long``."""
+    return {
+        "operator": name,
+        "key_columns": [n for n, _ in key_fields],
+        "key_schema": key_schema,
+        "state_schema": "total long",
+        "output_schema": "total long",
+        "max_parallelism": GROUPS,
+        "key_type": _struct(*key_fields),
+        "state_type": _struct(("total", "long")),
+    }
+
+
+OP = registration("op", KEY_SCHEMA, [("k", "string"), ("n", "integer")])
 
 
 def tree(root: str) -> dict[str, tuple[int, int]]:
@@ -52,10 +78,7 @@ def layout(tmp_path: Path) -> SnapshotLayout:
         snapshot_path=lay.root, checkpoint_interval_ms=3_600_000, max_parallelism=GROUPS
     )
     write_json(lay.config_file, {"conf": conf.to_dict(), "channels": 1})
-    write_json(
-        lay.operator_file("op"),
-        {"operator": "op", "key_schema": KEY_SCHEMA, "max_parallelism": GROUPS},
-    )
+    write_json(lay.operator_file("op"), OP)
     qc = QueryCoordinator(lay, epoch=None)
     now = int(time.time() * 1000)
     started = {"id": 1, "mode": "aligned", "at_ms": now, "barrier": [5]}
@@ -70,11 +93,12 @@ def layout(tmp_path: Path) -> SnapshotLayout:
         mine = [(k, n) for k, n in KEYS if group_of(k, n) == kg]
         table = pa.table(
             {
-                "key": [json.dumps({"k": k, "n": n}) for k, n in mine],
-                "value": [json.dumps({"total": 10 * n}) for _, n in mine],
+                "k": [k for k, _ in mine],
+                "n": [n for _, n in mine],
+                "total": [10 * n for _, n in mine],
                 "checkpoint_id": [1] * len(mine),
             },
-            schema=STATE_FILE_SCHEMA,
+            schema=file_schema(OP),
         )
         f = write_data_file(lay.state_table, {"operator": "op", "key_group": str(kg)}, "t", table)
         write_ack(lay, Ack(1, state_participant("op", kg), True, (f,), len(mine), f.size))
@@ -94,8 +118,7 @@ def test_a_key_is_found_with_its_key_group_partition_and_state(
         assert (found["key_group"], found["partition"]) == (group, shuffle_partition(group, 3))
         assert found["key"] == {"k": k, "n": str(n)} and found["checkpoint_id"] == 1
         (row,) = found["state_rows"]  # only this key, not the others of its key group
-        assert json.loads(row["key"]) == {"k": k, "n": n}
-        assert json.loads(row["value"]) == {"total": 10 * n}
+        assert row == {"k": k, "n": n, "total": 10 * n, "checkpoint_id": 1}
     # One --key per column, and the text form.
     assert cli.main(["inspect", layout.root, "--key", "c", "--key", "7"]) == 0
     text = capsys.readouterr().out
@@ -127,8 +150,7 @@ def test_an_unsupported_key_type_is_refused_naming_the_column(
     layout: SnapshotLayout, capsys: pytest.CaptureFixture[str]
 ) -> None:
     write_json(
-        layout.operator_file("op"),
-        {"operator": "op", "key_schema": "at timestamp", "max_parallelism": GROUPS},
+        layout.operator_file("op"), registration("op", "at timestamp", [("at", "timestamp")])
     )
     before = tree(layout.root)
     assert cli.main(["inspect", layout.root, "--key", "2024-01-01 00:00:00"]) == 1
@@ -142,8 +164,7 @@ def test_several_operators_need_operator(
     layout: SnapshotLayout, capsys: pytest.CaptureFixture[str]
 ) -> None:
     write_json(
-        layout.operator_file("second"),
-        {"operator": "second", "key_schema": "k string", "max_parallelism": GROUPS},
+        layout.operator_file("second"), registration("second", "k string", [("k", "string")])
     )
     assert cli.main(["inspect", layout.root, "--key", "a,1"]) == 1
     assert "keyed operators ['op', 'second']: choose one with --operator" in capsys.readouterr().err

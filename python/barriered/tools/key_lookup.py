@@ -26,6 +26,7 @@ from barriered.statestore.key_groups import (
     shuffle_partition,
     spark_hash,
 )
+from barriered.statestore.state_schema import columns_schema
 from barriered.tools.history import open_history, retained_ids, select_checkpoint
 
 log = logging.getLogger(__name__)
@@ -71,15 +72,6 @@ def _split(texts: Sequence[str], columns: int) -> list[str]:
     if len(texts) == 1 and columns > 1:
         return texts[0].split(",")
     return list(texts)
-
-
-def _matches(row: dict[str, Any], key: dict[str, object]) -> bool:
-    """Whether a state row holds ``key`` (typed key columns, or the JSON ``key`` column)."""
-    if all(c in row for c in key):
-        return all(row[c] == v for c, v in key.items())
-    stored = json.loads(row["key"]) if isinstance(row.get("key"), str) else None
-    wanted = json.loads(json.dumps(key, default=str))
-    return isinstance(stored, dict) and stored == wanted
 
 
 def locate_key(
@@ -136,9 +128,10 @@ def locate_key(
         table = open_table(layout.state_table, version, layout.storage_options)
         if table is not None:
             where = (pc.field("operator") == spec["operator"]) & (pc.field("key_group") == group)
-            key = {name: value for (name, _), value in zip(types, values, strict=True)}
-            data = read_table(table, None, where).to_pylist()
-            state = [r for r in data if _matches(r, key)]
+            for (name, _), value in zip(types, values, strict=True):
+                where = where & (pc.field(name) == value)
+            columns = [*columns_schema(spec).names, "checkpoint_id"]
+            state = read_table(table, columns, where).to_pylist()
     log.debug("key %s of %s: key group %d", values, spec["operator"], group)
     return KeyLocation(
         operator=str(spec["operator"]),
