@@ -209,7 +209,17 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 "active": None if end.active is None else end.active.id,
             }
         }
-        return start if end is begin else end.to_dict()
+        if end is begin:
+            return start
+        offset = end.to_dict()
+        if end.cut is not None:
+            # For the JVM state store provider, which reads the cut from Spark's offset log.
+            offset["cut"].update(
+                snapshot_path=self.layout.root,
+                epoch=self.epoch,
+                max_parallelism=conf.max_parallelism,
+            )
+        return offset
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._report
