@@ -19,16 +19,25 @@ holds exactly each store's state at the cut.
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from barriered.statestore.acks import Ack
-from barriered.statestore.delta_tables import commit_files, current_files, open_table
-from barriered.statestore.fileio import filesystem, join, list_names, read_json
+from barriered.statestore.acks import Ack, DataFile
+from barriered.statestore.delta_tables import as_json, commit_files, current_files, open_table
+from barriered.statestore.fileio import (
+    copy_file,
+    filesystem,
+    join,
+    list_names,
+    read_json,
+    write_json,
+)
 from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)
@@ -82,8 +91,90 @@ def _replacements(
     for a in acks:
         if not a.extra.get("full"):
             sp = str(a.extra["store_partition"])
-            out.extend({"key_group": str(g), "store_partition": sp} for g in a.extra["changed_groups"])
+            out.extend(
+                {"key_group": str(g), "store_partition": sp} for g in a.extra["changed_groups"]
+            )
     return out
+
+
+def stores_of(metadata: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The stores a checkpoint holds, from its ``state`` commit metadata."""
+    raw = metadata.get(VERSIONS_KEY)
+    return dict(json.loads(raw)) if raw else {}
+
+
+def files_at(layout: SnapshotLayout, name: str, version: int | None) -> list[str]:
+    """The data files (absolute) of store ``name``'s table at ``version``."""
+    if version is None:
+        return []
+    table = open_table(layout.operator_table(name), version, layout.storage_options)
+    return [] if table is None else list(table.file_uris())
+
+
+def write_restore_manifest(
+    origin: SnapshotLayout,
+    checkpoint_id: int,
+    metadata: Mapping[str, Any],
+    target: SnapshotLayout,
+    epoch: int | None,
+) -> str | None:
+    """Write what the provider loads on restore; return its path (None: no stores).
+
+    The manifest names, per store of the checkpoint, its schemas and the files of its
+    table at the checkpoint's version; every partition of the restored query reads them
+    and keeps the rows it owns (``pmod(hash, numPartitions)``).
+    """
+    stores = stores_of(metadata)
+    if not stores:
+        return None
+    manifest = {
+        "checkpoint": f"checkpoint {checkpoint_id} of {origin.root}",
+        "stores": {
+            name: {
+                "key_schema": store["key_schema"],
+                "value_schema": store["value_schema"],
+                "files": files_at(origin, name, store.get("version")),
+            }
+            for name, store in stores.items()
+        },
+    }
+    path = target.restore_manifest_file(checkpoint_id, epoch)
+    write_json(path, manifest)
+    return path
+
+
+def copy_stores(
+    origin: SnapshotLayout, metadata: Mapping[str, Any], target: SnapshotLayout, cid: int
+) -> str | None:
+    """Copy the stores of checkpoint ``cid`` (its ``state`` commit ``metadata``) from
+    ``origin`` to ``target`` (a savepoint); return the new :data:`VERSIONS_KEY` value."""
+    stores = stores_of(metadata)
+    if not stores:
+        return None
+    for name, store in stores.items():
+        if store.get("version") is None:
+            continue
+        table = open_table(origin.operator_table(name), store["version"], origin.storage_options)
+        assert table is not None
+        now = int(time.time() * 1000)
+        files = []
+        for f in current_files(table):
+            copy_file(
+                join(origin.operator_table(name), f["path"]),
+                join(target.operator_table(name), f["path"]),
+            )
+            files.append(
+                DataFile(f["path"], int(f["size"]), int(f["rows"] or 0), f["partition_values"], now)
+            )
+        store["version"] = commit_files(
+            target.operator_table(name),
+            pa.schema(table.schema().to_arrow()),
+            PARTITIONS,
+            cid,
+            files,
+            storage_options=target.storage_options,
+        ).version
+    return as_json(stores)
 
 
 def commit(
@@ -91,7 +182,7 @@ def commit(
     checkpoint_id: int,
     acks: Iterable[Ack],
     metadata: Mapping[str, Any] | None = None,
-) -> dict[str, int]:
+) -> dict[str, dict[str, Any]]:
     """Commit the store partitions' acknowledged files, one Delta commit per store.
 
     Parameters
@@ -108,17 +199,25 @@ def commit(
     Returns
     -------
     dict
-        ``{"<op>-<store>": version}`` of every store table that exists after the commit.
+        Per store ``<op>-<store>`` acknowledged: ``version`` of its table after the
+        commit (None while it never held a row), ``key_schema`` and ``value_schema``
+        (Spark JSON): the value of :data:`VERSIONS_KEY`.
     """
     by_store: dict[str, list[Ack]] = {}
     for ack in acks:
         if ack.participant.startswith(PARTICIPANT_PREFIX):
             by_store.setdefault(str(ack.extra["operator"]), []).append(ack)
-    versions: dict[str, int] = {}
+    versions: dict[str, dict[str, Any]] = {}
     for name, store_acks in sorted(by_store.items()):
         uri = layout.operator_table(name)
         files = [f for a in store_acks for f in a.files]
         table = open_table(uri, storage_options=layout.storage_options)
+        extra = store_acks[0].extra
+        versions[name] = {
+            "version": None,
+            "key_schema": extra["key_schema"],
+            "value_schema": extra["value_schema"],
+        }
         if table is None and not files:
             continue  # empty so far: no table, a restore starts it empty
         if table is not None:
@@ -135,7 +234,7 @@ def commit(
             metadata=metadata,
             storage_options=layout.storage_options,
         )
-        versions[name] = done.version
+        versions[name]["version"] = done.version
         log.info(
             "checkpoint %d: store %s committed at version %d (%d file(s), %d removed)",
             checkpoint_id,

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from barriered.errors import SnapshotStoreError
-from barriered.statestore import checkpoints_table
+from barriered.statestore import checkpoints_table, operators
 from barriered.statestore.acks import DataFile
 from barriered.statestore.delta_tables import (
     INFLIGHT_PARTITIONS,
@@ -126,6 +126,9 @@ def export(origin: SnapshotLayout, checkpoint_id: int | None, target: str) -> Sa
             storage_options=out.storage_options,
         ).version  # fmt: skip
     metadata["barriered.inflight_version"] = inflight_version
+    stores = operators.copy_stores(origin, point.metadata, out, cid)
+    if stores is not None:
+        metadata[operators.VERSIONS_KEY] = stores
     state = _copy(point.state_files(), origin.state_table, out.state_table)
     state_version = commit_files(
         out.state_table, STATE_SCHEMA, STATE_PARTITIONS, cid, state, metadata=metadata,

@@ -2,6 +2,8 @@ package io.barriered.shim;
 
 import java.util.concurrent.locks.ReentrantReadWriteLock;
 
+import com.fasterxml.jackson.databind.JsonNode;
+
 import org.apache.hadoop.conf.Configuration;
 import org.apache.spark.sql.execution.streaming.state.KeyStateEncoderSpec;
 import org.apache.spark.sql.execution.streaming.state.ReadStateStore;
@@ -34,6 +36,8 @@ public final class BarrieredStateStoreProvider implements StateStoreProvider {
   private boolean unloaded = false;
   private ReentrantReadWriteLock maintenanceLock;
   private CutExporter exporter;
+  /** A restored version-0 store handed out as a read store, awaiting its upgrade. */
+  private StateStore loaded;
 
   public BarrieredStateStoreProvider() {
     StateStoreProvider.$init$(this);
@@ -85,20 +89,50 @@ public final class BarrieredStateStoreProvider implements StateStoreProvider {
   public StateStore getStore(
       long version, Option<String> uniqueId, boolean forceSnapshotOnCommit, boolean loadEmpty) {
     StateStore store = delegate.getStore(version, uniqueId, forceSnapshotOnCommit, loadEmpty);
+    if (version == 0) {
+      restoreInto(store);
+    }
     return new CapturingStateStore(store, exporter);
   }
 
+  /**
+   * Version 0 of a restored query's store starts from the restored checkpoint: a write
+   * store is opened, loaded with the rows this partition owns, and handed out as the read
+   * store; {@link #upgradeReadStoreToWriteStore} then hands the same store back.
+   */
   @Override
   public ReadStateStore getReadStore(long version, Option<String> uniqueId) {
+    if (version == 0) {
+      CutLog.Batch batch = exporter.thisBatch();
+      JsonNode entry = StateLoader.entry(exporter, batch);
+      if (entry != null) {
+        StateStore store = delegate.getStore(0, uniqueId, false, false);
+        StateLoader.load(store, exporter, entry, batch.partitions);
+        loaded = store;
+        return store;
+      }
+    }
     return delegate.getReadStore(version, uniqueId);
   }
 
   @Override
   public StateStore upgradeReadStoreToWriteStore(
       ReadStateStore readStore, long version, Option<String> uniqueId, boolean forceSnapshot) {
+    if (readStore != null && readStore == loaded) {
+      loaded = null;
+      return new CapturingStateStore((StateStore) readStore, exporter);
+    }
     StateStore store =
         delegate.upgradeReadStoreToWriteStore(readStore, version, uniqueId, forceSnapshot);
     return new CapturingStateStore(store, exporter);
+  }
+
+  private void restoreInto(StateStore store) {
+    CutLog.Batch batch = exporter.thisBatch();
+    JsonNode entry = StateLoader.entry(exporter, batch);
+    if (entry != null) {
+      StateLoader.load(store, exporter, entry, batch.partitions);
+    }
   }
 
   @Override

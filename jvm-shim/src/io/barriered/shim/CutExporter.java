@@ -182,8 +182,8 @@ final class CutExporter {
     return z ^ (z >>> 31);
   }
 
-  /** The cut this store's commit belongs to, or null when the batch is no cut. */
-  private CutLog.Cut cutOfThisBatch() {
+  /** What the offset of the task's micro-batch says, or null outside a streaming task. */
+  CutLog.Batch thisBatch() {
     TaskContext context = TaskContext.get();
     if (context == null) {
       return null;
@@ -193,6 +193,32 @@ final class CutExporter {
       return null;
     }
     return CutLog.read(conf, checkpointRoot, Long.parseLong(batch));
+  }
+
+  /** The cut this store's commit belongs to, or null when the batch is no cut. */
+  private CutLog.Cut cutOfThisBatch() {
+    CutLog.Batch batch = thisBatch();
+    return batch == null ? null : batch.cut;
+  }
+
+  StructType fileSchema() {
+    return fileSchema;
+  }
+
+  Configuration conf() {
+    return conf;
+  }
+
+  StateStoreId storeId() {
+    return storeId;
+  }
+
+  StructType keySchema() {
+    return keySchema;
+  }
+
+  StructType valueSchema() {
+    return valueSchema;
   }
 
   String operatorName() {

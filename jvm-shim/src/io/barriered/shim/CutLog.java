@@ -18,19 +18,33 @@ import org.apache.hadoop.fs.Path;
  * <p>Spark writes {@code <checkpointLocation>/offsets/<batch>} before it runs the batch.
  * The barriered source's end offset of a cut batch holds {@code "cut": {"id": n, ...}} with
  * the snapshot path, the run's epoch and maxParallelism (added by the source for this
- * provider). The metadata line holds the query's {@code spark.sql.shuffle.partitions}.
+ * provider). The metadata line holds the query's {@code spark.sql.shuffle.partitions}. Every
+ * offset of a restored query names the manifest of the store files to load
+ * ({@code "restore": {"operators_manifest": ...}}).
  */
 final class CutLog {
   static final ObjectMapper JSON = new ObjectMapper();
-  private static final Map<String, Cut> CACHE =
+  private static final Map<String, Batch> CACHE =
       java.util.Collections.synchronizedMap(
-          new LinkedHashMap<String, Cut>(16, 0.75f, true) {
+          new LinkedHashMap<String, Batch>(16, 0.75f, true) {
             @Override
-            protected boolean removeEldestEntry(Map.Entry<String, Cut> eldest) {
+            protected boolean removeEldestEntry(Map.Entry<String, Batch> eldest) {
               return size() > 64;
             }
           });
-  private static final Cut NONE = new Cut(-1, null, -1, -1, -1, null, null, -1);
+
+  /** What one batch's offset says: its cut (or null) and, after a restore, the manifest. */
+  static final class Batch {
+    final Cut cut;
+    final String restoreManifest;
+    final int partitions;
+
+    Batch(Cut cut, String restoreManifest, int partitions) {
+      this.cut = cut;
+      this.restoreManifest = restoreManifest;
+      this.partitions = partitions;
+    }
+  }
 
   /** A checkpoint cut at one batch. */
   static final class Cut {
@@ -65,18 +79,19 @@ final class CutLog {
 
   private CutLog() {}
 
-  /** The cut of batch {@code batchId} of the query at {@code checkpointRoot}, or null. */
-  static Cut read(Configuration conf, Path checkpointRoot, long batchId) {
+  /** What the offset of batch {@code batchId} of the query at {@code checkpointRoot} says. */
+  static Batch read(Configuration conf, Path checkpointRoot, long batchId) {
     String key = checkpointRoot + "#" + batchId;
-    Cut cached = CACHE.get(key);
+    Batch cached = CACHE.get(key);
     if (cached == null) {
-      cached = parse(conf, new Path(new Path(checkpointRoot, "offsets"), Long.toString(batchId)), batchId);
+      Path file = new Path(new Path(checkpointRoot, "offsets"), Long.toString(batchId));
+      cached = parse(conf, file, batchId);
       CACHE.put(key, cached);
     }
-    return cached == NONE ? null : cached;
+    return cached;
   }
 
-  private static Cut parse(Configuration conf, Path file, long batchId) {
+  private static Batch parse(Configuration conf, Path file, long batchId) {
     String text;
     try {
       FileSystem fs = file.getFileSystem(conf);
@@ -89,7 +104,8 @@ final class CutLog {
     }
     String[] lines = text.split("\n");
     int partitions = -1;
-    Cut found = NONE;
+    Cut found = null;
+    String manifest = null;
     for (int i = 1; i < lines.length; i++) {
       String line = lines[i].trim();
       if (!line.startsWith("{")) {
@@ -106,6 +122,10 @@ final class CutLog {
         partitions = Integer.parseInt(confNode.asText());
         continue;
       }
+      JsonNode restored = node.path("restore").path("operators_manifest");
+      if (node.has("positions") && restored.isTextual()) {
+        manifest = restored.asText();
+      }
       JsonNode cut = node.path("cut");
       if (node.has("positions") && cut.isObject() && cut.has("snapshot_path")) {
         JsonNode base = cut.path("base");
@@ -121,17 +141,18 @@ final class CutLog {
                 batchId);
       }
     }
-    if (found == NONE) {
-      return NONE;
-    }
-    return new Cut(
-        found.id,
-        found.snapshotPath,
-        found.epoch,
-        found.maxParallelism,
-        partitions,
-        found.base,
-        found.mode,
-        batchId);
+    Cut cut =
+        found == null
+            ? null
+            : new Cut(
+                found.id,
+                found.snapshotPath,
+                found.epoch,
+                found.maxParallelism,
+                partitions,
+                found.base,
+                found.mode,
+                batchId);
+    return new Batch(cut, manifest, partitions);
   }
 }
