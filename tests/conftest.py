@@ -37,8 +37,9 @@ _CONF = {
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """One SparkContext per process: every local-session test first, then the provider
     tests (their session loads the JVM state store provider, see
-    ``tests/provider/conftest.py``), then the standalone-cluster tests (their session replaces the local one, see
-    ``tests/cluster/conftest.py``), then the Spark Connect tests (one server, started last)."""
+    ``tests/provider/conftest.py``), then the standalone-cluster tests (their session
+    replaces the local one, see ``tests/cluster/conftest.py``), then the Spark Connect
+    tests (one server, started last)."""
 
     def phase(item: pytest.Item) -> int:
         if item.get_closest_marker("connect") is not None:

@@ -12,9 +12,9 @@ import sys
 import time
 
 from pyspark.sql import SparkSession
+from queries import CONF, MODES, PREFIX, QUERIES, SOURCE
 
 import barriered
-from queries import CONF, MODES, PREFIX, QUERIES, SOURCE
 
 
 def main() -> int:
