@@ -27,6 +27,8 @@ from queries import CONF, MODES, PREFIX, QUERIES, SOURCE, expected_rows, state_r
 import barriered
 from barriered.statestore import checkpoints_table, operators
 from barriered.statestore.layout import SnapshotLayout
+from barriered.tools.contents import inspect_checkpoint
+from runs import wait_final_checkpoint
 
 pytestmark = [pytest.mark.spark, pytest.mark.provider]
 HERE = Path(__file__).resolve().parent
@@ -111,6 +113,23 @@ def test_restored_at_other_parallelism_after_sigkill(
     row = _recovered_exactly(provider_spark, tmp_path, name, mode, before, after)
     if name == "aggregation":
         _table_equals_state_reader(provider_spark, tmp_path, row)
+        _last_checkpoint_holds_the_final_state(provider_spark, tmp_path)
+
+
+def _last_checkpoint_holds_the_final_state(spark: Any, tmp: Path) -> None:
+    """The restored run's final checkpoint (its first one rewrote every partition: the
+    killed run's files are replaced) holds the whole result: ``state_table`` and
+    ``barriered inspect`` show it."""
+    snap = str(tmp / "snap")
+    layout = SnapshotLayout.configured(snap)
+    wait_final_checkpoint(layout, tuple(upstream().available()))
+    table = barriered.state_table(spark, snap, operator="0-default").collect()
+    assert {(r.key.user_id,): tuple(r.value) for r in table} == dict(
+        expected_rows(spark, "aggregation")
+    )
+    assert {r.store_partition for r in table} <= set(range(5))
+    groups = [g for g in inspect_checkpoint(snap).key_groups if g.operator == "0-default (Spark)"]
+    assert sum(g.rows for g in groups) == len(table) == 25
 
 
 def _table_equals_state_reader(spark: Any, tmp: Path, row: dict[str, Any]) -> None:
