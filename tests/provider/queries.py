@@ -111,4 +111,12 @@ def expected_rows(spark: Any, name: str) -> set[tuple[Any, Any]]:
     if name == "window":
         out = window(data).collect()
         return {(((r.window.start, r.window.end), r.user_id), (r["count"],)) for r in out}
+    if name == "dedup":
+        return {((r.user_id, r.amount), None) for r in dedup(data).collect()}
     raise ValueError(name)
+
+
+def by_key(rows: set[tuple[Any, Any]], name: str) -> set[Any]:
+    """What a query's state is compared on: keys only for dropDuplicates (its value is a
+    placeholder), keys and values otherwise."""
+    return {k for k, _ in rows} if name == "dedup" else rows
