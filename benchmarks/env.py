@@ -68,8 +68,43 @@ def session() -> Any:
     import barriered
     from barriered.demo import local_session
 
+    _start_with_provider_jar()
     spark = local_session()
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     barriered.install(spark)
     return spark
+
+
+def _start_with_provider_jar() -> None:
+    """Start the demo's session with the JVM provider's jar on the classpath (when it was
+    built): the ``provider`` workload chooses the provider per query; every other query
+    keeps RocksDB, the session's default."""
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    from barriered.errors import ConfigError
+    from barriered.provider import check_version, jar_path
+
+    if SparkSession.getActiveSession() is not None:
+        return
+    try:
+        check_version()
+        jar = jar_path()
+    except ConfigError:
+        return
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    (
+        SparkSession.builder.master("local[2]")
+        .appName("barriered-benchmarks")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.jars", jar)
+        .config(
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        )
+        .getOrCreate()
+    )

@@ -35,14 +35,18 @@ _CONF = {
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """One SparkContext per process: every local-session test first, then the
-    standalone-cluster tests (their session replaces the local one, see
-    ``tests/cluster/conftest.py``), then the Spark Connect tests (one server, started last)."""
+    """One SparkContext per process: every local-session test first, then the provider
+    tests (their session loads the JVM state store provider, see
+    ``tests/provider/conftest.py``), then the standalone-cluster tests (their session
+    replaces the local one, see ``tests/cluster/conftest.py``), then the Spark Connect
+    tests (one server, started last)."""
 
     def phase(item: pytest.Item) -> int:
         if item.get_closest_marker("connect") is not None:
+            return 3
+        if item.get_closest_marker("cluster") is not None:
             return 2
-        return 1 if item.get_closest_marker("cluster") is not None else 0
+        return 1 if item.get_closest_marker("provider") is not None else 0
 
     items.sort(key=phase)
 

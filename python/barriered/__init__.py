@@ -3,7 +3,7 @@
 Importing :mod:`barriered` does not import PySpark: the barrier handler, the
 coordinator core, key groups and the configuration are pure Python. The Spark-facing
 API (``install``, ``read_stream``, ``keyed``, ``records``, ``await_termination``, ``checkpoints``,
-``state_table``, ``plot_checkpoints``, ``savepoint``) is loaded on first use.
+``state_table``, ``plot_checkpoints``, ``savepoint``, ``with_state_store``) is loaded on first use.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ _LAZY = {
     "checkpoints": "barriered.views",
     "state_table": "barriered.views",
     "plot_checkpoints": "barriered.views",
+    "with_state_store": "barriered.provider",
 }
 
 __all__ = ["BarrieredError", "__version__", *_LAZY]

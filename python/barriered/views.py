@@ -8,17 +8,21 @@ matplotlib figure.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from barriered.api import snapshot_path
-from barriered.errors import SnapshotStoreError
-from barriered.statestore import checkpoints_table
+from barriered.errors import CheckpointError, SnapshotStoreError
+from barriered.statestore import checkpoints_table, operators
 from barriered.statestore.fileio import read_json
+from barriered.statestore.integrity import committed_checkpoints
+from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.state_schema import check_typed, columns_schema
 from barriered.tools.history import (
     display_columns,
@@ -97,6 +101,39 @@ def plot_checkpoints(path_or_query: Any, title: str | None = None) -> Figure:
     return checkpoint_figure(rows, title or f"Checkpoints of {layout.root}")
 
 
+def _store_table(
+    spark: SparkSession, layout: SnapshotLayout, checkpoint_id: int, operator: str
+) -> DataFrame:
+    """One Spark operator's store table at ``checkpoint_id``."""
+    committed = committed_checkpoints(layout).get(checkpoint_id)
+    stores = operators.stores_of(committed[1] if committed else {})
+    if operator not in stores:
+        raise CheckpointError(
+            f"{operator!r} is neither a keyed operator registered on {layout.root!r} nor "
+            f"a Spark operator store of its checkpoint {checkpoint_id}, which holds the "
+            f"stores {sorted(stores) or 'none'}"
+        )
+    version = stores[operator].get("version")
+    uri = layout.operator_table(operator)
+    df = None if version is None else _read_with_spark_delta(spark, uri, int(version))
+    if df is None and version is not None:
+        table = DeltaTable(uri, version=int(version), storage_options=dict(layout.storage_options))
+        df = spark.createDataFrame(table.to_pyarrow_table())
+    if df is None:  # the store never held a row: its schema, no rows
+        key = StructType.fromJson(json.loads(stores[operator]["key_schema"]))
+        value = StructType.fromJson(json.loads(stores[operator]["value_schema"]))
+        schema = (
+            StructType()
+            .add("hash", "int")
+            .add("key", key)
+            .add("value", value)
+            .add("key_group", "int")
+            .add("store_partition", "int")
+        )
+        df = spark.createDataFrame([], schema)
+    return df.select("hash", "key", "value", "key_group", "store_partition")
+
+
 def state_table(
     spark: SparkSession,
     path_or_query: Any,
@@ -122,30 +159,30 @@ def state_table(
     checkpoint : int, optional
         A completed checkpoint id (default: the latest completed one).
     operator : str, optional
-        One keyed operator (``process(..., name=)``; default: all of them).
+        One keyed operator (``process(..., name=)``; default: all of them), or a Spark
+        operator's store captured by the JVM provider (``"<operator id>-<store name>"``,
+        e.g. ``"0-default"``; ``barriered inspect`` lists them): its table at the
+        checkpoint, with columns ``hash, key, value, key_group, store_partition``
+        (``key`` and ``value``: structs of the operator's own types).
 
     Raises
     ------
     barriered.errors.CheckpointError
-        When that checkpoint does not exist or was aborted.
+        When that checkpoint does not exist or was aborted, or holds no such operator
+        (neither a keyed operator nor a captured store).
     barriered.errors.StateLayoutError
         When the state table is in the JSON layout of earlier versions.
-    barriered.errors.SnapshotStoreError
-        When ``operator`` is not registered on the snapshot path.
     """
     layout, rows = open_history(snapshot_path(path_or_query))
     row = select_checkpoint(rows, checkpoint, retained_ids(layout, rows))
-    version = int(row["state_table_version"])
-    check_typed(layout, version)
     columns: list[str] | None = None
     if operator is not None:
         registered = read_json(layout.operator_file(operator), default=None)
         if registered is None:
-            raise SnapshotStoreError(
-                f"no keyed operator {operator!r} is registered on {layout.root!r} "
-                f"(see {layout.operators_dir})"
-            )
+            return _store_table(spark, layout, int(row["checkpoint_id"]), operator)
         columns = ["key_group", *columns_schema(registered).names, "checkpoint_id"]
+    version = int(row["state_table_version"])
+    check_typed(layout, version)
     df = _read_with_spark_delta(spark, layout.state_table, version)
     if df is None:
         try:

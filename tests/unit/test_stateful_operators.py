@@ -31,3 +31,15 @@ def test_every_foreign_operator_is_listed_and_unknown_names_kept() -> None:
     assert message is not None
     assert "a stream-stream join (symmetricHashJoin)" in message
     assert "(stateStoreSave)" in message and "someFutureOp (someFutureOp)" in message
+
+
+def test_operators_captured_by_the_provider_pass_the_others_do_not() -> None:
+    assert (
+        refusal(["stateStoreSave", "symmetricHashJoin"], 0, ["stateStoreSave", "symmetricHashJoin"])
+        is None
+    )
+    message = refusal(["stateStoreSave", "dedupe"], 0, ["stateStoreSave"])
+    assert message is not None
+    assert "dropDuplicates() (dedupe)" in message and "stateStoreSave" not in message
+    assert "barriered.with_state_store(SparkSession.builder)" in message
+    assert "Databricks serverless or standard access mode" in message

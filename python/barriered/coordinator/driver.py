@@ -47,7 +47,7 @@ from barriered.datasource.offsets import SourceOffset
 from barriered.datasource.schedule import Schedule
 from barriered.datasource.triggers import TriggerLog, TriggerRequest
 from barriered.errors import CheckpointError, CheckpointFailureLimitExceeded, FencedError
-from barriered.statestore import checkpoints_table, maintenance, retention
+from barriered.statestore import checkpoints_table, maintenance, operators, retention
 from barriered.statestore.acks import Ack, inflight_participant, read_acks, state_participant
 from barriered.statestore.delta_tables import (
     INFLIGHT_PARTITIONS,
@@ -228,6 +228,9 @@ class QueryCoordinator:
                 storage_options=self.layout.storage_options,
             ).version
         self._inflight_versions[done.checkpoint_id] = inflight_version
+        store_versions = operators.commit(
+            self.layout, done.checkpoint_id, acks, metadata={"barriered.epoch": self.epoch}
+        )
         state_acks = [a for a in acks if a.participant.startswith("state/")]
         ranges = {
             str(a.extra["channel"]): [a.extra["start"], a.extra["end"]]
@@ -248,6 +251,7 @@ class QueryCoordinator:
                 "barriered.inflight": as_json(ranges),
                 "barriered.inflight_version": inflight_version,
                 "barriered.epoch": self.epoch,
+                operators.VERSIONS_KEY: as_json(store_versions),
             },
             storage_options=self.layout.storage_options,
             description=TYPED_DESCRIPTION,
@@ -425,7 +429,11 @@ class QueryCoordinator:
         core.on_source_last_id(offset.last_id)
         if offset.cut is not None:
             cut = offset.cut
-            core.expect(cut.id, [inflight_participant(c) for c, _, _ in cut.inflight])
+            core.expect(
+                cut.id,
+                [inflight_participant(c) for c, _, _ in cut.inflight]
+                + operators.participants(self.layout, self.epoch),
+            )
             self._collecting.add(cut.id)
             core.on_cut(cut.id, cut.at_ms, batch_id, effective_mode=cut.mode)
         self.collect_acks()
@@ -499,9 +507,10 @@ class QueryCoordinator:
                 self._collecting.discard(cid)
                 continue
             for participant, ack in read_acks(self.layout, cid, self.epoch).items():
+                state = participant.startswith(("state/", operators.PARTICIPANT_PREFIX))
                 stats = AckStats(
-                    state_bytes=ack.bytes if participant.startswith("state/") else 0,
-                    state_rows=ack.rows if participant.startswith("state/") else 0,
+                    state_bytes=ack.bytes if state else 0,
+                    state_rows=ack.rows if state else 0,
                     inflight_rows=ack.rows if participant.startswith("inflight/") else 0,
                     inflight_bytes=ack.bytes if participant.startswith("inflight/") else 0,
                     files=tuple(f.path for f in ack.files),

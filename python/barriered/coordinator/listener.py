@@ -12,6 +12,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 from barriered.coordinator.driver import QueryCoordinator
 from barriered.coordinator.stateful_operators import refusal
 from barriered.datasource.offsets import SourceOffset
+from barriered.provider import CAPTURED_METRIC
 from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)
@@ -89,8 +90,14 @@ class BarrieredListener(StreamingQueryListener):
                     )
                     self.coordinators[str(progress.id)] = qc
                     qc.identify(str(progress.id), str(progress.runId))
-                    names = [op.operatorName for op in progress.stateOperators or ()]
-                    refused = refusal(names, len(qc.operators()))
+                    ops = progress.stateOperators or ()
+                    names = [op.operatorName for op in ops]
+                    captured = [
+                        op.operatorName
+                        for op in ops
+                        if CAPTURED_METRIC in (getattr(op, "customMetrics", None) or {})
+                    ]
+                    refused = refusal(names, len(qc.operators()), captured)
                     if refused is not None:
                         qc.fail(refused)  # before any checkpoint of this query completes
                 duration = int(progress.batchDuration or 0)

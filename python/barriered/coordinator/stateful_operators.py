@@ -2,7 +2,10 @@
 
 Spark's own stateful operators (aggregations, deduplication, stream-stream joins,
 ``applyInPandasWithState``, session windows, streaming ``limit``, another
-``transformWithState``) keep their state in Spark's state store only. A barriered
+``transformWithState``) keep their state in Spark's state store only, unless the session
+runs the JVM provider of :mod:`barriered.provider` (``barriered.with_state_store``):
+then every store of an operator reports the metric ``barrieredCapturedStores`` in the
+query progress, and the provider captures it at every cut. A barriered
 checkpoint would complete without it and a restore would silently restart them from
 empty, so the coordinator refuses such a query on its first micro-batch, before any
 checkpoint can complete (the query progress names every state operator of the plan:
@@ -44,7 +47,9 @@ OPERATORS: dict[str, str] = {
 MESSAGE_PREFIX = "state outside the snapshot: "
 
 
-def refusal(operator_names: Sequence[str], keyed_operators: int) -> str | None:
+def refusal(
+    operator_names: Sequence[str], keyed_operators: int, captured: Sequence[str] = ()
+) -> str | None:
     """Why a query with these state operators cannot be barriered, or None if it can.
 
     Parameters
@@ -53,6 +58,10 @@ def refusal(operator_names: Sequence[str], keyed_operators: int) -> str | None:
         ``stateOperators[].operatorName`` of one query progress.
     keyed_operators : int
         How many barriered keyed operators the snapshot path has registered.
+    captured : sequence of str
+        ``operatorName`` of each state operator whose progress shows the JVM provider's
+        metric ``barrieredCapturedStores``: its state is in every snapshot (see
+        :mod:`barriered.provider`).
 
     Returns
     -------
@@ -62,6 +71,7 @@ def refusal(operator_names: Sequence[str], keyed_operators: int) -> str | None:
     """
     counts = Counter(operator_names)
     counts[KEYED_OPERATOR] -= min(counts[KEYED_OPERATOR], keyed_operators)
+    counts.subtract(Counter(captured))
     foreign = [
         f"{OPERATORS.get(name, name)} ({name}{f' x{n}' if n > 1 else ''})"
         for name, n in sorted(counts.items())
@@ -74,6 +84,8 @@ def refusal(operator_names: Sequence[str], keyed_operators: int) -> str | None:
         "Spark's state store: barriered checkpoints would not hold it and a restore would "
         "silently restart it from empty. Keep state with barriered.keyed(df, *keys)"
         ".process(processor) instead (its state is in every snapshot), or run this "
-        "query without the barriered source. (A JVM state store provider that captures "
-        "Spark's own operators is a future option.)"
+        "query without the barriered source. Where custom jars are allowed (not on "
+        "Databricks serverless or standard access mode), start the session with "
+        "barriered.with_state_store(SparkSession.builder): its state store provider puts "
+        "Spark's own operators in every snapshot"
     )

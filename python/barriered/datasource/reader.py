@@ -41,6 +41,7 @@ from barriered.errors import (
     RestoreError,
     UnsupportedOperatorError,
 )
+from barriered.statestore import operators
 from barriered.statestore.fileio import filesystem, join
 from barriered.statestore.inflight import capture
 from barriered.statestore.layout import SnapshotLayout
@@ -153,9 +154,20 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             positions=start,
             last_id=max(point.checkpoint_id, highest_checkpoint_id(self.layout)),
             last_cut=None if point.inflight else start,
-            restore={"from": point.origin.root, "checkpoint_id": point.checkpoint_id},
+            restore=self._restore_entry(point),
             replay=_replay(point),
         ).to_dict()
+
+    def _restore_entry(self, point: RestorePoint) -> dict[str, Any]:
+        """What every offset of a restored query says it was restored from; with Spark
+        operators' stores in the checkpoint, also the manifest the JVM provider loads."""
+        entry: dict[str, Any] = {"from": point.origin.root, "checkpoint_id": point.checkpoint_id}
+        manifest = operators.write_restore_manifest(
+            point.origin, point.checkpoint_id, point.metadata, self.layout, self.epoch
+        )
+        if manifest is not None:
+            entry["operators_manifest"] = manifest
+        return entry
 
     def getDefaultReadLimit(self) -> ReadLimit:
         per_channel = self.settings.max_rows_per_channel
@@ -212,7 +224,17 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 "active": None if end.active is None else end.active.id,
             }
         }
-        return start if end is begin else end.to_dict()
+        if end is begin:
+            return start
+        offset = end.to_dict()
+        if end.cut is not None:
+            # For the JVM state store provider, which reads the cut from Spark's offset log.
+            offset["cut"].update(
+                snapshot_path=self.layout.root,
+                epoch=self.epoch,
+                max_parallelism=conf.max_parallelism,
+            )
+        return offset
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._report

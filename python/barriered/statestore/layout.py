@@ -9,6 +9,9 @@
       _coordinator/config.json the resolved configuration the source started with
       _coordinator/triggers.json  trigger requests and cancellations for the source
       _coordinator/operators/<op>.json  keyed operators registered on this path
+      _coordinator/stores/<op>-<store>.json  Spark state stores the JVM provider captures
+      _coordinator/restore/<id>.e<epoch>.json  store files a restored run's provider loads
+      operators/<op>-<store>/  Delta: a Spark operator's store, per key_group, store_partition
       _coordinator/tombstones.json  removed files, deleted once no retained checkpoint reads them
       _coordinator/leases/<epoch>-<party>.json  lease of the run with that epoch
       _owners/                 Delta: one row per run that took the path (version = epoch)
@@ -107,6 +110,19 @@ class SnapshotLayout:
     def operator_file(self, operator: str) -> str:
         """Registration of keyed operator ``operator``."""
         return join(self.root, "_coordinator", "operators", f"{operator}.json")
+
+    @property
+    def stores_dir(self) -> str:
+        """Registrations of the Spark state stores the JVM provider captures."""
+        return join(self.root, "_coordinator", "stores")
+
+    def operator_table(self, name: str) -> str:
+        """The Delta table of one Spark operator's state store (``<op>-<store>``)."""
+        return join(self.root, "operators", name)
+
+    def restore_manifest_file(self, checkpoint_id: int, epoch: int | None) -> str:
+        """What the JVM provider of a run restored from ``checkpoint_id`` loads."""
+        return join(self.root, "_coordinator", "restore", f"{checkpoint_id}.e{epoch}.json")
 
     @property
     def operators_dir(self) -> str:

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from barriered.errors import ConfigError, SnapshotStoreError
-from barriered.statestore import checkpoints_table
+from barriered.statestore import checkpoints_table, operators
 from barriered.statestore.acks import DataFile, write_data_file
 from barriered.statestore.delta_tables import (
     INFLIGHT_PARTITIONS,
@@ -99,13 +99,16 @@ def _operators(origin: SnapshotLayout, json_layout: bool) -> dict[str, dict[str,
 
 
 def _converted(
-    files: list[TableFile], origin: SnapshotLayout, out: SnapshotLayout, operators: dict[str, Any]
+    files: list[TableFile],
+    origin: SnapshotLayout,
+    out: SnapshotLayout,
+    registrations: dict[str, Any],
 ) -> list[DataFile]:
     """Typed copies of the JSON-layout state files ``files``."""
     written = []
     for f in files:
         operator = str(f.partition_values["operator"])
-        table = convert_file(join(origin.state_table, f.path), operators[operator])
+        table = convert_file(join(origin.state_table, f.path), registrations[operator])
         prefix = f.path.rsplit("/", 1)[-1].split("-", 1)[0] or "state"
         written.append(write_data_file(out.state_table, dict(f.partition_values), prefix, table))  # type: ignore[arg-type]
     return written
@@ -149,9 +152,9 @@ def export(
             f"the state of checkpoint {point.checkpoint_id} of {origin.root!r} is already "
             "typed: nothing to convert and nothing was written (barriered savepoint copies it)"
         )
-    operators = _operators(origin, json_layout)
+    registrations = _operators(origin, json_layout)
     if json_layout:
-        state_schema = table_schema(operators.values())
+        state_schema = table_schema(registrations.values())
     point.check_files()
     out = SnapshotLayout.at(target, origin.storage_options)
     if exists(out.root) and (list_names(out.root) or list_names(out.root, folders=True)):
@@ -161,7 +164,7 @@ def export(
         )
     cid = point.checkpoint_id
     copy_file(origin.config_file, out.config_file)
-    for name, registration in operators.items():
+    for name, registration in registrations.items():
         write_json(out.operator_file(name), registration)
     copy_tree(origin.source_dir, out.source_dir)
     metadata = dict(point.metadata)
@@ -177,8 +180,11 @@ def export(
             storage_options=out.storage_options,
         ).version  # fmt: skip
     metadata["barriered.inflight_version"] = inflight_version
+    stores = operators.copy_stores(origin, point.metadata, out, cid)
+    if stores is not None:
+        metadata[operators.VERSIONS_KEY] = stores
     if json_layout:
-        state = _converted(point.state_files(), origin, out, operators)
+        state = _converted(point.state_files(), origin, out, registrations)
     else:
         state = _copy(point.state_files(), origin.state_table, out.state_table)
     state_version = commit_files(

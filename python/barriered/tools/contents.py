@@ -1,10 +1,10 @@
 """What one completed checkpoint holds (``barriered inspect``).
 
 The keyed state per operator and key group at the checkpoint's version of the ``state``
-table (rows, bytes, and which checkpoint last rewrote the key group: an incremental
-checkpoint leaves unchanged key groups alone), and per channel the barrier position
-``B_n(c)`` with the in-flight range an unaligned cut overtook and the rows stored for it
-in the ``inflight`` table.
+table and, with the JVM provider, of each Spark operator's store table (rows, bytes, and
+which checkpoint last rewrote the key group: an incremental checkpoint leaves unchanged
+key groups alone), and per channel the barrier position ``B_n(c)`` with the in-flight
+range an unaligned cut overtook and the rows stored for it in the ``inflight`` table.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from barriered.errors import SnapshotStoreError
-from barriered.statestore.delta_tables import open_table, read_table
+from barriered.statestore import operators
+from barriered.statestore.delta_tables import current_files, open_table, read_table
 from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
 from barriered.tools.history import (
@@ -113,6 +114,33 @@ def key_group_states(layout: SnapshotLayout, version: int) -> list[KeyGroupState
     return sorted(out, key=lambda k: (k.operator, k.key_group))
 
 
+def store_key_groups(layout: SnapshotLayout, checkpoint_id: int) -> list[KeyGroupState]:
+    """The key groups of Spark's operators' stores (JVM provider) at ``checkpoint_id``.
+
+    Each store ``<op>-<store>`` is read at the version its ``state`` commit recorded;
+    its files are named ``c<checkpoint id>-...``, the checkpoint that wrote them.
+    """
+    committed = committed_checkpoints(layout).get(checkpoint_id)
+    out: list[KeyGroupState] = []
+    for name, store in operators.stores_of(committed[1] if committed else {}).items():
+        if store.get("version") is None:
+            continue
+        table = _table(layout, layout.operator_table(name), int(store["version"]))
+        groups: dict[int, list[int]] = {}
+        for a in current_files(table):
+            g = groups.setdefault(int(a["partition_values"]["key_group"]), [0, 0, 0, 0])
+            g[0] += int(a["rows"] or 0)
+            g[1] += int(a["size"])
+            g[2] += 1
+            written = a["path"].rsplit("/", 1)[-1].split("-", 1)[0].removeprefix("c")
+            g[3] = max(g[3], int(written) if written.isdigit() else 0)
+        out.extend(
+            KeyGroupState(f"{name} (Spark)", kg, rows, size, files, by)
+            for kg, (rows, size, files, by) in sorted(groups.items())
+        )
+    return out
+
+
 def inflight_ranges(layout: SnapshotLayout, checkpoint_id: int) -> dict[int, tuple[int, int]]:
     """The in-flight range per channel, from the state table commit of ``checkpoint_id``."""
     committed = committed_checkpoints(layout).get(checkpoint_id)
@@ -163,6 +191,8 @@ def inspect_checkpoint(
     cid = int(row["checkpoint_id"])
     step(f"reading the state table at version {row['state_table_version']}")
     groups = key_group_states(layout, int(row["state_table_version"]))
+    step(f"reading the Spark operators' store tables of checkpoint {cid}")
+    groups += store_key_groups(layout, cid)
     step(f"reading the in-flight records of checkpoint {cid}")
     ranges = inflight_ranges(layout, cid)
     stored: dict[int, int] = {}

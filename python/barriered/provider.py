@@ -1,0 +1,130 @@
+"""The JVM state store provider (``jvm-shim/``): put it on a session builder.
+
+Spark's own stateful operators (aggregations, ``dropDuplicates``, stream-stream joins,
+``applyInPandasWithState``, session windows) keep their state in Spark's state store.
+The provider :data:`PROVIDER_CLASS` is Spark's RocksDB provider with every store captured
+at barriered checkpoint cuts (per key group, into Delta tables under the snapshot path;
+see ``statestore/README.md``). Its jar is built from ``jvm-shim/`` at install time and
+ships inside the package (``barriered/jars/``). A JVM jar must be on the classpath when
+the JVM starts, so the provider is chosen on the session *builder*, before the session
+exists: :func:`with_state_store`.
+
+On Databricks, dedicated compute only: upload the jar (:func:`jar_path`) as a cluster
+library and set ``spark.sql.streaming.stateStore.providerClass`` to :data:`PROVIDER_CLASS`
+in the cluster's Spark config. Serverless and standard access mode allow no custom jars:
+there only ``barriered.keyed`` state is captured and a query with a built-in stateful
+operator is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pyspark
+
+from barriered.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: The provider class, for ``spark.sql.streaming.stateStore.providerClass``.
+PROVIDER_CLASS = "io.barriered.shim.BarrieredStateStoreProvider"
+#: The custom metric every captured store reports in the query progress.
+CAPTURED_METRIC = "barrieredCapturedStores"
+_JAR = Path(__file__).parent / "jars" / "barriered-shim.jar"
+_BUILD_PROPERTIES = "io/barriered/shim/build.properties"
+
+
+def jar_path() -> str:
+    """Return the path of the provider's jar inside the installed package.
+
+    Raises
+    ------
+    barriered.errors.ConfigError
+        When the jar was not built (an install without a JDK): the message says how.
+    """
+    if not _JAR.is_file():
+        raise ConfigError(
+            f"the barriered state store provider's jar {str(_JAR)!r} is missing: it is built "
+            "from jvm-shim/ at install time and needs a JDK 17 (javac). Run "
+            "`jvm-shim/build.sh python3` in the source tree (or `make install`), then retry"
+        )
+    return str(_JAR)
+
+
+def built_for() -> str:
+    """Return the Spark version the jar was compiled against."""
+    with zipfile.ZipFile(jar_path()) as jar:
+        text = jar.read(_BUILD_PROPERTIES).decode("utf-8")
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "spark.version":
+            return value.strip()
+    raise ConfigError(f"{jar_path()!r} does not record its Spark version: rebuild it")
+
+
+def check_version(running: str | None = None) -> None:
+    """Refuse a Spark other than the one the jar was compiled against.
+
+    Parameters
+    ----------
+    running : str, optional
+        The Spark version to check (default: the installed pyspark's).
+
+    Raises
+    ------
+    barriered.errors.ConfigError
+        Naming both versions.
+    """
+    running = running or pyspark.__version__
+    built = built_for()
+    if built != running:
+        raise ConfigError(
+            f"the barriered state store provider was compiled against Spark {built}, but "
+            f"this is Spark {running}: it uses Spark internals that change between versions. "
+            "Rebuild it against this Spark (`jvm-shim/build.sh python3`, or reinstall "
+            "spark-barriered) or use Spark " + built
+        )
+
+
+def with_state_store(builder: Any) -> Any:
+    """Make a session builder use the barriered state store provider; return it.
+
+    Adds the provider's jar to ``spark.jars`` (keeping jars already set) and sets
+    ``spark.sql.streaming.stateStore.providerClass``. Call it before ``getOrCreate()``:
+    a running JVM cannot load it.
+
+    Parameters
+    ----------
+    builder : SparkSession.Builder
+        For example ``SparkSession.builder.master("local[2]")``.
+
+    Returns
+    -------
+    SparkSession.Builder
+        The same builder.
+
+    Raises
+    ------
+    barriered.errors.ConfigError
+        When the jar is missing or was compiled against another Spark version.
+
+    Examples
+    --------
+    >>> spark = barriered.with_state_store(SparkSession.builder).getOrCreate()  # doctest: +SKIP
+    """
+    check_version()
+    jar = jar_path()
+    options = getattr(builder, "_options", {})
+    jars = [j for j in str(options.get("spark.jars", "")).split(",") if j]
+    if jar not in jars:
+        jars.append(jar)
+    log.info("state store provider %s from %s", PROVIDER_CLASS, jar)
+    return builder.config("spark.jars", ",".join(jars)).config(
+        "spark.sql.streaming.stateStore.providerClass", PROVIDER_CLASS
+    )
+
+
+__all__ = ["PROVIDER_CLASS", "check_version", "jar_path", "with_state_store"]

@@ -1,0 +1,46 @@
+"""The JVM provider on a session builder: jar, version check, confs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyspark
+import pytest
+from pyspark.sql import SparkSession
+
+from barriered import provider
+from barriered.errors import ConfigError
+
+
+def test_builder_gets_the_jar_and_the_provider() -> None:
+    builder = SparkSession.Builder().config("spark.jars", "/opt/other.jar")
+    assert provider.with_state_store(builder) is builder
+    options = builder._options
+    assert options["spark.jars"].split(",") == ["/opt/other.jar", provider.jar_path()]
+    assert options["spark.sql.streaming.stateStore.providerClass"] == provider.PROVIDER_CLASS
+    provider.with_state_store(builder)  # twice: the jar is listed once
+    assert options["spark.jars"].split(",") == ["/opt/other.jar", provider.jar_path()]
+
+
+def test_the_jar_records_the_spark_it_was_built_for() -> None:
+    assert provider.built_for() == pyspark.__version__
+    provider.check_version()
+
+
+def test_another_spark_version_is_refused_naming_both() -> None:
+    with pytest.raises(ConfigError) as refused:
+        provider.check_version("4.2.1")
+    message = str(refused.value)
+    assert f"compiled against Spark {pyspark.__version__}" in message
+    assert "this is Spark 4.2.1" in message
+    assert "jvm-shim/build.sh" in message
+
+
+def test_a_missing_jar_says_how_to_build_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(provider, "_JAR", tmp_path / "none.jar")
+    builder = SparkSession.Builder()
+    with pytest.raises(ConfigError, match="javac"):
+        provider.with_state_store(builder)
+    assert "spark.jars" not in builder._options
