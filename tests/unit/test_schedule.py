@@ -20,7 +20,7 @@ from barriered.coordinator.clock import ManualClock
 from barriered.coordinator.driver import QueryCoordinator
 from barriered.datasource.offsets import Cut, SourceOffset
 from barriered.datasource.planner import PlanInput, plan
-from barriered.datasource.schedule import Schedule
+from barriered.datasource.schedule import Schedule, SchedulePublisher
 from barriered.datasource.triggers import TriggerLog, TriggerRequest
 from barriered.statestore.fileio import read_json, write_json
 from barriered.statestore.layout import SnapshotLayout
@@ -110,6 +110,26 @@ def test_a_schedule_of_another_run_is_ignored(tmp_path: Path) -> None:
     assert Schedule.read(uri, 3) is None
     back = Schedule.read(uri, 2)
     assert back == Schedule(7, due_ms=0, mode="aligned", epoch=2)
+
+
+def test_an_unchanged_schedule_is_rewritten_only_to_refresh_it(tmp_path: Path) -> None:
+    uri = str(tmp_path / "schedule.json")
+    taken_over = False
+    publisher = SchedulePublisher(uri, str(tmp_path), 250, lambda: taken_over)
+    first = Schedule(4, due_ms=1_000, mode="aligned", epoch=1)
+    publisher.publish(first, 10_000)
+    assert Schedule.read(uri, 1) == first
+    (tmp_path / "schedule.json").unlink()
+    publisher.publish(first, 10_249)  # unchanged and fresh: not written
+    assert not (tmp_path / "schedule.json").exists()
+    publisher.publish(first, 10_250)  # unchanged but due for a refresh
+    assert Schedule.read(uri, 1) == first
+    paused = Schedule(4, due_ms=1_000, mode="aligned", paused="1 pending", epoch=1)
+    publisher.publish(paused, 10_251)  # changed: written at once
+    assert Schedule.read(uri, 1) == paused
+    taken_over = True
+    publisher.publish(Schedule(5, due_ms=2_000, mode="unaligned", epoch=1), 20_000)
+    assert Schedule.read(uri, 1) == paused  # a newer run owns the path: nothing written
 
 
 # -- the coordinator core -------------------------------------------------------------------

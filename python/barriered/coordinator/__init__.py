@@ -9,7 +9,8 @@ aligned or unaligned per checkpoint from measured channel signals. See
 from __future__ import annotations
 
 from barriered.coordinator.clock import Clock, ManualClock, SystemClock
-from barriered.coordinator.coordinator import CheckpointCoordinator, Committer, Participants
+from barriered.coordinator.coordinator import CheckpointCoordinator
+from barriered.coordinator.events import Participants
 from barriered.coordinator.failures import CheckpointFailureManager
 from barriered.coordinator.model import (
     ALIGNED,
@@ -27,6 +28,7 @@ from barriered.coordinator.model import (
     Mode,
     TriggerRequest,
 )
+from barriered.coordinator.outcomes import Committer
 from barriered.coordinator.pending import PendingCheckpoint
 from barriered.coordinator.policy import (
     AlignmentPrediction,

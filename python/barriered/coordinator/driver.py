@@ -44,7 +44,7 @@ from barriered.coordinator.policy import ChannelSignals
 from barriered.coordinator.settings import CoordinatorSettings
 from barriered.coordinator.stats import CheckpointStats
 from barriered.datasource.offsets import SourceOffset
-from barriered.datasource.schedule import Schedule
+from barriered.datasource.schedule import SchedulePublisher
 from barriered.datasource.triggers import TriggerLog, TriggerRequest
 from barriered.errors import CheckpointError, CheckpointFailureLimitExceeded, FencedError
 from barriered.statestore import checkpoints_table, maintenance, operators, retention
@@ -116,8 +116,6 @@ class QueryCoordinator:
         self._barrier_batch: dict[int, int] = {}
         self._crashed: str | None = None
         self._beat_ms = 0
-        self._published: Schedule | None = None
-        self._published_ms = 0
         self._completions = 0  # since this coordinator started: maintenance every N
         self.epoch = epoch
         #: The Spark run this coordinator serves (set by :meth:`identify`).
@@ -128,6 +126,12 @@ class QueryCoordinator:
             None
             if epoch is None
             else ownership.Lease(self.layout, epoch, ownership.QUERY, self.conf.lease_timeout_ms)
+        )
+        self._schedules = SchedulePublisher(
+            self.layout.schedule_file,
+            self.layout.root,
+            self.conf.coordinator_timeout_ms // 4,
+            self._taken_over,
         )
         #: Per completed checkpoint, where a restore from it reads the upstream from.
         self._needs_upstream_from: dict[int, tuple[int, ...]] = {
@@ -175,6 +179,10 @@ class QueryCoordinator:
             raise FencedError(f"{what} refused: {self._fenced}")
         if self.epoch is not None:
             self._owned(ownership.check, self.layout, self.epoch, what)
+
+    def _taken_over(self) -> bool:
+        """Whether a newer run took the snapshot path over (without marking it fenced)."""
+        return self.epoch is not None and ownership.newer_epoch_exists(self.layout, self.epoch)
 
     @property
     def fenced(self) -> str | None:
@@ -474,29 +482,9 @@ class QueryCoordinator:
         write it (the planner of the newer run would ignore it, but it would replace
         the newer run's own)."""
         schedule = self.core.schedule()
-        if schedule is None:
-            return
-        schedule = dataclasses.replace(schedule, epoch=self.epoch)
-        now = int(time.time() * 1000)
-        fresh = now - self._published_ms < self.conf.coordinator_timeout_ms // 4
-        if schedule == self._published and fresh:
-            return
-        if self.epoch is not None and ownership.newer_epoch_exists(self.layout, self.epoch):
-            log.info(
-                "schedule of checkpoint %d not published: a newer run took %s over",
-                schedule.checkpoint_id,
-                self.layout.root,
-            )
-            return
-        schedule.write(self.layout.schedule_file)
-        self._published, self._published_ms = schedule, now
-        log.debug(
-            "checkpoint %d scheduled at %d ms (%s)%s",
-            schedule.checkpoint_id,
-            schedule.due_ms,
-            schedule.mode,
-            "" if schedule.paused is None else f", paused: {schedule.paused}",
-        )
+        if schedule is not None:
+            schedule = dataclasses.replace(schedule, epoch=self.epoch)
+            self._schedules.publish(schedule, int(time.time() * 1000))
 
     def collect_acks(self) -> None:
         """Feed newly published acknowledgements of cut checkpoints to the coordinator."""

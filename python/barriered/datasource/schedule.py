@@ -24,11 +24,14 @@ coordinator adopts the checkpoint like one it requested itself.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from barriered.datasource.triggers import TriggerRequest
 from barriered.statestore.fileio import read_json, write_json
+
+__all__ = ["Schedule", "SchedulePublisher"]
 
 log = logging.getLogger(__name__)
 
@@ -123,4 +126,57 @@ class Schedule:
             mode=self.mode,
             reason=self.reason,
             requested_ms=self.due_ms,
+        )
+
+
+class SchedulePublisher:
+    """Writes the coordinator's schedule when it changed, or to refresh it.
+
+    A schedule equal to the one last written is written again only once
+    ``refresh_ms`` passed (which heals a write of a zombie run). Nothing is written once
+    a newer run took the snapshot path over (its planner would ignore the schedule, but
+    it would replace the newer run's own).
+
+    Parameters
+    ----------
+    uri : str
+        The schedule file (``_coordinator/schedule.json``).
+    root : str
+        The snapshot path (named in the log).
+    refresh_ms : int
+        How often an unchanged schedule is written again.
+    taken_over : callable
+        Whether a newer run took the snapshot path over.
+    """
+
+    def __init__(
+        self, uri: str, root: str, refresh_ms: int, taken_over: Callable[[], bool]
+    ) -> None:
+        self._uri = uri
+        self._root = root
+        self._refresh_ms = refresh_ms
+        self._taken_over = taken_over
+        self._published: Schedule | None = None
+        self._published_ms = 0
+
+    def publish(self, schedule: Schedule, now_ms: int) -> None:
+        """Write ``schedule`` unless it is unchanged and fresh or the path was taken over."""
+        fresh = now_ms - self._published_ms < self._refresh_ms
+        if schedule == self._published and fresh:
+            return
+        if self._taken_over():
+            log.info(
+                "schedule of checkpoint %d not published: a newer run took %s over",
+                schedule.checkpoint_id,
+                self._root,
+            )
+            return
+        schedule.write(self._uri)
+        self._published, self._published_ms = schedule, now_ms
+        log.debug(
+            "checkpoint %d scheduled at %d ms (%s)%s",
+            schedule.checkpoint_id,
+            schedule.due_ms,
+            schedule.mode,
+            "" if schedule.paused is None else f", paused: {schedule.paused}",
         )
