@@ -59,3 +59,8 @@ class InjectedFault(BarrieredError, RuntimeError):
 class UnsupportedOperatorError(ConfigError):
     """The query holds state a barriered snapshot does not capture (Spark's own stateful
     operators): restoring a checkpoint would silently restart them from empty."""
+
+
+class SinkError(SnapshotStoreError):
+    """The barriered-delta sink cannot stage or commit output (the message names the
+    table, the sink and the batch or checkpoint)."""

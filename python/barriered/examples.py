@@ -27,3 +27,23 @@ class RunningTotals:
         }
         state.update(current)
         return pd.DataFrame({"user_id": [key[0]], "total": [current["total"]]})
+
+
+class RecordNumbers:
+    """Numbers each key's records: emits one row per record, ``(user_id, n)``.
+
+    The ``n``-th record of a key (in the order the keyed operator sees them) gets ``n``,
+    so the whole output of a run is ``(k, 1) .. (k, N_k)`` for every key ``k`` with
+    ``N_k`` records, whatever the batching: a row missing or emitted twice shows.
+    """
+
+    state_schema = "count long"
+    output_schema = "user_id string, n long"
+
+    def process(self, key: tuple[Any, ...], rows: pd.DataFrame, state: Any) -> pd.DataFrame:
+        """Emit the next numbers of this key."""
+        start = int((state.get() or {"count": 0})["count"])
+        state.update({"count": start + len(rows)})
+        return pd.DataFrame(
+            {"user_id": [key[0]] * len(rows), "n": range(start + 1, start + len(rows) + 1)}
+        )

@@ -42,7 +42,14 @@ from barriered.coordinator.settings import CoordinatorSettings
 from barriered.coordinator.stats import CheckpointStats
 from barriered.datasource.offsets import SourceOffset
 from barriered.datasource.triggers import TriggerLog, TriggerRequest
-from barriered.errors import CheckpointError, CheckpointFailureLimitExceeded, FencedError
+from barriered.errors import (
+    BarrieredError,
+    CheckpointError,
+    CheckpointFailureLimitExceeded,
+    FencedError,
+)
+from barriered.sink import committer
+from barriered.sink.participant import SinkParticipants
 from barriered.statestore import checkpoints_table, maintenance, retention
 from barriered.statestore.acks import Ack, inflight_participant, read_acks, state_participant
 from barriered.statestore.delta_tables import (
@@ -123,6 +130,7 @@ class QueryCoordinator:
             if epoch is None
             else ownership.Lease(self.layout, epoch, ownership.QUERY, self.conf.lease_timeout_ms)
         )
+        committed = committed_checkpoints(self.layout)
         #: Per completed checkpoint, where a restore from it reads the upstream from.
         self._needs_upstream_from: dict[int, tuple[int, ...]] = {
             cid: _upstream_start(
@@ -130,8 +138,12 @@ class QueryCoordinator:
                 json.loads(meta.get("barriered.inflight") or "{}"),
                 by_value=meta.get("barriered.inflight_version") is not None,
             )
-            for cid, (_, meta) in committed_checkpoints(self.layout).items()
+            for cid, (_, meta) in committed.items()
         }
+        self.sinks = SinkParticipants(self.layout, epoch)
+        if epoch is not None:  # output of completed checkpoints a crash left uncommitted
+            self._fence("finishing the sink commits of completed checkpoints")
+            committer.finish(self.layout, committed)
         self._completed = {
             int(row["checkpoint_id"]): retention.Retained(
                 int(row["checkpoint_id"]),
@@ -223,6 +235,7 @@ class QueryCoordinator:
             ).version
         self._inflight_versions[done.checkpoint_id] = inflight_version
         state_acks = [a for a in acks if a.participant.startswith("state/")]
+        sink_plans = self.sinks.plans(done.checkpoint_id, done.cut_batch_id)
         ranges = {
             str(a.extra["channel"]): [a.extra["start"], a.extra["end"]]
             for a in acks
@@ -242,6 +255,7 @@ class QueryCoordinator:
                 "barriered.inflight": as_json(ranges),
                 "barriered.inflight_version": inflight_version,
                 "barriered.epoch": self.epoch,
+                committer.PLAN_KEY: committer.plans_json(sink_plans),
             },
             storage_options=self.layout.storage_options,
         )
@@ -256,6 +270,15 @@ class QueryCoordinator:
             {str(k): v for k, v in done.positions.items()}, ranges, by_value=bool(inflight_files)
         )
         faults.hit(self.layout, faults.AFTER_COMMIT, done.checkpoint_id, self.fail)
+        try:
+            self.sinks.commit(done.checkpoint_id, sink_plans)
+        except (BarrieredError, OSError) as exc:  # completed: the next run commits it
+            self.fail(
+                f"the sink commit of completed checkpoint {done.checkpoint_id} failed "
+                f"({exc}); restart the query (restoreFrom=latest) to finish it"
+            )
+            raise
+        faults.hit(self.layout, faults.AFTER_SINK_COMMIT, done.checkpoint_id, self.fail)
         return commit.version
 
     def _renew(self) -> None:
@@ -269,6 +292,7 @@ class QueryCoordinator:
         row = stats.to_row()
         row["inflight_table_version"] = self._inflight_versions.get(stats.checkpoint_id)
         row["barrier_batch_id"] = self._barrier_batch.pop(stats.checkpoint_id, None)
+        row.update(self.sinks.row(stats.checkpoint_id))
         checkpoints_table.append(self.layout, row)
         if stats.status == "aborted":
             log.warning("checkpoint %d aborted: %s", stats.checkpoint_id, stats.failure_reason)
@@ -296,6 +320,8 @@ class QueryCoordinator:
         retained = list(self._completed.values())
         retention.apply(self.layout, retained, self.conf.retention_min_age_ms)
         retention.discard(self.layout, done.checkpoint_id, delete_data=False)
+        if self.epoch is not None:
+            committer.sweep(self.layout, self.epoch, self.conf.retention_min_age_ms)
         self._completions += 1
         if self._completions % self.conf.retention_maintenance_interval == 0:
             pending = self.core.pending_ids
@@ -413,7 +439,8 @@ class QueryCoordinator:
             core.abort(int(aborted["id"]), f"aborted by the source: {aborted['reason']}")
         if offset.cut is not None:
             cut = offset.cut
-            core.expect(cut.id, [inflight_participant(c) for c, _, _ in cut.inflight])
+            sinks = self.sinks.on_cut(cut.id, batch_id)
+            core.expect(cut.id, [*(inflight_participant(c) for c, _, _ in cut.inflight), *sinks])
             self._collecting.add(cut.id)
             core.on_cut(cut.id, cut.at_ms, batch_id, effective_mode=cut.mode)
         self.collect_acks()
@@ -464,6 +491,8 @@ class QueryCoordinator:
                     payload=ack,
                 )
                 self.core.acknowledge(cid, participant, stats)
+            for participant in self.sinks.staged(cid):
+                self.core.acknowledge(cid, participant, AckStats())
             if cid not in self.core.pending_ids:
                 self._collecting.discard(cid)
 
