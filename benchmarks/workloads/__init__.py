@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from benchmarks.workloads import backpressure, overhead, restore, snapshot
+from benchmarks.workloads import backpressure, overhead, restore, sink, snapshot
 
 WORKLOADS: dict[str, ModuleType] = {
     "overhead": overhead,
     "backpressure": backpressure,
     "snapshot": snapshot,
     "restore": restore,
+    "sink": sink,
 }

@@ -140,7 +140,9 @@ class QueryCoordinator:
             )
             for cid, (_, meta) in committed.items()
         }
-        self.sinks = SinkParticipants(self.layout, epoch)
+        owner = None if epoch is None else ownership.owner_of(self.layout, epoch)
+        continues = owner is not None and owner.restore_from is None
+        self.sinks = SinkParticipants(self.layout, epoch, continues)
         if epoch is not None:  # output of completed checkpoints a crash left uncommitted
             self._fence("finishing the sink commits of completed checkpoints")
             committer.finish(self.layout, committed)
@@ -320,8 +322,7 @@ class QueryCoordinator:
         retained = list(self._completed.values())
         retention.apply(self.layout, retained, self.conf.retention_min_age_ms)
         retention.discard(self.layout, done.checkpoint_id, delete_data=False)
-        if self.epoch is not None:
-            committer.sweep(self.layout, self.epoch, self.conf.retention_min_age_ms)
+        self.sinks.sweep(self.conf.retention_min_age_ms)
         self._completions += 1
         if self._completions % self.conf.retention_maintenance_interval == 0:
             pending = self.core.pending_ids

@@ -8,6 +8,11 @@ update), with the app transaction ``(barriered.sink.<sink>, n)``. A crash in bet
 finished by the next run (:func:`finish`), from the plan in the state table; the app
 transaction makes a repeated commit a no-op. Staged batches nothing will commit (staged
 by a crashed run after the cut it was restored from) are deleted by :func:`sweep`.
+
+A run that *continues* an older one (a restart from Spark's own checkpoint location, no
+``restoreFrom``) does not re-run the older run's batches below its first one: those
+still staged are *carried* into its first checkpoint's plan; the older run's batches
+from the new run's first batch on are run again and so are dropped.
 """
 
 from __future__ import annotations
@@ -46,16 +51,23 @@ def participant(sink_id: str) -> str:
 
 @dataclass(frozen=True)
 class SinkPlan:
-    """What checkpoint ``n`` commits to one sink: the staged batches of one run."""
+    """What checkpoint ``n`` commits to one sink: staged ``(epoch, batch)`` in order.
+
+    ``epoch`` is the run that planned the commit (its commit metadata carries it).
+    """
 
     sink_id: str
     path: str
     epoch: int
-    batches: tuple[int, ...]
+    batches: tuple[tuple[int, int], ...]
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (in the state commit's metadata)."""
-        return {"path": self.path, "epoch": self.epoch, "batches": list(self.batches)}
+        return {
+            "path": self.path,
+            "epoch": self.epoch,
+            "batches": [list(b) for b in self.batches],
+        }
 
 
 @dataclass(frozen=True)
@@ -68,12 +80,30 @@ class SinkCommit:
     bytes: int = 0
 
 
-def plan(layout: SnapshotLayout, epoch: int, cut_batch: int) -> list[SinkPlan]:
-    """The batches the run of ``epoch`` staged up to ``cut_batch``, per sink."""
+def carried(layout: SnapshotLayout, sink_id: str, epoch: int, below: int) -> list[tuple[int, int]]:
+    """Batches older runs of ``sink_id`` staged below batch ``below`` (still recorded)."""
+    return [
+        (old, b)
+        for old in staging.epochs(layout, sink_id)
+        if old < epoch
+        for b in staging.staged_ids(layout, sink_id, old)
+        if b < below
+    ]
+
+
+def plan(
+    layout: SnapshotLayout, epoch: int, cut_batch: int, carry: Mapping[str, int] | None = None
+) -> list[SinkPlan]:
+    """The batches the run of ``epoch`` staged up to ``cut_batch``, per sink; with
+    ``carry`` (sink -> this run's first batch), first those older runs staged below it."""
     plans = []
     for sink_id in staging.sink_ids(layout, epoch):
-        batches = [b for b in staging.staged_ids(layout, sink_id, epoch) if b <= cut_batch]
-        last = staging.read(layout, sink_id, epoch, batches[-1]) if batches else None
+        below = (carry or {}).get(sink_id)
+        batches = [] if below is None else carried(layout, sink_id, epoch, below)
+        batches += [
+            (epoch, b) for b in staging.staged_ids(layout, sink_id, epoch) if b <= cut_batch
+        ]
+        last = staging.read(layout, sink_id, *batches[-1]) if batches else None
         if last is not None:
             plans.append(SinkPlan(sink_id, last.settings.path, epoch, tuple(batches)))
     return plans
@@ -88,7 +118,12 @@ def plans_from_metadata(metadata: Mapping[str, Any]) -> list[SinkPlan]:
     """The plans recorded in a state commit's metadata (none before this sink existed)."""
     raw = json.loads(metadata.get(PLAN_KEY) or "{}")
     return [
-        SinkPlan(sid, str(p["path"]), int(p["epoch"]), tuple(int(b) for b in p["batches"]))
+        SinkPlan(
+            sid,
+            str(p["path"]),
+            int(p["epoch"]),
+            tuple((int(e), int(b)) for e, b in p["batches"]),
+        )
         for sid, p in raw.items()
     ]
 
@@ -113,8 +148,9 @@ def _read_staged(path: str, batches: Sequence[StagedBatch]) -> pa.Table:
 
 def _merge(
     settings: SinkSettings, schema: pa.Schema, rows: pa.Table, props: CommitProperties
-) -> int:
-    """Merge ``rows`` (the last row of a key wins) into the table by the key columns."""
+) -> tuple[int, int]:
+    """Merge ``rows`` (the last row of a key wins) into the table by the key columns;
+    return the new version and how many rows were merged."""
     keys = list(settings.key_columns)
     frame = rows.to_pandas().drop_duplicates(subset=keys, keep="last")
     source = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
@@ -133,11 +169,11 @@ def _merge(
         .execute()
     )
     table.update_incremental()
-    return table.version()
+    return table.version(), source.num_rows
 
 
 def _commit_one(layout: SnapshotLayout, checkpoint_id: int, p: SinkPlan) -> SinkCommit:
-    staged = [staging.read(layout, p.sink_id, p.epoch, b) for b in p.batches]
+    staged = [staging.read(layout, p.sink_id, e, b) for e, b in p.batches]
     batches = [b for b in staged if b is not None]
     if not batches:
         table = open_table(p.path)
@@ -146,8 +182,8 @@ def _commit_one(layout: SnapshotLayout, checkpoint_id: int, p: SinkPlan) -> Sink
     if len(batches) < len(staged):
         missing = [b for b, s in zip(p.batches, staged, strict=True) if s is None]
         raise SinkError(
-            f"sink {p.sink_id!r}: checkpoint {checkpoint_id} commits batches {missing} "
-            f"staged by the run of epoch {p.epoch}, but their records under "
+            f"sink {p.sink_id!r}: checkpoint {checkpoint_id} commits the staged (epoch, "
+            f"batch) {missing}, but their records under "
             f"{layout.sink_dir(p.sink_id)!r} are gone; their output cannot be committed"
         )
     files = [f for b in batches for f in b.files]
@@ -164,9 +200,7 @@ def _commit_one(layout: SnapshotLayout, checkpoint_id: int, p: SinkPlan) -> Sink
             custom_metadata={**metadata, "barriered.checkpoint_id": checkpoint_id},
             app_transactions=[Transaction(settings.app_id, checkpoint_id, int(time.time() * 1000))],
         )
-        merged = _read_staged(p.path, batches)
-        rows = merged.num_rows
-        version = _merge(settings, schema, merged, props)
+        version, rows = _merge(settings, schema, _read_staged(p.path, batches), props)
     else:
         version = commit_files(
             p.path,
@@ -227,11 +261,15 @@ def _forget(layout: SnapshotLayout, batches: Sequence[StagedBatch], delete_data:
         delete_file(batch.file(layout))
 
 
-def sweep(layout: SnapshotLayout, epoch: int, min_age_ms: int) -> int:
+def sweep(
+    layout: SnapshotLayout, epoch: int, min_age_ms: int, carry: Mapping[str, int] | None = None
+) -> int:
     """Delete what older runs staged and no checkpoint will commit; return how many batches.
 
     Runs after :func:`finish`: every batch an older run staged that is still recorded
-    came after the cut this run restored from. A batch's record and files go once the
+    came after the cut this run restored from, or (``carry``: this run continues the
+    older one from its first batch, per sink) is run again by this run; the batches
+    below that first one are kept (carried). A batch's record and files go once the
     record is ``min_age_ms`` old.
     """
     fs, _ = filesystem(layout.root)
@@ -239,7 +277,10 @@ def sweep(layout: SnapshotLayout, epoch: int, min_age_ms: int) -> int:
     dropped = 0
     for sink_id in staging.sink_ids(layout):
         for old in (e for e in staging.epochs(layout, sink_id) if e < epoch):
+            keep_below = (carry or {}).get(sink_id, -1)
             for batch_id in staging.staged_ids(layout, sink_id, old):
+                if batch_id < keep_below:
+                    continue
                 record = layout.staged_file(sink_id, old, batch_id)
                 info = fs.get_file_info(filesystem(record)[1])
                 if info.mtime is not None and info.mtime.timestamp() > young:

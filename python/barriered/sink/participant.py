@@ -22,13 +22,31 @@ log = logging.getLogger(__name__)
 
 
 class SinkParticipants:
-    """The sinks of one run (epoch) on one snapshot path."""
+    """The sinks of one run (epoch) on one snapshot path.
 
-    def __init__(self, layout: SnapshotLayout, epoch: int | None) -> None:
+    Parameters
+    ----------
+    layout : SnapshotLayout
+        The snapshot path.
+    epoch : int or None
+        The run's epoch (None: a path without ownership, no sink).
+    continues : bool, default False
+        The run continues the previous one from Spark's checkpoint location (no
+        ``restoreFrom``): what older runs staged below this run's first batch is carried
+        into this run's first checkpoint (see :mod:`barriered.sink.committer`).
+    """
+
+    def __init__(self, layout: SnapshotLayout, epoch: int | None, continues: bool = False) -> None:
         self.layout = layout
         self.epoch = epoch
         self._cuts: dict[int, tuple[int, list[str]]] = {}
         self._done: dict[int, list[SinkCommit]] = {}
+        self.carry: dict[str, int] | None = None
+        if continues and epoch is not None:
+            firsts = {
+                s: staging.staged_ids(layout, s, epoch) for s in staging.sink_ids(layout, epoch)
+            }
+            self.carry = {s: ids[0] for s, ids in firsts.items() if ids}
 
     def on_cut(self, checkpoint_id: int, batch_id: int) -> list[str]:
         """Participants the coordinator must wait for at the cut in ``batch_id``."""
@@ -54,11 +72,16 @@ class SinkParticipants:
         if self.epoch is None or cut_batch is None:
             return []
         self._cuts.pop(checkpoint_id, None)
-        return committer.plan(self.layout, self.epoch, cut_batch)
+        return committer.plan(self.layout, self.epoch, cut_batch, self.carry)
 
     def commit(self, checkpoint_id: int, plans: list[SinkPlan]) -> None:
         """Commit the staged output of completed ``checkpoint_id`` (see :mod:`committer`)."""
         self._done[checkpoint_id] = committer.commit(self.layout, checkpoint_id, plans)
+
+    def sweep(self, min_age_ms: int) -> None:
+        """Delete what older runs staged and no checkpoint of this run will commit."""
+        if self.epoch is not None:
+            committer.sweep(self.layout, self.epoch, min_age_ms, self.carry)
 
     def row(self, checkpoint_id: int) -> dict[str, Any]:
         """The ``_checkpoints`` columns of the sink commit of ``checkpoint_id``."""
