@@ -133,11 +133,18 @@ def barriered_stream(spark: Any, snapshot_path: str, options: dict[str, str]) ->
 
 
 def start(
-    df: Any, checkpoint_location: str, output_mode: str = "append", available_now: bool = False
+    df: Any,
+    checkpoint_location: str,
+    output_mode: str = "append",
+    available_now: bool = False,
+    sink: str = "noop",
+    options: dict[str, str] | None = None,
 ) -> Any:
-    """Start ``df`` into the no-op sink (only the processing is measured)."""
+    """Start ``df`` into the no-op sink (only the processing is measured), or ``sink``
+    with ``options``."""
     writer = (
-        df.writeStream.format("noop")
+        df.writeStream.format(sink)
+        .options(**(options or {}))
         .outputMode(output_mode)
         .option("checkpointLocation", checkpoint_location)
     )

@@ -19,7 +19,7 @@ from deltalake import DeltaTable
 
 import barriered
 from barriered.datasource.upstreams.rate import RateUpstream
-from barriered.examples import RunningTotals
+from barriered.examples import RecordNumbers, RunningTotals
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from barriered.testing.expected import running_totals
@@ -97,17 +97,25 @@ def start(
     source: dict[str, str] | None = None,
     snap: str | None = None,
     checkpoint: str = "ck",
+    processor: Any = None,
+    sink: dict[str, str] | None = None,
 ) -> Any:
-    """Start one availableNow query of running totals; return it."""
+    """Start one availableNow query of running totals (or ``processor``); return it.
+
+    With ``sink`` (its options, ``path`` included) the query writes to the
+    ``barriered-delta`` sink of the same snapshot path; else to ``noop``.
+    """
     for key, value in conf.items():
         session.conf.set(PREFIX + key, value)
     snap = snap or str(tmp_path / "snap")
     events = session.readStream.format("barriered").options(**(source or SOURCE))
     events = events.option("snapshotPath", snap).load()
-    out = barriered.keyed(events, "user_id").process(RunningTotals())
+    out = barriered.keyed(events, "user_id").process(processor or RunningTotals())
+    writer = out.writeStream.format("noop")
+    if sink is not None:
+        writer = out.writeStream.format("barriered-delta").options(snapshotPath=snap, **sink)
     return (
-        out.writeStream.format("noop")
-        .option("checkpointLocation", str(tmp_path / checkpoint))
+        writer.option("checkpointLocation", str(tmp_path / checkpoint))
         .trigger(availableNow=True)
         .start()
     )
@@ -137,13 +145,15 @@ def run(
     final: tuple[int, ...] | None = None,
     checkpoint: str = "ck",
     after_id: int = 0,
+    processor: Any = None,
+    sink: dict[str, str] | None = None,
 ) -> tuple[Any, SnapshotLayout]:
     """Run one availableNow query to its end and wait for its last checkpoint.
 
     ``final`` are the channels' end positions (default: the rate upstream's); the last
     checkpoint must have an id above ``after_id`` (a restored run's own).
     """
-    query = start(session, tmp_path, conf, source, snap, checkpoint)
+    query = start(session, tmp_path, conf, source, snap, checkpoint, processor, sink)
     query.awaitTermination()
     layout = SnapshotLayout.configured(snap or str(tmp_path / "snap"))
     wait_final_checkpoint(layout, final or tuple(upstream().available()), after_id)
@@ -178,3 +188,29 @@ def checkpoint_cut(
     raw = metadata[row["checkpoint_id"]]["barriered.inflight"]
     inflight = {int(c): r for c, r in json.loads(raw).items()}
     return {c: (inflight[c][0] if c in inflight else b) for c, b in barrier.items()}, inflight
+
+
+def sink_query(kind: str, out: str) -> tuple[Any, dict[str, str]]:
+    """The processor and ``barriered-delta`` sink options of a query kind: ``append``
+    (one row per record: ``RecordNumbers``) or ``update`` (running totals merged by key)."""
+    if kind == "append":
+        return RecordNumbers(), {"path": out}
+    return RunningTotals(), {"path": out, "mode": "update", "keyColumns": "user_id"}
+
+
+def expected_output(kind: str, ends: dict[int, int]) -> list[tuple[str, int]]:
+    """What one uninterrupted run of a :func:`sink_query` over the records before ``ends``
+    writes, sorted: ``(user, n)`` for n = 1..count (append), ``(user, total)`` (update)."""
+    if kind == "update":
+        return sorted(totals_before(ends).items())
+    counts: Counter[str] = Counter()
+    for channel, end in ends.items():
+        counts.update(upstream().read(channel, 0, end)["user_id"].to_pylist())
+    return sorted((user, n) for user, count in counts.items() for n in range(1, count + 1))
+
+
+def output_rows(out: str, version: int | None = None) -> list[tuple[str, int]]:
+    """The rows of a sink's output table (at ``version``), sorted, as (user, number)."""
+    table = DeltaTable(out, version=version).to_pyarrow_table()
+    second = "n" if "n" in table.column_names else "total"
+    return sorted(zip(table["user_id"].to_pylist(), table[second].to_pylist(), strict=True))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from benchmarks.workloads import backpressure, overhead, provider, restore, snapshot
+from benchmarks.workloads import backpressure, overhead, provider, restore, sink, snapshot
 
 WORKLOADS: dict[str, ModuleType] = {
     "overhead": overhead,
@@ -17,4 +17,5 @@ WORKLOADS: dict[str, ModuleType] = {
     "snapshot": snapshot,
     "restore": restore,
     "provider": provider,
+    "sink": sink,
 }

@@ -55,6 +55,7 @@ __all__ = [
     "MODE",
     "PREFIX",
     "RETAINED_CHECKPOINTS",
+    "SINK_OPTIONS",
     "SNAPSHOT_PATH",
     "TOLERABLE_CHECKPOINT_FAILURES",
     "UNALIGNED_ENABLED",
@@ -605,6 +606,68 @@ LEASE_TIMEOUT = _declare(
     )
 )
 
+# --------------------------------------------------------------------------------------
+# Options of the "barriered-delta" sink (options only: no session key, not in KEYS)
+# --------------------------------------------------------------------------------------
+
+#: The options of ``writeStream.format("barriered-delta")``, by short name. They are
+#: parsed with :meth:`ConfigKey.parse` into :class:`barriered.sink.options.SinkSettings`
+#: (``field``); the session's ``snapshotPath`` reaches the sink as it reaches the source.
+SINK_OPTIONS: dict[str, ConfigKey] = {
+    k.name: k
+    for k in (
+        ConfigKey(
+            "path",
+            "path",
+            None,
+            "The output Delta table (a folder, or a URI delta-rs and pyarrow understand); "
+            "created on the first checkpoint that commits output. Also start(path).",
+            field="path",
+        ),
+        ConfigKey(
+            "snapshotPath",
+            "path",
+            None,
+            "The snapshot path of the barriered source of the same query (default: the "
+            "session key spark.sql.streaming.barriered.snapshotPath); its coordinator "
+            "commits the staged output with each checkpoint.",
+            field="snapshot_path",
+        ),
+        ConfigKey(
+            "mode",
+            "enum",
+            "append",
+            "append adds every output row; update merges each checkpoint's rows into the "
+            "table by keyColumns (the last row of a key wins: running totals, upserts).",
+            field="mode",
+            choices=("append", "update"),
+        ),
+        ConfigKey(
+            "keyColumns",
+            "str",
+            None,
+            "Comma-separated key columns of mode update (required there, refused in append).",
+            field="key_columns",
+        ),
+        ConfigKey(
+            "partitionBy",
+            "str",
+            None,
+            "Comma-separated partition columns of the output table (Hive-style folders).",
+            field="partition_by",
+        ),
+        ConfigKey(
+            "sinkId",
+            "str",
+            None,
+            "Name of the sink under the snapshot path (_sink/<sinkId>/) and of its Delta "
+            "app transaction; default: the output table's folder name. Give each sink of "
+            "a query its own.",
+            field="sink_id",
+        ),
+    )
+}
+
 #: Every declared key, in declaration (and documentation) order.
 KEYS: tuple[ConfigKey, ...] = tuple(KEYS_BY_NAME.values())
 _KEYS_BY_LOWER: dict[str, ConfigKey] = {k.name.lower(): k for k in KEYS}
@@ -1087,6 +1150,29 @@ def config_table_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+SINK_DOC_MARKER_START = "<!-- sink-options:start -->"
+SINK_DOC_MARKER_END = "<!-- sink-options:end -->"
+
+
+def sink_options_markdown() -> str:
+    """The reference table of the "barriered-delta" sink's options, as Markdown."""
+    lines = ["| Option | Type | Default | Meaning |", "|---|---|---|---|"]
+    for option in SINK_OPTIONS.values():
+        default = f"`{option.default}`" if option.default is not None else "(none)"
+        lines.append(f"| `{option.name}` | {_type_cell(option)} | {default} | {_md(option.doc)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _replace_between(text: str, start_marker: str, end_marker: str, table: str) -> str:
+    start, end = text.find(start_marker), text.find(end_marker)
+    if start < 0 or end < start:
+        raise ConfigError(
+            f"the configuration document has no {start_marker} ... {end_marker} "
+            "section; add both markers where the table goes"
+        )
+    return f"{text[: start + len(start_marker)]}\n{table}{text[end:]}"
+
+
 def render_configuration_doc(text: str) -> str:
     """Replace the table between the config-table markers of a document.
 
@@ -1099,21 +1185,20 @@ def render_configuration_doc(text: str) -> str:
     Returns
     -------
     str
-        The document with the current :func:`config_table_markdown` between them.
+        The document with the current :func:`config_table_markdown` between them (and
+        :func:`sink_options_markdown` between the sink-options markers, when present).
 
     Raises
     ------
     ConfigError
         If the markers are missing or out of order.
     """
-    start, end = text.find(DOC_MARKER_START), text.find(DOC_MARKER_END)
-    if start < 0 or end < start:
-        raise ConfigError(
-            f"the configuration document has no {DOC_MARKER_START} ... {DOC_MARKER_END} "
-            "section; add both markers where the table goes"
+    text = _replace_between(text, DOC_MARKER_START, DOC_MARKER_END, config_table_markdown())
+    if SINK_DOC_MARKER_START in text:
+        text = _replace_between(
+            text, SINK_DOC_MARKER_START, SINK_DOC_MARKER_END, sink_options_markdown()
         )
-    head = text[: start + len(DOC_MARKER_START)]
-    return f"{head}\n{config_table_markdown()}{text[end:]}"
+    return text
 
 
 def _default_doc_path() -> Path:

@@ -7,6 +7,8 @@ executors, so it must live in an importable module (or be defined in the noteboo
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 
@@ -30,3 +32,23 @@ class RunningTotals:
         before = state.set_index(keys)[["total", "count"]]
         new = batch.add(before, fill_value=0).astype("int64").reset_index()
         return new[[*keys, "total"]], new
+
+
+class RecordNumbers:
+    """Numbers each key's records: emits one row per record, ``(user_id, n)``.
+
+    The ``n``-th record of a key (in the order the keyed operator sees them) gets ``n``,
+    so the whole output of a run is ``(k, 1) .. (k, N_k)`` for every key ``k`` with
+    ``N_k`` records, whatever the batching: a row missing or emitted twice shows.
+    """
+
+    state_schema = "count long"
+    output_schema = "user_id string, n long"
+
+    def process(self, key: tuple[Any, ...], rows: pd.DataFrame, state: Any) -> pd.DataFrame:
+        """Emit the next numbers of this key."""
+        start = int((state.get() or {"count": 0})["count"])
+        state.update({"count": start + len(rows)})
+        return pd.DataFrame(
+            {"user_id": [key[0]] * len(rows), "n": range(start + 1, start + len(rows) + 1)}
+        )

@@ -1,10 +1,11 @@
 """How barriered attaches to a Spark session: ``install`` and ``read_stream``.
 
-``install`` registers the "barriered" data source and the checkpoint coordinator's
-query listener, makes RocksDB the state store where nothing else was chosen, and hooks
-``load()`` of the classic and Spark Connect stream readers so that the session's
-``spark.sql.streaming.barriered.*`` keys reach the source (a Python data source sees only
-its options).
+``install`` registers the "barriered" data source, the "barriered-delta" sink and the
+checkpoint coordinator's query listener, makes RocksDB the state store where nothing
+else was chosen, and hooks ``load()`` of the classic and Spark Connect stream readers
+(and ``start()`` of the writers, for the sink) so that the session's
+``spark.sql.streaming.barriered.*`` keys reach the source and the sink (a Python data
+source sees only its options).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from barriered.datasource import preflight
 from barriered.datasource.options import SESSION_CONF_OPTION
 from barriered.datasource.source import BarrieredDataSource
 from barriered.errors import CheckpointError
+from barriered.sink import BarrieredDeltaSink
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,8 @@ def _patch_stream_reader() -> None:
         return
     for cls in _reader_classes():
         _hook_load(cls)
+    for cls in _writer_classes():
+        _hook_start(cls)
     _PATCHED = True
 
 
@@ -116,6 +120,40 @@ def _hook_load(cls: Any) -> None:
     cls.option = option
     cls.options = options
     cls.load = load
+
+
+def _writer_classes() -> list[type]:
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+    classes: list[type] = [DataStreamWriter]
+    try:
+        from pyspark.sql.connect.streaming.readwriter import DataStreamWriter as Connect
+    except ImportError:
+        log.debug("no Spark Connect client; only classic writers are hooked")
+    else:
+        classes.append(Connect)
+    return classes
+
+
+def _hook_start(cls: Any) -> None:
+    """Hand the session's barriered keys (``snapshotPath``) to the "barriered-delta" sink."""
+    original_format = cls.format
+    original_start = cls.start
+
+    def format(self: Any, source: str) -> Any:
+        self._barriered_format = source
+        return original_format(self, source)
+
+    def start(self: Any, *args: Any, **kw: Any) -> Any:
+        given = kw.get("format") or (args[1] if len(args) > 1 else None)
+        fmt = given or getattr(self, "_barriered_format", None)
+        if fmt == BarrieredDeltaSink.name():
+            spark = getattr(self, "_spark", None) or self._session
+            self.option(SESSION_CONF_OPTION, json.dumps(_session_conf(spark)))
+        return original_start(self, *args, **kw)
+
+    cls.format = format
+    cls.start = start
 
 
 def read_stream(spark: SparkSession) -> Any:
@@ -199,6 +237,7 @@ def install(spark: SparkSession) -> BarrieredListener:
         When the session did not keep the listener.
     """
     spark.dataSource.register(BarrieredDataSource)
+    spark.dataSource.register(BarrieredDeltaSink)
     _use_rocksdb(spark)
     _patch_stream_reader()
     listener = _LISTENERS.get(id(spark))

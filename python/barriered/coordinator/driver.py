@@ -46,7 +46,14 @@ from barriered.coordinator.stats import CheckpointStats
 from barriered.datasource.offsets import SourceOffset
 from barriered.datasource.schedule import SchedulePublisher
 from barriered.datasource.triggers import TriggerLog, TriggerRequest
-from barriered.errors import CheckpointError, CheckpointFailureLimitExceeded, FencedError
+from barriered.errors import (
+    BarrieredError,
+    CheckpointError,
+    CheckpointFailureLimitExceeded,
+    FencedError,
+)
+from barriered.sink import committer
+from barriered.sink.participant import SinkParticipants
 from barriered.statestore import checkpoints_table, maintenance, operators, retention
 from barriered.statestore.acks import Ack, inflight_participant, read_acks, state_participant
 from barriered.statestore.delta_tables import (
@@ -93,9 +100,18 @@ class QueryCoordinator:
     epoch : int, optional
         The run's epoch on the snapshot path (the source took it at start); every write
         is fenced by it. None only for a path that predates ownership.
+    restored : mapping, optional
+        What the run was restored from (the source offset's ``restore``: ``from``,
+        ``checkpoint_id``): the sinks' tables are taken back to that checkpoint's output.
     """
 
-    def __init__(self, layout: SnapshotLayout, next_id: int = 1, epoch: int | None = None) -> None:
+    def __init__(
+        self,
+        layout: SnapshotLayout,
+        next_id: int = 1,
+        epoch: int | None = None,
+        restored: Mapping[str, Any] | None = None,
+    ) -> None:
         stored = read_json(layout.config_file, default={}) or {}
         self.conf = BarrieredConf(**stored.get("conf", {}))
         self.layout = SnapshotLayout.at(layout.root, self.conf.storage_options)
@@ -133,6 +149,7 @@ class QueryCoordinator:
             self.conf.coordinator_timeout_ms // 4,
             self._taken_over,
         )
+        committed = committed_checkpoints(self.layout)
         #: Per completed checkpoint, where a restore from it reads the upstream from.
         self._needs_upstream_from: dict[int, tuple[int, ...]] = {
             cid: _upstream_start(
@@ -140,8 +157,17 @@ class QueryCoordinator:
                 json.loads(meta.get("barriered.inflight") or "{}"),
                 by_value=meta.get("barriered.inflight_version") is not None,
             )
-            for cid, (_, meta) in committed_checkpoints(self.layout).items()
+            for cid, (_, meta) in committed.items()
         }
+        owner = None if epoch is None else ownership.owner_of(self.layout, epoch)
+        continues = owner is not None and owner.restore_from is None
+        self.sinks = SinkParticipants(self.layout, epoch, continues)
+        restored_id = None  # a restore from this path: the sinks' output goes back too
+        if owner is not None and owner.restore_from and (restored or {}).get("from") == layout.root:
+            restored_id = int((restored or {})["checkpoint_id"])
+        if epoch is not None:  # output of completed checkpoints a crash left uncommitted
+            self._fence("finishing the sink commits of completed checkpoints")
+            self.sinks.recover(committed, restored_id)
         self._completed = {
             int(row["checkpoint_id"]): retention.Retained(
                 int(row["checkpoint_id"]),
@@ -240,6 +266,7 @@ class QueryCoordinator:
             self.layout, done.checkpoint_id, acks, metadata={"barriered.epoch": self.epoch}
         )
         state_acks = [a for a in acks if a.participant.startswith("state/")]
+        sink_plans = self.sinks.plans(done.checkpoint_id, done.cut_batch_id)
         ranges = {
             str(a.extra["channel"]): [a.extra["start"], a.extra["end"]]
             for a in acks
@@ -260,6 +287,7 @@ class QueryCoordinator:
                 "barriered.inflight_version": inflight_version,
                 "barriered.epoch": self.epoch,
                 operators.VERSIONS_KEY: as_json(store_versions),
+                committer.PLAN_KEY: committer.plans_json(sink_plans),
             },
             storage_options=self.layout.storage_options,
             description=TYPED_DESCRIPTION,
@@ -275,6 +303,15 @@ class QueryCoordinator:
             {str(k): v for k, v in done.positions.items()}, ranges, by_value=bool(inflight_files)
         )
         faults.hit(self.layout, faults.AFTER_COMMIT, done.checkpoint_id, self.fail)
+        try:
+            self.sinks.commit(done.checkpoint_id, sink_plans)
+        except (BarrieredError, OSError) as exc:  # completed: the next run commits it
+            self.fail(
+                f"the sink commit of completed checkpoint {done.checkpoint_id} failed "
+                f"({exc}); restart the query (restoreFrom=latest) to finish it"
+            )
+            raise
+        faults.hit(self.layout, faults.AFTER_SINK_COMMIT, done.checkpoint_id, self.fail)
         return commit.version
 
     def _renew(self) -> None:
@@ -288,6 +325,7 @@ class QueryCoordinator:
         row = stats.to_row()
         row["inflight_table_version"] = self._inflight_versions.get(stats.checkpoint_id)
         row["barrier_batch_id"] = self._barrier_batch.pop(stats.checkpoint_id, None)
+        row.update(self.sinks.row(stats.checkpoint_id))
         checkpoints_table.append(self.layout, row)
         if stats.status == "aborted":
             log.warning("checkpoint %d aborted: %s", stats.checkpoint_id, stats.failure_reason)
@@ -315,6 +353,7 @@ class QueryCoordinator:
         retained = list(self._completed.values())
         retention.apply(self.layout, retained, self.conf.retention_min_age_ms)
         retention.discard(self.layout, done.checkpoint_id, delete_data=False)
+        self.sinks.sweep(self.conf.retention_min_age_ms)
         self._completions += 1
         if self._completions % self.conf.retention_maintenance_interval == 0:
             pending = self.core.pending_ids
@@ -397,6 +436,7 @@ class QueryCoordinator:
         duration_ms: int,
     ) -> list[TriggerRequest]:
         """Handle one micro-batch's progress of the barriered source; return new triggers."""
+        self.sinks.ran(batch_id)
         if self._crashed or self._fenced:
             return []
         self._renew()
@@ -437,10 +477,14 @@ class QueryCoordinator:
         core.on_source_last_id(offset.last_id)
         if offset.cut is not None:
             cut = offset.cut
+            sinks = self.sinks.on_cut(cut.id, batch_id)
             core.expect(
                 cut.id,
-                [inflight_participant(c) for c, _, _ in cut.inflight]
-                + operators.participants(self.layout, self.epoch),
+                [
+                    *(inflight_participant(c) for c, _, _ in cut.inflight),
+                    *operators.participants(self.layout, self.epoch),
+                    *sinks,
+                ],
             )
             self._collecting.add(cut.id)
             core.on_cut(cut.id, cut.at_ms, batch_id, effective_mode=cut.mode)
@@ -505,6 +549,8 @@ class QueryCoordinator:
                     payload=ack,
                 )
                 self.core.acknowledge(cid, participant, stats)
+            for participant in self.sinks.staged(cid):
+                self.core.acknowledge(cid, participant, AckStats())
             if cid not in self.core.pending_ids:
                 self._collecting.discard(cid)
 

@@ -164,6 +164,12 @@ def current_owner(layout: SnapshotLayout) -> Owner | None:
     return None if table is None else _owner_of(layout, table)
 
 
+def owner_of(layout: SnapshotLayout, epoch: int) -> Owner | None:
+    """The run that took the path at ``epoch`` (None: no such epoch)."""
+    table = open_table(layout.owners_table, version=epoch, storage_options=layout.storage_options)
+    return None if table is None else _owner_of(layout, table)
+
+
 def _refusal(layout: SnapshotLayout, owner: Owner, now_ms: int, timeout_ms: int) -> str:
     return (
         f"snapshot path {layout.root!r} is in use by a running query ({owner.describe(now_ms)}); "

@@ -107,18 +107,25 @@ def read_acks(
     return acks
 
 
+#: Folder name of a null partition value (Hive's and Spark's).
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+
+
 def write_data_file(
-    table_uri: str, partition_values: dict[str, str], prefix: str, table: pa.Table
+    table_uri: str, partition_values: dict[str, str | None], prefix: str, table: pa.Table
 ) -> DataFile:
-    """Write ``table`` as one Parquet data file in a Hive-style partition folder.
+    """Write ``table`` as one Parquet data file in a Hive-style partition folder (at the
+    table's root without partition values).
 
     The partition columns are not stored in the file (Delta takes them from the add
     action). The file name is unique, so a retried task never overwrites a committed file.
     """
     fs, root = filesystem(table_uri)
-    folder = "/".join(f"{k}={v}" for k, v in partition_values.items())
-    rel = f"{folder}/{prefix}-{uuid.uuid4().hex}.parquet"
-    fs.create_dir(f"{root}/{folder}", recursive=True)
+    folder = "/".join(
+        f"{k}={NULL_PARTITION if v is None else v}" for k, v in partition_values.items()
+    )
+    rel = f"{folder}/{prefix}-{uuid.uuid4().hex}.parquet".lstrip("/")
+    fs.create_dir(f"{root}/{folder}".rstrip("/"), recursive=True)
     with fs.open_output_stream(f"{root}/{rel}") as out:
         pq.write_table(table, out, compression="zstd")
     info = fs.get_file_info(f"{root}/{rel}")

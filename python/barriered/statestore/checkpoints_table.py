@@ -32,6 +32,10 @@ EXTRA_COLUMNS = {
     "barrier_batch_id": "bigint",  # the batch in which the source fixed B_n(c)
     "inflight_table_version": "bigint",
     "snapshot_path": "string",
+    # the barriered-delta sink's commit of the checkpoint's output (None without a sink)
+    "sink_table_version": "bigint",
+    "sink_rows": "bigint",
+    "sink_bytes": "bigint",
 }
 
 SCHEMA = pa.schema(

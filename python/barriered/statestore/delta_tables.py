@@ -179,6 +179,7 @@ def commit_files(
     metadata: Mapping[str, Any] | None = None,
     storage_options: Mapping[str, str] | None = None,
     description: str | None = None,
+    app_id: str | None = None,
 ) -> Commit:
     """Commit files to one table in one transaction.
 
@@ -205,13 +206,15 @@ def commit_files(
         delta-rs storage options of the table.
     description : str, optional
         The table's description, set when the commit creates it.
+    app_id : str, optional
+        The app transaction id (default: ``barriered.<table folder name>``).
 
     Returns
     -------
     Commit
         The version the commit created (or found) and the paths it removed.
     """
-    app_id = APP_ID_PREFIX + uri.rstrip("/").rsplit("/", 1)[-1]
+    app_id = app_id or APP_ID_PREFIX + uri.rstrip("/").rsplit("/", 1)[-1]
     custom: dict[str, Any] = dict(metadata or {})
     apps = []
     if checkpoint_id is not None:

@@ -17,6 +17,7 @@
       _owners/                 Delta: one row per run that took the path (version = epoch)
       _acks/<id>/<participant>.e<epoch>.json   acknowledgements of checkpoint <id>
       _source/                 the upstream's own manifest (positions of files)
+      _sink/<sink>/e<epoch>/<batch>.json  output of a batch staged by the barriered-delta sink
       _savepoint.json          only in a savepoint: which checkpoint it holds
 """
 
@@ -138,6 +139,15 @@ class SnapshotLayout:
         with ``epoch`` (runs never overwrite each other's acknowledgements)."""
         suffix = "" if epoch is None else f".e{epoch}"
         return join(self.acks_dir(checkpoint_id), participant.replace("/", "~") + suffix + ".json")
+
+    def sink_dir(self, sink_id: str | None = None) -> str:
+        """Folder of the staged batches of every sink (or of ``sink_id``)."""
+        base = join(self.root, "_sink")
+        return base if sink_id is None else join(base, sink_id)
+
+    def staged_file(self, sink_id: str, epoch: int, batch_id: int) -> str:
+        """The record of batch ``batch_id`` staged by ``sink_id`` in the run of ``epoch``."""
+        return join(self.sink_dir(sink_id), f"e{epoch}", f"{batch_id:012d}.json")
 
     @property
     def savepoint_file(self) -> str:

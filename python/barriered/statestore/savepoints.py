@@ -110,7 +110,7 @@ def _converted(
         operator = str(f.partition_values["operator"])
         table = convert_file(join(origin.state_table, f.path), registrations[operator])
         prefix = f.path.rsplit("/", 1)[-1].split("-", 1)[0] or "state"
-        written.append(write_data_file(out.state_table, dict(f.partition_values), prefix, table))  # type: ignore[arg-type]
+        written.append(write_data_file(out.state_table, dict(f.partition_values), prefix, table))
     return written
 
 

@@ -19,8 +19,11 @@ party that reaches the point for a matching checkpoint crashes there:
     snapshot file), before it commits anything.
 ``after_commit``
     The coordinator right after the ``state`` table commit (the completion point),
-    before it records the checkpoint in ``_checkpoints``, applies retention or tells the
-    source.
+    before the sink commit (the output of a ``barriered-delta`` sink), before it records
+    the checkpoint in ``_checkpoints``, applies retention or tells the source.
+``after_sink_commit``
+    The coordinator right after the sink commit of a completed checkpoint, before it
+    records the checkpoint in ``_checkpoints``.
 
 A fault's *action* is ``"raise"`` (the default: the party fails with
 :class:`~barriered.errors.InjectedFault`) or ``"block"``: the party records where it is
@@ -57,7 +60,15 @@ INFLIGHT_CAPTURE = "inflight_capture"
 STATE_SNAPSHOT = "state_snapshot"
 BEFORE_COMMIT = "before_commit"
 AFTER_COMMIT = "after_commit"
-POINTS = (ALIGNING, INFLIGHT_CAPTURE, STATE_SNAPSHOT, BEFORE_COMMIT, AFTER_COMMIT)
+AFTER_SINK_COMMIT = "after_sink_commit"
+POINTS = (
+    ALIGNING,
+    INFLIGHT_CAPTURE,
+    STATE_SNAPSHOT,
+    BEFORE_COMMIT,
+    AFTER_COMMIT,
+    AFTER_SINK_COMMIT,
+)
 
 RAISE = "raise"
 BLOCK = "block"

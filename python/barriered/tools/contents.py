@@ -254,4 +254,11 @@ def format_contents(contents: CheckpointContents) -> str:
         ],
         right={0, 1, 3, 4},
     )
-    return "\n\n".join([head, total, state, channels])
+    parts = [head, total, state, channels]
+    if row.get("sink_rows") is not None:
+        parts.append(
+            f"output: barriered-delta sink table version {row.get('sink_table_version')}, "
+            f"{row['sink_rows']} rows, {human_bytes(row.get('sink_bytes'))} committed by "
+            "this checkpoint"
+        )
+    return "\n\n".join(parts)

@@ -55,9 +55,10 @@ _HEADERS = (
     "in-flight",
     "rows",
     "acks",
+    "output",
     "note",
 )
-_RIGHT = {0, 5, 6, 7, 8, 9, 10, 11, 12}
+_RIGHT = {0, 5, 6, 7, 8, 9, 10, 11, 12, 13}
 
 #: Added to each row by :func:`open_history`: how far the alignment of an
 #: aligned-with-timeout checkpoint went past ``alignedCheckpointTimeout`` (None if not).
@@ -191,8 +192,16 @@ def _cells(row: dict[str, Any]) -> list[str]:
         human_bytes(row.get("inflight_bytes")),
         str(row.get("inflight_rows") or 0),
         f"{row.get('num_acknowledged') or 0}/{row.get('num_expected') or 0}",
+        _output(row),
         note,
     ]
+
+
+def _output(row: dict[str, Any]) -> str:
+    """What the barriered-delta sink committed with the checkpoint: rows, bytes."""
+    if row.get("sink_rows") is None:
+        return ""
+    return f"{row['sink_rows']} rows {human_bytes(row.get('sink_bytes'))}"
 
 
 def format_history(rows: Sequence[dict[str, Any]]) -> str:

@@ -1,0 +1,164 @@
+"""``writeStream.format("barriered-delta")``: the sink's Python data source.
+
+``write`` runs on executors: it writes the task's rows as Parquet data files into the
+output table's folder (one per partition value with ``partitionBy``) and returns their
+paths, sizes and rows. ``commit`` runs in a Python worker on the driver once every task
+of the batch succeeded: it records the batch as staged (:mod:`barriered.sink.staging`),
+named by the epoch of the run that owns the snapshot path. Nothing is visible in the
+table until the coordinator commits the checkpoint covering the batch
+(:mod:`barriered.sink.committer`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from barriered.coordinator.ownership import current_owner
+from barriered.errors import ConfigError, SinkError
+from barriered.sink import options
+from barriered.sink.options import SinkSettings
+from barriered.sink.staging import StagedBatch, stage
+from barriered.statestore.acks import DataFile, write_data_file
+from barriered.statestore.layout import SnapshotLayout
+
+log = logging.getLogger(__name__)
+
+#: Prefix of every data file the sink writes (retention deletes only such files).
+FILE_PREFIX = "barriered-sink"
+
+
+@dataclass
+class StagedFiles(WriterCommitMessage):
+    """What one task wrote: its data files, not yet in the table."""
+
+    files: list[DataFile] = field(default_factory=list)
+
+
+def partitioned(
+    table: pa.Table, partition_by: tuple[str, ...]
+) -> Iterator[tuple[dict[str, str | None], pa.Table]]:
+    """Split ``table`` by the values of ``partition_by``: (partition values as strings,
+    rows without the partition columns). One part without partition columns."""
+    if not partition_by:
+        yield {}, table
+        return
+    keys = table.select(list(partition_by)).group_by(list(partition_by)).aggregate([])
+    for values in keys.to_pylist():
+        mask = None
+        for column, value in values.items():
+            cond = pc.is_null(table[column]) if value is None else pc.equal(table[column], value)
+            mask = cond if mask is None else pc.and_(mask, cond)
+        part = table.filter(mask).drop_columns(list(partition_by))
+        yield {c: None if v is None else str(v) for c, v in values.items()}, part
+
+
+def write_files(settings: SinkSettings, table: pa.Table) -> list[DataFile]:
+    """Write one task's rows into the output table's folder (not committed).
+
+    Mode update stages whole rows (the merge reads them back); append writes one file
+    per partition value, without the partition columns (Delta keeps them in the log).
+    """
+    if table.num_rows == 0:
+        return []
+    by = () if settings.mode == options.UPDATE else settings.partition_by
+    return [
+        write_data_file(settings.path, values, FILE_PREFIX, part)
+        for values, part in partitioned(table, by)
+    ]
+
+
+def run_epoch(layout: SnapshotLayout, sink_id: str, batch_id: int) -> int:
+    """The epoch of the run that owns the snapshot path (the one staging this batch).
+
+    Raises
+    ------
+    SinkError
+        When no barriered source took the snapshot path.
+    """
+    owner = current_owner(layout)
+    if owner is None:
+        raise SinkError(
+            f"barriered-delta sink {sink_id!r}: snapshot path {layout.root!r} has no "
+            f"barriered source run (batch {batch_id}); give the sink the snapshotPath of "
+            "the query's barriered source"
+        )
+    return owner.epoch
+
+
+class BarrieredDeltaWriter(DataSourceStreamArrowWriter):
+    """Stages each micro-batch's output for the checkpoint that will cover it."""
+
+    def __init__(self, settings: SinkSettings, schema: pa.Schema) -> None:
+        self.settings = settings
+        self.schema = schema
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFiles:
+        """Write this task's rows as data files; return them (executor side)."""
+        batches = list(iterator)
+        table = pa.Table.from_batches(batches) if batches else self.schema.empty_table()
+        return StagedFiles(write_files(self.settings, table))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Record the batch as staged (driver side); nothing becomes visible."""
+        layout = SnapshotLayout.configured(self.settings.snapshot_path)
+        files = tuple(f for m in messages if isinstance(m, StagedFiles) for f in m.files)
+        epoch = run_epoch(layout, self.settings.sink_id, batchId)
+        now = int(time.time() * 1000)
+        stage(layout, StagedBatch(self.settings, epoch, batchId, self.schema, files, now))
+        log.debug(
+            "sink %s: batch %d staged (%d files, epoch %d)",
+            self.settings.sink_id,
+            batchId,
+            len(files),
+            epoch,
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """A failed batch stages nothing; its files are left to retention."""
+        log.warning(
+            "sink %s: batch %d aborted; its data files stay unreferenced",
+            self.settings.sink_id,
+            batchId,
+        )
+
+
+class BarrieredDeltaSink(DataSource):
+    """``writeStream.format("barriered-delta")``: a Delta table committed with the checkpoints.
+
+    Options (declared in ``barriered.config.SINK_OPTIONS``): ``path`` (or
+    ``start(path)``), ``snapshotPath`` (default: the session key), ``mode``
+    (``append``/``update``), ``keyColumns``, ``partitionBy``, ``sinkId``.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "barriered-delta"
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """Check the options against the output schema; return the writer."""
+        if overwrite:
+            raise ConfigError(
+                "the barriered-delta sink does not support outputMode 'complete'; use "
+                "append (with the sink option mode=update to merge by keyColumns)"
+            )
+        settings = options.parse(dict(self.options))
+        settings.check_columns(schema.fieldNames())
+        return BarrieredDeltaWriter(settings, to_arrow_schema(schema))
+
+    def schema(self) -> Any:
+        raise ConfigError("the barriered-delta sink is write-only: read its table as Delta")
