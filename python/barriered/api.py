@@ -25,7 +25,7 @@ from barriered.datasource.columns import (
 )
 from barriered.errors import CheckpointError, ConfigError
 from barriered.session import _LISTENERS
-from barriered.statestore.fileio import join, list_names, read_json, write_json
+from barriered.statestore.fileio import read_json, write_json
 from barriered.statestore.keyed import LIVE_STATE_DDL, KeyedOperator, OperatorSpec
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restored_state import restored_files
@@ -120,12 +120,8 @@ class KeyedStream:
         )
         layout = SnapshotLayout.at(self.snapshot_path)
         check_typed(layout)
-        others = [
-            read_json(join(layout.operators_dir, n), default=None)
-            for n in list_names(layout.operators_dir)
-            if n.endswith(".json") and n != f"{operator}.json"
-        ]
-        table_schema([*(o for o in others if o is not None), spec.to_dict()])
+        others = [r for name, r in layout.registrations().items() if name != operator]
+        table_schema([*others, spec.to_dict()])
         restored = None
         if self.restore is not None:
             restored = restored_files(self.restore, spec)

@@ -32,16 +32,13 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from barriered.config import BarrieredConf
 from barriered.coordinator import ownership
 from barriered.coordinator.clock import SystemClock
 from barriered.coordinator.coordinator import CheckpointCoordinator
 from barriered.coordinator.model import AckStats, CompletedCheckpoint
 from barriered.coordinator.policy import ChannelSignals
-from barriered.coordinator.settings import CoordinatorSettings
+from barriered.coordinator.settings import settings_from_conf
 from barriered.coordinator.stats import CheckpointStats
 from barriered.datasource.offsets import SourceOffset
 from barriered.datasource.schedule import SchedulePublisher
@@ -56,36 +53,13 @@ from barriered.sink import committer
 from barriered.sink.participant import SinkParticipants
 from barriered.statestore import checkpoints_table, maintenance, operators, retention
 from barriered.statestore.acks import Ack, inflight_participant, read_acks, state_participant
-from barriered.statestore.delta_tables import (
-    INFLIGHT_PARTITIONS,
-    STATE_PARTITIONS,
-    as_json,
-    commit_files,
-    state_replacements,
-)
-from barriered.statestore.fileio import filesystem, join, list_names, read_json
+from barriered.statestore.checkpoint_commit import commit_checkpoint, upstream_start
+from barriered.statestore.fileio import read_json
 from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.state_schema import TYPED_DESCRIPTION, table_schema
 from barriered.testing import faults
 
 log = logging.getLogger(__name__)
-
-
-def settings_from_conf(conf: BarrieredConf) -> CoordinatorSettings:
-    """Map the session/source configuration onto the coordinator's settings."""
-    return CoordinatorSettings(
-        checkpoint_interval_ms=conf.checkpoint_interval_ms,
-        checkpoint_timeout_ms=conf.checkpoint_timeout_ms,
-        min_pause_ms=conf.min_pause_ms,
-        max_concurrent=conf.max_concurrent_checkpoints,
-        tolerable_failures=conf.tolerable_checkpoint_failures,
-        exactly_once=conf.exactly_once,
-        unaligned_enabled=conf.unaligned_enabled,
-        adaptive=conf.unaligned_adaptive,
-        aligned_timeout_ms=conf.aligned_checkpoint_timeout_ms,
-        buffer_per_channel_rows=conf.buffer_per_channel,
-    )
 
 
 class QueryCoordinator:
@@ -152,7 +126,7 @@ class QueryCoordinator:
         committed = committed_checkpoints(self.layout)
         #: Per completed checkpoint, where a restore from it reads the upstream from.
         self._needs_upstream_from: dict[int, tuple[int, ...]] = {
-            cid: _upstream_start(
+            cid: upstream_start(
                 json.loads(meta.get("barriered.barrier") or "{}"),
                 json.loads(meta.get("barriered.inflight") or "{}"),
                 by_value=meta.get("barriered.inflight_version") is not None,
@@ -219,8 +193,7 @@ class QueryCoordinator:
 
     def operators(self) -> list[dict[str, Any]]:
         """The keyed operators registered on this snapshot path."""
-        folder = self.layout.operators_dir
-        return [read_json(join(folder, n)) for n in list_names(folder) if n.endswith(".json")]
+        return list(self.layout.registrations().values())
 
     def _participants(self) -> frozenset[str]:
         names = set()
@@ -245,62 +218,27 @@ class QueryCoordinator:
         faults.hit(self.layout, faults.BEFORE_COMMIT, done.checkpoint_id, self.fail)
         self._fence(f"committing checkpoint {done.checkpoint_id}")
         acks: list[Ack] = [a.payload for a in done.acks.values() if isinstance(a.payload, Ack)]
-        inflight_files = [f for a in acks if a.participant.startswith("inflight/") for f in a.files]
-        inflight_version = None
-        if inflight_files:
-            fs, root = filesystem(self.layout.inflight_table)
-            with fs.open_input_file(f"{root}/{inflight_files[0].path}") as f:
-                schema = pq.read_schema(f)
-            schema = schema.append(pa.field("checkpoint_id", pa.int64()))
-            inflight_version = commit_files(
-                self.layout.inflight_table,
-                schema,
-                INFLIGHT_PARTITIONS,
-                done.checkpoint_id,
-                inflight_files,
-                metadata={"barriered.epoch": self.epoch},
-                storage_options=self.layout.storage_options,
-            ).version
-        self._inflight_versions[done.checkpoint_id] = inflight_version
-        store_versions = operators.commit(
-            self.layout, done.checkpoint_id, acks, metadata={"barriered.epoch": self.epoch}
-        )
-        state_acks = [a for a in acks if a.participant.startswith("state/")]
         sink_plans = self.sinks.plans(done.checkpoint_id, done.cut_batch_id)
-        ranges = {
-            str(a.extra["channel"]): [a.extra["start"], a.extra["end"]]
-            for a in acks
-            if a.participant.startswith("inflight/")
-        }
-        commit = commit_files(
-            self.layout.state_table,
-            table_schema(self.operators()),
-            STATE_PARTITIONS,
-            done.checkpoint_id,
-            [f for a in state_acks for f in a.files],
-            state_replacements(state_acks),
-            metadata={
-                "barriered.kind": done.kind,
-                "barriered.mode": done.effective_mode or done.mode,
-                "barriered.barrier": as_json({str(k): v for k, v in done.positions.items()}),
-                "barriered.inflight": as_json(ranges),
-                "barriered.inflight_version": inflight_version,
-                "barriered.epoch": self.epoch,
-                operators.VERSIONS_KEY: as_json(store_versions),
-                committer.PLAN_KEY: committer.plans_json(sink_plans),
-            },
-            storage_options=self.layout.storage_options,
-            description=TYPED_DESCRIPTION,
+        commit = commit_checkpoint(
+            self.layout,
+            done,
+            acks,
+            self.operators(),
+            self.epoch,
+            {committer.PLAN_KEY: committer.plans_json(sink_plans)},
         )
+        self._inflight_versions[done.checkpoint_id] = commit.inflight_version
         if self.epoch is not None and ownership.newer_epoch_exists(self.layout, self.epoch):
             # The takeover came between the check above and this commit.
             self._fence(
                 f"checkpoint {done.checkpoint_id} reached state table version "
-                f"{commit.version} while this run was being fenced; recording it"
+                f"{commit.state_version} while this run was being fenced; recording it"
             )
-        retention.record_removed(self.layout, retention.STATE, commit.version, commit.removed)
-        self._needs_upstream_from[done.checkpoint_id] = _upstream_start(
-            {str(k): v for k, v in done.positions.items()}, ranges, by_value=bool(inflight_files)
+        retention.record_removed(self.layout, retention.STATE, commit.state_version, commit.removed)
+        self._needs_upstream_from[done.checkpoint_id] = upstream_start(
+            {str(k): v for k, v in done.positions.items()},
+            commit.inflight_ranges,
+            by_value=commit.inflight_version is not None,
         )
         faults.hit(self.layout, faults.AFTER_COMMIT, done.checkpoint_id, self.fail)
         try:
@@ -312,7 +250,7 @@ class QueryCoordinator:
             )
             raise
         faults.hit(self.layout, faults.AFTER_SINK_COMMIT, done.checkpoint_id, self.fail)
-        return commit.version
+        return commit.state_version
 
     def _renew(self) -> None:
         if self._lease is not None:
@@ -553,15 +491,3 @@ class QueryCoordinator:
                 self.core.acknowledge(cid, participant, AckStats())
             if cid not in self.core.pending_ids:
                 self._collecting.discard(cid)
-
-
-def _upstream_start(
-    barrier: Mapping[str, int], inflight: Mapping[str, Any], by_value: bool
-) -> tuple[int, ...]:
-    """Where a restore from a checkpoint reads the upstream from, per channel: ``B_n(c)``,
-    or the start of the in-flight range when it was captured by reference."""
-    starts = {int(c): int(b) for c, b in barrier.items()}
-    if not by_value:
-        for c, (a, _) in inflight.items():
-            starts[int(c)] = min(starts[int(c)], int(a))
-    return tuple(starts[c] for c in sorted(starts))

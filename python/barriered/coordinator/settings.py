@@ -9,8 +9,12 @@ Every field is checked in ``__post_init__``; a bad value raises
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from barriered.errors import ConfigError
+
+if TYPE_CHECKING:
+    from barriered.config import BarrieredConf
 
 __all__ = ["SETTING_KEYS", "CoordinatorSettings"]
 
@@ -136,3 +140,19 @@ def _check_bool(settings: CoordinatorSettings, name: str) -> None:
     value = getattr(settings, name)
     if not isinstance(value, bool):
         raise ConfigError(f"{_where(name)} must be a bool, got {type(value).__name__} {value!r}")
+
+
+def settings_from_conf(conf: BarrieredConf) -> CoordinatorSettings:
+    """Map the session/source configuration onto the coordinator's settings."""
+    return CoordinatorSettings(
+        checkpoint_interval_ms=conf.checkpoint_interval_ms,
+        checkpoint_timeout_ms=conf.checkpoint_timeout_ms,
+        min_pause_ms=conf.min_pause_ms,
+        max_concurrent=conf.max_concurrent_checkpoints,
+        tolerable_failures=conf.tolerable_checkpoint_failures,
+        exactly_once=conf.exactly_once,
+        unaligned_enabled=conf.unaligned_enabled,
+        adaptive=conf.unaligned_adaptive,
+        aligned_timeout_ms=conf.aligned_checkpoint_timeout_ms,
+        buffer_per_channel_rows=conf.buffer_per_channel,
+    )

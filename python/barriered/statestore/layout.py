@@ -26,9 +26,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from barriered.errors import SnapshotStoreError
-from barriered.statestore.fileio import folder_problem, join, read_json, to_local_or_uri
+from barriered.statestore.fileio import folder_problem, join, list_names, read_json, to_local_or_uri
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,12 @@ class SnapshotLayout:
     def operators_dir(self) -> str:
         """Folder of operator registrations."""
         return join(self.root, "_coordinator", "operators")
+
+    def registrations(self) -> dict[str, dict[str, Any]]:
+        """The keyed operators registered on this path, by name."""
+        folder = self.operators_dir
+        found = (read_json(join(folder, n)) for n in list_names(folder) if n.endswith(".json"))
+        return {str(r["operator"]): r for r in found if r}
 
     def acks_dir(self, checkpoint_id: int) -> str:
         """Folder of the acknowledgements of one checkpoint."""

@@ -181,9 +181,7 @@ class RestorePoint:
 
     def operators(self) -> dict[str, dict[str, Any]]:
         """The keyed operators registered on the origin, by name."""
-        folder = self.origin.operators_dir
-        specs = (read_json(join(folder, n)) for n in list_names(folder) if n.endswith(".json"))
-        return {str(s["operator"]): s for s in specs if s}
+        return self.origin.registrations()
 
     # -- compatibility -------------------------------------------------------------------
 

@@ -39,7 +39,6 @@ from barriered.statestore.fileio import (
     filesystem,
     join,
     list_names,
-    read_json,
     write_json,
 )
 from barriered.statestore.json_layout import convert_file, typed_registration
@@ -93,8 +92,7 @@ def _copy(files: list[TableFile], source: str, target: str) -> list[DataFile]:
 
 def _operators(origin: SnapshotLayout, json_layout: bool) -> dict[str, dict[str, Any]]:
     """The operator registrations of ``origin`` (typed, when converting)."""
-    folder = origin.operators_dir
-    found = {n[:-5]: read_json(join(folder, n)) for n in list_names(folder) if n.endswith(".json")}
+    found = origin.registrations()
     return {k: typed_registration(v) if json_layout else v for k, v in found.items()}
 
 

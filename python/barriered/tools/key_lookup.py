@@ -18,7 +18,6 @@ import pyarrow.compute as pc
 
 from barriered.errors import ConfigError
 from barriered.statestore.delta_tables import open_table, read_table
-from barriered.statestore.fileio import join, list_names, read_json
 from barriered.statestore.key_groups import (
     key_group_for_key,
     key_types,
@@ -26,6 +25,7 @@ from barriered.statestore.key_groups import (
     shuffle_partition,
     spark_hash,
 )
+from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.state_schema import columns_schema
 from barriered.tools.history import open_history, retained_ids, select_checkpoint
 
@@ -51,20 +51,18 @@ class KeyLocation:
         return asdict(self)
 
 
-def _operator(path: str, root: str, name: str | None) -> dict[str, Any]:
-    folder = join(root, "_coordinator", "operators")
-    specs = [read_json(join(folder, n)) for n in list_names(folder) if n.endswith(".json")]
-    names = sorted(str(s["operator"]) for s in specs)
+def _operator(path: str, layout: SnapshotLayout, name: str | None) -> dict[str, Any]:
+    specs = layout.registrations()
+    names = sorted(specs)
     if not specs:
         raise ConfigError(f"{path!r} has no keyed operator (no _coordinator/operators/*.json)")
     if name is None and len(specs) > 1:
         raise ConfigError(
             f"{path!r} has the keyed operators {names}: choose one with --operator NAME"
         )
-    found = [s for s in specs if name is None or s["operator"] == name]
-    if not found:
+    if name is not None and name not in specs:
         raise ConfigError(f"{path!r} has no keyed operator {name!r}; it has {names}")
-    return dict(found[0])
+    return dict(specs[name if name is not None else names[0]])
 
 
 def _split(texts: Sequence[str], columns: int) -> list[str]:
@@ -111,7 +109,7 @@ def locate_key(
     """
     step(f"reading the checkpoint history of {path}")
     layout, rows = open_history(path)
-    spec = _operator(path, layout.root, operator)
+    spec = _operator(path, layout, operator)
     types = key_types(str(spec["key_schema"]))
     values = parse_key(_split(texts, len(types)), types)
     max_parallelism = int(spec["max_parallelism"])
