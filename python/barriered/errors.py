@@ -64,3 +64,9 @@ class UnsupportedOperatorError(ConfigError):
 class SinkError(SnapshotStoreError):
     """The barriered-delta sink cannot stage or commit output (the message names the
     table, the sink and the batch or checkpoint)."""
+
+
+class SinkRewindError(SinkError, RestoreError):
+    """A restore from checkpoint ``n`` cannot bring a sink's output table back to what
+    ``n`` covers: someone other than this sink wrote the table after ``n`` (the message
+    names the table, its versions and what to do). Nothing was written."""

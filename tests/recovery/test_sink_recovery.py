@@ -22,10 +22,12 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+import barriered
 from barriered.statestore.layout import SnapshotLayout
 from barriered.testing import faults
 from runs import (
     MODES,
+    PREFIX,
     SOURCE,
     commit_metadata,
     expected_output,
@@ -181,3 +183,60 @@ def state_counts(layout: SnapshotLayout, version: int) -> dict[str, int]:
     return {
         k: json.loads(v)["count"] for k, v in zip(keys, table["value"].to_pylist(), strict=True)
     }
+
+
+def test_a_restore_from_an_older_checkpoint_takes_the_output_back(
+    session: Any, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    processor, sink = sink_query("append", str(out))
+    run(session, tmp_path, MODES["aligned"], processor=processor, sink=sink)
+    written = sink_versions(out)
+    assert len(written) >= 2, f"only checkpoints {sorted(written)} wrote output"
+    older, latest = sorted(written)[-2:]  # the older of the last two with output
+    assert output_rows(str(out), written[older]) != output_rows(str(out))
+    processor, sink = sink_query("append", str(out))
+    source = {**SOURCE, "restoreFrom": str(older)}
+    run(
+        session,
+        tmp_path,
+        MODES["aligned"],
+        source,
+        None,
+        None,
+        "ck-restored",
+        latest,
+        processor,
+        sink,
+    )
+    assert output_rows(str(out)) == expected_output("append", everything())
+    rewinds = [h for h in DeltaTable(str(out)).history() if "barriered.rewind_to" in h]
+    assert [(h["operation"], h["barriered.rewind_to"]) for h in rewinds] == [
+        ("RESTORE", written[older])
+    ]
+
+
+def test_the_sink_takes_the_snapshot_path_from_the_session(session: Any, tmp_path: Path) -> None:
+    out, snap = tmp_path / "out", str(tmp_path / "snap")
+    processor, _ = sink_query("update", str(out))
+    for key, value in MODES["unaligned"].items():
+        session.conf.set(PREFIX + key, value)
+    session.conf.set(PREFIX + "snapshotPath", snap)
+    try:
+        events = session.readStream.format("barriered").options(**SOURCE).load()
+        query = (
+            barriered.keyed(events, "user_id")
+            .process(processor)
+            .writeStream.format("barriered-delta")
+            .options(path=str(out), mode="update", keyColumns="user_id")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        wait_final_checkpoint(SnapshotLayout.configured(snap), tuple(upstream().available()))
+    finally:
+        session.conf.unset(PREFIX + "snapshotPath")
+    assert output_rows(str(out)) == expected_output("update", everything())
+    paths = {h.get("barriered.snapshot_path") for h in DeltaTable(str(out)).history()}
+    assert paths == {SnapshotLayout.configured(snap).root}

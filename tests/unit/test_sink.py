@@ -4,6 +4,7 @@ its idempotency after a crash, the finish by the next run and retention of orpha
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -211,6 +212,8 @@ def test_the_sink_is_a_participant_until_the_cut_batch_is_staged(tmp_path: Path)
     assert sinks.staged(1) == []
     stage_batch(layout, s, 3, 1, [("b", "eu", 1)])
     assert sinks.staged(1) == ["sink/out"]
+    sinks.ran(0)
+    sinks.ran(1)
     plans = sinks.plans(1, 1)
     assert [(p.epoch, p.batches) for p in plans] == [(3, ((3, 0), (3, 1)))]
     sinks.commit(1, plans)
@@ -246,6 +249,7 @@ def test_a_restarted_run_carries_what_the_older_run_staged_before_its_first_batc
     restarted.sweep(min_age_ms=0)  # the re-run batch goes, the carried one stays
     assert staging.staged_ids(layout, "out", 0) == [4]
     restarted.on_cut(1, 5)
+    restarted.ran(5)
     plans = restarted.plans(1, 5)
     assert [p.batches for p in plans] == [((0, 4), (1, 5))]
     restarted.commit(1, plans)
@@ -261,6 +265,27 @@ def test_a_restored_run_drops_what_older_runs_staged_after_its_cut(tmp_path: Pat
     stage_batch(layout, s, 1, 0, [("a", "eu", 1)])
     restored = SinkParticipants(layout, 1, continues=False)
     restored.on_cut(1, 0)
+    restored.ran(0)
     assert [p.batches for p in restored.plans(1, 0)] == [((1, 0),)]
     restored.sweep(min_age_ms=0)
     assert staging.epochs(layout, "out") == [1]
+
+
+def test_a_batch_another_run_staged_under_this_runs_epoch_is_refused(tmp_path: Path) -> None:
+    layout = SnapshotLayout.at(str(tmp_path / "snap"))
+    s = settings(tmp_path)
+    own = stage_batch(layout, s, 3, 0, [("a", "eu", 1)])
+    sinks = SinkParticipants(layout, 3)
+    sinks.ran(0, at_ms=own.staged_ms + 5)  # the progress of batch 0 comes after its staging
+    sinks.on_cut(1, 0)
+    assert [p.batches for p in sinks.plans(1, 0)] == [((3, 0),)]
+    # a fenced older run, still writing, stages batch 0 again and batch 1 under epoch 3
+    zombie = replace(own, staged_ms=own.staged_ms + 10)
+    staging.stage(layout, zombie)
+    with pytest.raises(SinkError, match=r"batch 0 staged under epoch 3 at .* progress at"):
+        sinks.plans(2, 0)
+    staging.stage(layout, own)
+    stage_batch(layout, s, 3, 1, [("z", "eu", 1)])
+    with pytest.raises(SinkError, match=r"batch 1 staged under epoch 3 .*this run never ran"):
+        sinks.plans(3, 1)
+    assert not (tmp_path / "out" / "_delta_log").exists()  # nothing was committed

@@ -96,9 +96,18 @@ class QueryCoordinator:
     epoch : int, optional
         The run's epoch on the snapshot path (the source took it at start); every write
         is fenced by it. None only for a path that predates ownership.
+    restored : mapping, optional
+        What the run was restored from (the source offset's ``restore``: ``from``,
+        ``checkpoint_id``): the sinks' tables are taken back to that checkpoint's output.
     """
 
-    def __init__(self, layout: SnapshotLayout, next_id: int = 1, epoch: int | None = None) -> None:
+    def __init__(
+        self,
+        layout: SnapshotLayout,
+        next_id: int = 1,
+        epoch: int | None = None,
+        restored: Mapping[str, Any] | None = None,
+    ) -> None:
         stored = read_json(layout.config_file, default={}) or {}
         self.conf = BarrieredConf(**stored.get("conf", {}))
         self.layout = SnapshotLayout.at(layout.root, self.conf.storage_options)
@@ -143,9 +152,12 @@ class QueryCoordinator:
         owner = None if epoch is None else ownership.owner_of(self.layout, epoch)
         continues = owner is not None and owner.restore_from is None
         self.sinks = SinkParticipants(self.layout, epoch, continues)
+        restored_id = None  # a restore from this path: the sinks' output goes back too
+        if owner is not None and owner.restore_from and (restored or {}).get("from") == layout.root:
+            restored_id = int((restored or {})["checkpoint_id"])
         if epoch is not None:  # output of completed checkpoints a crash left uncommitted
             self._fence("finishing the sink commits of completed checkpoints")
-            committer.finish(self.layout, committed)
+            self.sinks.recover(committed, restored_id)
         self._completed = {
             int(row["checkpoint_id"]): retention.Retained(
                 int(row["checkpoint_id"]),
@@ -401,6 +413,7 @@ class QueryCoordinator:
         duration_ms: int,
     ) -> list[TriggerRequest]:
         """Handle one micro-batch's progress of the barriered source; return new triggers."""
+        self.sinks.ran(batch_id)
         if self._crashed or self._fenced:
             return []
         self._renew()

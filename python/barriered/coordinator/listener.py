@@ -81,11 +81,12 @@ class BarrieredListener(StreamingQueryListener):
                 qc = self.coordinators.get(str(progress.id))
                 epoch = report.get("epoch")
                 if qc is None or (qc.layout.root, qc.epoch) != (report["snapshotPath"], epoch):
-                    last_id = SourceOffset.from_dict(end).last_id
+                    offset = SourceOffset.from_dict(end)
                     qc = QueryCoordinator(
                         SnapshotLayout.at(report["snapshotPath"]),
-                        next_id=last_id + 1,
+                        next_id=offset.last_id + 1,
                         epoch=None if epoch is None else int(epoch),
+                        restored=offset.restore,
                     )
                     self.coordinators[str(progress.id)] = qc
                     qc.identify(str(progress.id), str(progress.runId))

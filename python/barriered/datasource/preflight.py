@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from barriered.datasource.options import SourceSettings, parse_source_options
+from barriered.sink import rewind
+from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint, resolve
 
@@ -46,7 +48,8 @@ def checked(
         An unknown option (with a suggestion), a bad value or no snapshot path.
     RestoreError
         ``restoreFrom`` names no restorable checkpoint, or one whose configuration or
-        files do not fit.
+        files do not fit, or (:class:`~barriered.errors.SinkRewindError`) a sink's table
+        that someone else wrote after it.
     """
     settings = parse_source_options(options)
     layout = SnapshotLayout.at(settings.conf.require_snapshot_path(), settings.conf.storage_options)
@@ -58,4 +61,6 @@ def checked(
         point = resolve(layout, spec)
         point.check_config(settings.conf)
         point.check_files()
+        if point.origin.root == layout.root:  # the sinks' tables can go back to its output
+            rewind.check(layout, point.checkpoint_id, committed_checkpoints(layout))
     return settings, layout, point

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 #: Key of the plan in the ``state`` table's commit metadata.
 PLAN_KEY = "barriered.sink"
 PARTICIPANT_PREFIX = "sink/"
+#: Commit metadata of the sink's creation of an empty table (mode update).
+CREATED_KEY = "barriered.created"
 
 
 def participant(sink_id: str) -> str:
@@ -147,7 +149,11 @@ def _read_staged(path: str, batches: Sequence[StagedBatch]) -> pa.Table:
 
 
 def _merge(
-    settings: SinkSettings, schema: pa.Schema, rows: pa.Table, props: CommitProperties
+    settings: SinkSettings,
+    schema: pa.Schema,
+    rows: pa.Table,
+    props: CommitProperties,
+    metadata: Mapping[str, Any],
 ) -> tuple[int, int]:
     """Merge ``rows`` (the last row of a key wins) into the table by the key columns;
     return the new version and how many rows were merged."""
@@ -157,7 +163,10 @@ def _merge(
     table = open_table(settings.path)
     if table is None:
         write_deltalake(
-            settings.path, schema.empty_table(), partition_by=list(settings.partition_by) or None
+            settings.path,
+            schema.empty_table(),
+            partition_by=list(settings.partition_by) or None,
+            commit_properties=CommitProperties(custom_metadata={**metadata, CREATED_KEY: True}),
         )
         table = open_table(settings.path)
         assert table is not None
@@ -200,7 +209,7 @@ def _commit_one(layout: SnapshotLayout, checkpoint_id: int, p: SinkPlan) -> Sink
             custom_metadata={**metadata, "barriered.checkpoint_id": checkpoint_id},
             app_transactions=[Transaction(settings.app_id, checkpoint_id, int(time.time() * 1000))],
         )
-        version, rows = _merge(settings, schema, _read_staged(p.path, batches), props)
+        version, rows = _merge(settings, schema, _read_staged(p.path, batches), props, metadata)
     else:
         version = commit_files(
             p.path,
@@ -239,14 +248,24 @@ def commit(
     return [_commit_one(layout, checkpoint_id, p) for p in plans]
 
 
-def finish(layout: SnapshotLayout, committed: Mapping[int, tuple[int, Mapping[str, Any]]]) -> None:
+def finish(
+    layout: SnapshotLayout,
+    committed: Mapping[int, tuple[int, Mapping[str, Any]]],
+    superseded: Callable[[int, SinkPlan], bool] | None = None,
+) -> None:
     """Finish the sink commits of completed checkpoints a crash interrupted.
 
     ``committed`` maps each checkpoint id to its state table version and commit metadata
-    (:func:`barriered.statestore.integrity.committed_checkpoints`).
+    (:func:`barriered.statestore.integrity.committed_checkpoints`); a plan for which
+    ``superseded(checkpoint_id, plan)`` holds (a later run was restored from an older
+    checkpoint) is not committed.
     """
     for checkpoint_id in sorted(committed):
-        plans = plans_from_metadata(committed[checkpoint_id][1])
+        plans = [
+            p
+            for p in plans_from_metadata(committed[checkpoint_id][1])
+            if superseded is None or not superseded(checkpoint_id, p)
+        ]
         if plans:
             commit(layout, checkpoint_id, plans)
 

@@ -6,14 +6,25 @@ staged. Spark runs the sink's driver-side ``commit`` of a batch before it report
 batch's progress, which is where the coordinator learns of the cut, so the
 acknowledgement is normally there at once; waiting for it makes the order explicit (a
 checkpoint never completes without the output of its cut batch staged).
+
+The writer names a staged batch by the epoch that owns the snapshot path *when it
+stages*: a run that lost the path (a zombie, in the moments before it notices it is
+fenced) stages under the new run's epoch. So before planning a checkpoint's commit the
+participants check every batch of their epoch against the batches this run ran: a batch
+this run did not run, or one staged after this run's progress of it (Spark reports a
+batch's progress only after its sink commit), was staged by another run, and the
+checkpoint fails with a :class:`~barriered.errors.SinkError` instead of committing it.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Mapping
 from typing import Any
 
-from barriered.sink import committer, staging
+from barriered.errors import SinkError
+from barriered.sink import committer, rewind, staging
 from barriered.sink.committer import SinkCommit, SinkPlan
 from barriered.statestore.fileio import exists
 from barriered.statestore.layout import SnapshotLayout
@@ -41,12 +52,62 @@ class SinkParticipants:
         self.epoch = epoch
         self._cuts: dict[int, tuple[int, list[str]]] = {}
         self._done: dict[int, list[SinkCommit]] = {}
+        #: Batch id -> when this run's coordinator saw its progress (ms).
+        self._ran: dict[int, int] = {}
         self.carry: dict[str, int] | None = None
         if continues and epoch is not None:
             firsts = {
                 s: staging.staged_ids(layout, s, epoch) for s in staging.sink_ids(layout, epoch)
             }
             self.carry = {s: ids[0] for s, ids in firsts.items() if ids}
+
+    def recover(
+        self, committed: Mapping[int, tuple[int, Mapping[str, Any]]], restored: int | None
+    ) -> None:
+        """At the run's start: finish the sink commits of completed checkpoints a crash
+        interrupted and, for a run restored from checkpoint ``restored`` of this path,
+        take the sinks' tables back to its output (later checkpoints' output is produced
+        again by this run; see :mod:`barriered.sink.rewind`).
+
+        Raises
+        ------
+        SinkRewindError
+            When a table was written by someone else after the restored checkpoint.
+        """
+        committer.finish(
+            self.layout,
+            {c: v for c, v in committed.items() if restored is None or c <= restored},
+            lambda cid, p: rewind.superseded(self.layout, cid, p),
+        )
+        if restored is not None:
+            rewind.rewind(self.layout, restored, committed, self.epoch)
+
+    def ran(self, batch_id: int, at_ms: int | None = None) -> None:
+        """This run ran ``batch_id`` (its progress arrived, after its sink commit)."""
+        self._ran[batch_id] = int(time.time() * 1000) if at_ms is None else at_ms
+
+    def _check_own(self, plans: list[SinkPlan]) -> None:
+        """Refuse a plan holding a batch of this epoch another run staged."""
+        for p in plans:
+            for epoch, batch_id in p.batches:
+                batch = staging.read(self.layout, p.sink_id, epoch, batch_id)
+                if epoch != self.epoch or batch is None:
+                    continue
+                seen = self._ran.get(batch_id)
+                if seen is None or batch.staged_ms > seen:
+                    when = (
+                        "never ran"
+                        if seen is None
+                        else f"reported the batch's progress at {seen} ms"
+                    )
+                    raise SinkError(
+                        f"sink {p.sink_id!r}: batch {batch_id} staged under epoch {epoch} "
+                        f"at {batch.staged_ms} ms ({batch.file(self.layout)!r}) was not "
+                        f"staged by this run (this run {when}): an older run that lost the "
+                        f"snapshot path {self.layout.root!r} is still writing. Its output "
+                        "is not committed; stop the older run, then restart this query "
+                        "(restoreFrom=latest)"
+                    )
 
     def on_cut(self, checkpoint_id: int, batch_id: int) -> list[str]:
         """Participants the coordinator must wait for at the cut in ``batch_id``."""
@@ -68,11 +129,19 @@ class SinkParticipants:
         ]
 
     def plans(self, checkpoint_id: int, cut_batch: int | None) -> list[SinkPlan]:
-        """What checkpoint ``checkpoint_id`` commits to the sinks."""
+        """What checkpoint ``checkpoint_id`` commits to the sinks.
+
+        Raises
+        ------
+        SinkError
+            When a batch of this epoch in the plan was staged by another run.
+        """
         if self.epoch is None or cut_batch is None:
             return []
         self._cuts.pop(checkpoint_id, None)
-        return committer.plan(self.layout, self.epoch, cut_batch, self.carry)
+        plans = committer.plan(self.layout, self.epoch, cut_batch, self.carry)
+        self._check_own(plans)
+        return plans
 
     def commit(self, checkpoint_id: int, plans: list[SinkPlan]) -> None:
         """Commit the staged output of completed ``checkpoint_id`` (see :mod:`committer`)."""

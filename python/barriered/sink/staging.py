@@ -32,6 +32,8 @@ class StagedBatch:
     batch_id: int
     schema: pa.Schema
     files: tuple[DataFile, ...] = ()
+    #: When the batch was staged (ms since the epoch, the driver's clock).
+    staged_ms: int = 0
 
     @property
     def rows(self) -> int:
@@ -51,6 +53,7 @@ class StagedBatch:
             "batch_id": self.batch_id,
             "schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode("ascii"),
             "files": [vars(f) for f in self.files],
+            "staged_ms": self.staged_ms,
         }
 
     @classmethod
@@ -62,6 +65,7 @@ class StagedBatch:
             batch_id=int(d["batch_id"]),
             schema=pa.ipc.read_schema(pa.py_buffer(base64.b64decode(d["schema"]))),
             files=tuple(DataFile(**f) for f in d.get("files", [])),
+            staged_ms=int(d.get("staged_ms", 0)),
         )
 
     def file(self, layout: SnapshotLayout) -> str:

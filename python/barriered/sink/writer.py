@@ -12,6 +12,7 @@ table until the coordinator commits the checkpoint covering the batch
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,7 +118,8 @@ class BarrieredDeltaWriter(DataSourceStreamArrowWriter):
         layout = SnapshotLayout.configured(self.settings.snapshot_path)
         files = tuple(f for m in messages if isinstance(m, StagedFiles) for f in m.files)
         epoch = run_epoch(layout, self.settings.sink_id, batchId)
-        stage(layout, StagedBatch(self.settings, epoch, batchId, self.schema, files))
+        now = int(time.time() * 1000)
+        stage(layout, StagedBatch(self.settings, epoch, batchId, self.schema, files, now))
         log.debug(
             "sink %s: batch %d staged (%d files, epoch %d)",
             self.settings.sink_id,
