@@ -118,7 +118,7 @@ def test_a_key_is_found_with_its_key_group_partition_and_state(
         assert (found["key_group"], found["partition"]) == (group, shuffle_partition(group, 3))
         assert found["key"] == {"k": k, "n": str(n)} and found["checkpoint_id"] == 1
         (row,) = found["state_rows"]  # only this key, not the others of its key group
-        assert row == {"k": k, "n": n, "total": 10 * n, "checkpoint_id": 1}
+        assert row == {"key_group": group, "k": k, "n": n, "total": 10 * n, "checkpoint_id": 1}
     # One --key per column, and the text form.
     assert cli.main(["inspect", layout.root, "--key", "c", "--key", "7"]) == 0
     text = capsys.readouterr().out

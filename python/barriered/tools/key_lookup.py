@@ -128,7 +128,7 @@ def locate_key(
             where = (pc.field("operator") == spec["operator"]) & (pc.field("key_group") == group)
             for (name, _), value in zip(types, values, strict=True):
                 where = where & (pc.field(name) == value)
-            columns = [*columns_schema(spec).names, "checkpoint_id"]
+            columns = ["key_group", *columns_schema(spec).names, "checkpoint_id"]
             state = read_table(table, columns, where).to_pylist()
     log.debug("key %s of %s: key group %d", values, spec["operator"], group)
     return KeyLocation(
