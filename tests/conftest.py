@@ -78,6 +78,13 @@ def spark() -> Iterator[object]:
     if os.environ.get("SPARK_CONNECT_MODE_ENABLED"):
         pytest.fail("the classic session cannot start after the Spark Connect server")
     session = _builder(SparkSession.builder.master("local[2]").appName("barriered-tests"))
+    jar = (
+        Path(__file__).resolve().parents[1] / "python" / "barriered" / "jars" / "barriered-shim.jar"
+    )
+    if jar.exists():
+        # A JVM puts spark.jars on the driver's class path only when it starts: the
+        # provider tests' session, started later in this JVM, needs the jar there.
+        session = session.config("spark.jars", str(jar))
     session = session.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
