@@ -48,4 +48,4 @@ bench: $(STAMP) $(JAR)  ## the benchmark suite (ARGS=--quick for a smoke run, AR
 	$(PY) -m benchmarks.run $(ARGS)
 
 docs: $(STAMP) $(JAR)
-	$(PY) -m barriered.config
+	$(PY) -m barriered.config_doc

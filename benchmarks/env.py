@@ -79,7 +79,8 @@ def session() -> Any:
 def _start_with_provider_jar() -> None:
     """Start the demo's session with the JVM provider's jar on the classpath (when it was
     built): the ``provider`` workload chooses the provider per query; every other query
-    keeps RocksDB, the session's default."""
+    keeps RocksDB, the session's default. ``BENCH_PROVIDER_JAR`` names another build of
+    the jar (to compare builds: e.g. one built from an older commit)."""
     import sys
 
     from pyspark.sql import SparkSession
@@ -91,7 +92,7 @@ def _start_with_provider_jar() -> None:
         return
     try:
         check_version()
-        jar = jar_path()
+        jar = os.environ.get("BENCH_PROVIDER_JAR") or jar_path()
     except ConfigError:
         return
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -113,6 +113,13 @@ def without_coordinator(spark: Any) -> Iterator[None]:
         spark.streams.addListener(listener)
 
 
+def error_line(exc: Exception) -> str:
+    """The Python error line of a (JVM-wrapped) exception, e.g. ``ConfigError: ...``."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    errors = [line for line in lines if "Error:" in line or "Exception:" in line]
+    return (errors[-1] if errors else f"{type(exc).__name__}: {lines[0]}")[:300]
+
+
 def configure(spark: Any, keys: dict[str, str]) -> None:
     """Reset every ``spark.sql.streaming.barriered.*`` key, then set ``keys`` (short names)."""
     for key in list(spark.conf.getAll):

@@ -58,13 +58,16 @@ def _builder(builder: Any) -> Any:
 
 
 def _python_workers_see_the_tests() -> None:
-    """Put this folder on the Python path of the JVM about to start, so its Python workers
-    (executors' and the driver-side ones of transformWithState) import test modules that
-    queries use (``foreign_state``) as this process does."""
-    tests = str(Path(__file__).resolve().parent)
+    """Put this folder and ``provider/`` on the Python path of the JVM about to start, so
+    its Python workers (executors' and the driver-side ones of transformWithState) import
+    test modules that queries use (``foreign_state``, ``queries``) as this process does.
+    The JVM outlives the session (the provider tests start theirs in it): its workers see
+    the Python path it started with."""
+    here = Path(__file__).resolve().parent
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
-    if tests not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([tests, *filter(None, paths)])
+    missing = [str(p) for p in (here, here / "provider") if str(p) not in paths]
+    if missing:
+        os.environ["PYTHONPATH"] = os.pathsep.join([*missing, *filter(None, paths)])
 
 
 @pytest.fixture(scope="session")

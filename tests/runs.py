@@ -18,6 +18,8 @@ import pytest
 from deltalake import DeltaTable
 
 import barriered
+from barriered.datasource.offsets import SourceOffset
+from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams.rate import RateUpstream
 from barriered.examples import RecordNumbers, RunningTotals
 from barriered.statestore import checkpoints_table
@@ -122,15 +124,27 @@ def start(
 
 
 def wait_final_checkpoint(
-    layout: SnapshotLayout, final: tuple[int, ...], after_id: int = 0
+    layout: SnapshotLayout, final: tuple[int, ...], query: Any, after_id: int = 0
 ) -> dict[str, Any]:
     """Wait for a completed checkpoint (with id > ``after_id``) at positions ``final``
-    with nothing in flight (its state alone covers the whole input); return its row."""
+    with nothing in flight (its state alone covers the whole input); return its row.
+
+    ``query`` is the finished run: its last checkpoint is the highest id its source started
+    (a cut at ``final`` in the batch of the last records is followed by the run's final
+    checkpoint, in a batch of its own).
+
+    The coordinator records the completion in the trigger log last, after retention and
+    maintenance: once it is there, nothing of the run writes to the snapshot path."""
+    if query.lastProgress is not None:
+        offset = json.loads(query.lastProgress.sources[0].endOffset)
+        after_id = max(after_id, SourceOffset.from_dict(offset).last_id - 1)
     deadline = time.time() + 60
     while time.time() < deadline:
+        last = TriggerLog.read(layout.triggers_file).last_completed or 0
         for row in checkpoints_table.completed(layout)[::-1]:
             at_end = tuple(json.loads(row["barrier_positions"]).values()) == final
-            if row["checkpoint_id"] > after_id and at_end and not row["inflight_rows"]:
+            cid = row["checkpoint_id"]
+            if cid > after_id and at_end and not row["inflight_rows"] and last >= cid:
                 return row
         time.sleep(0.2)
     raise AssertionError(f"no completed checkpoint at {final} under {layout.root}")
@@ -156,7 +170,7 @@ def run(
     query = start(session, tmp_path, conf, source, snap, checkpoint, processor, sink)
     query.awaitTermination()
     layout = SnapshotLayout.configured(snap or str(tmp_path / "snap"))
-    wait_final_checkpoint(layout, final or tuple(upstream().available()), after_id)
+    wait_final_checkpoint(layout, final or tuple(upstream().available()), query, after_id)
     return query, layout
 
 

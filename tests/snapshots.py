@@ -87,8 +87,10 @@ def checkpoint(
     cid: int,
     barrier: list[int],
     inflight: dict[int, tuple[int, int]] | None = None,
+    stores: dict[str, dict[str, object]] | None = None,
 ) -> int:
-    """Commit checkpoint ``cid`` as the coordinator does: in-flight files, then state."""
+    """Commit checkpoint ``cid`` as the coordinator does: in-flight files, then state
+    (with ``stores``: the Spark operator stores its ``state`` commit records)."""
     inflight = inflight or {}
     inflight_version = None
     if inflight:
@@ -121,6 +123,7 @@ def checkpoint(
             "barriered.barrier": as_json({str(c): b for c, b in enumerate(barrier)}),
             "barriered.inflight": as_json({str(c): list(r) for c, r in inflight.items()}),
             "barriered.inflight_version": inflight_version,
+            **({"barriered.operators": as_json(stores)} if stores else {}),
         },
     )
 

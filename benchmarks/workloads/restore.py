@@ -34,6 +34,7 @@ from benchmarks.harness import (
     Context,
     barriered_stream,
     configure,
+    error_line,
     ratio,
     run_until,
     start,
@@ -77,13 +78,6 @@ def _options(data: str) -> dict[str, str]:
         "channelBy": "folder",
         "schema": "user_id string, amount long",
     }
-
-
-def _reason(exc: Exception) -> str:
-    """The Python error line of a (JVM-wrapped) exception, e.g. ``ConfigError: ...``."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    errors = [line for line in lines if "Error:" in line or "Exception:" in line]
-    return (errors[-1] if errors else f"{type(exc).__name__}: {lines[0]}")[:300]
 
 
 def _first_batch(
@@ -175,7 +169,7 @@ def _restore_size(ctx: Context, keys: int) -> dict[str, Any]:
             ck = ctx.path(f"ck-{name}-{keys}")
             out[name].update(_first_batch(ctx, into, folder, ck, extra))
         except Exception as exc:  # restoreFrom is refused until restores exist
-            out[name]["error"] = _reason(exc)
+            out[name]["error"] = error_line(exc)
         ctx.emit(f"  {keys} keys, {name}: {out[name]}")
     base = out["baseline"].get("seconds_to_first_batch")
     for name in ("same", "rescaled"):

@@ -221,7 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="where this key lives: its key group, partition and state rows (one --key per "
         "key column, or one with the values comma-separated)",
     )
-    ins.add_argument("--operator", metavar="NAME", help="with --key: the keyed operator")
+    ins.add_argument(
+        "--operator",
+        metavar="NAME",
+        help="with --key: the keyed operator, or a Spark operator's store (<op>-<store>, "
+        "e.g. 0-default: one --key per leaf field of its key, window.start and window.end "
+        "first for a window)",
+    )
     ins.add_argument(
         "--partitions",
         type=int,

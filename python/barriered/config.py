@@ -5,14 +5,12 @@ Like Spark's ``SQLConf``/``ConfigBuilder``, each key is declared exactly once as
 is restored and whether a per-source ``.option()`` may override it). Everything else is
 derived from these declarations: parsing and validation (:func:`resolve`), the typed
 :class:`BarrieredConf`, the restore check (:func:`check_restore_compatible`) and the
-reference table in ``docs/configuration.md`` (:func:`config_table_markdown`; regenerate
-it with ``python -m barriered.config``).
+reference tables in ``docs/configuration.md`` (:mod:`barriered.config_doc`; regenerate
+them with ``python -m barriered.config_doc``).
 
 Values are strings, as in Spark's conf:
 
-* durations: a number and a unit, ``500ms``, ``10s``, ``1.5s``, ``2min`` (or ``2m``),
-  ``1h``, ``1d``; a bare number is milliseconds (``1500`` = 1.5 s); the result must be a
-  whole number of milliseconds;
+* durations: ``500ms``, ``10s``, ``1.5s``, ``2min``, ... (:mod:`barriered.durations`);
 * booleans: ``true`` / ``false`` (any case);
 * integers: decimal digits with an optional sign;
 * enums: one of the choices, any case (the canonical spelling is kept).
@@ -27,13 +25,11 @@ import dataclasses
 import difflib
 import json
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
-from pathlib import Path
 from typing import Literal
 
+from barriered.durations import DURATION_FORMS, duration_ms, format_duration
 from barriered.errors import ConfigError
 from barriered.statestore.fileio import folder_problem
 
@@ -43,8 +39,6 @@ __all__ = [
     "CHECKPOINT_INTERVAL",
     "CHECKPOINT_TIMEOUT",
     "COORDINATOR_TIMEOUT",
-    "DOC_MARKER_END",
-    "DOC_MARKER_START",
     "INFLIGHT_CAPTURE",
     "KEYS",
     "KEYS_BY_NAME",
@@ -54,6 +48,7 @@ __all__ = [
     "MIN_PAUSE_BETWEEN_CHECKPOINTS",
     "MODE",
     "PREFIX",
+    "PROVIDER_CHANGE_DETECTION",
     "RETAINED_CHECKPOINTS",
     "SINK_OPTIONS",
     "SNAPSHOT_PATH",
@@ -64,15 +59,9 @@ __all__ = [
     "ConfigValue",
     "ValueType",
     "check_restore_compatible",
-    "config_table_markdown",
-    "format_duration",
     "key",
-    "main",
-    "parse_duration_ms",
-    "render_configuration_doc",
     "resolve",
     "split_options",
-    "write_configuration_doc",
 ]
 
 #: Prefix of every session configuration key of spark-barriered.
@@ -84,91 +73,7 @@ ValueType = Literal["duration", "int", "bool", "enum", "str", "path", "json"]
 ConfigValue = int | bool | str | None
 """A parsed value: ``int`` (ints, durations in ms), ``bool``, ``str`` (enums, paths)."""
 
-DOC_MARKER_START = "<!-- config-table:start -->"
-DOC_MARKER_END = "<!-- config-table:end -->"
-
-_DURATION_FORMS = (
-    "a number with a unit: '500ms', '10s', '1.5s', '2min' (or '2m'), '1h', '1d'; "
-    "a bare number is milliseconds ('1500')"
-)
-_DURATION_RE = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*([a-z]*)$")
-_UNIT_MS: dict[str, int] = {}
-for _names, _ms in (
-    (("", "ms", "milli", "millis", "millisecond", "milliseconds"), 1),
-    (("s", "sec", "secs", "second", "seconds"), 1000),
-    (("m", "min", "mins", "minute", "minutes"), 60_000),
-    (("h", "hour", "hours"), 3_600_000),
-    (("d", "day", "days"), 86_400_000),
-):
-    for _name in _names:
-        _UNIT_MS[_name] = _ms
 _INT_RE = re.compile(r"^[+-]?\d+$")
-
-
-def _duration_ms(text: str) -> int:
-    """Parse a duration to ms; ``ValueError(reason)`` without the accepted forms."""
-    match = _DURATION_RE.match(text.strip().lower())
-    if match is None or match.group(2) not in _UNIT_MS:
-        raise ValueError("not a duration")
-    ms = Decimal(match.group(1)) * _UNIT_MS[match.group(2)]
-    if ms != ms.to_integral_value():
-        raise ValueError(f"{ms.normalize():f}ms is not a whole number of milliseconds")
-    return int(ms)
-
-
-def parse_duration_ms(text: str) -> int:
-    """Parse a duration such as ``"10s"``, ``"1.5s"``, ``"2min"`` or ``"1500"`` (ms).
-
-    Parameters
-    ----------
-    text : str
-        A number with an optional unit (``ms``, ``s``, ``m``/``min``, ``h``, ``d``, any
-        case, optional space; long forms such as ``seconds`` are also accepted).
-        Without a unit the number is milliseconds.
-
-    Returns
-    -------
-    int
-        The duration in milliseconds.
-
-    Raises
-    ------
-    ValueError
-        If ``text`` is not such a duration or is not a whole number of milliseconds
-        (:meth:`ConfigKey.parse` turns this into a :class:`~barriered.errors.ConfigError`
-        naming the key).
-
-    Examples
-    --------
-    >>> parse_duration_ms("1.5s"), parse_duration_ms("2min"), parse_duration_ms("1500")
-    (1500, 120000, 1500)
-    """
-    try:
-        return _duration_ms(text)
-    except ValueError as exc:
-        raise ValueError(f"{exc}; expected {_DURATION_FORMS}") from None
-
-
-def format_duration(ms: int) -> str:
-    """Format milliseconds with the largest unit that divides them exactly.
-
-    Parameters
-    ----------
-    ms : int
-        A duration in milliseconds.
-
-    Returns
-    -------
-    str
-        E.g. ``"10s"``, ``"10min"``, ``"1500ms"``, ``"0s"``; parsed back by
-        :func:`parse_duration_ms` to the same value.
-    """
-    if ms == 0:
-        return "0s"
-    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
-        if ms % size == 0:
-            return f"{ms // size}{unit}"
-    return f"{ms}ms"
 
 
 @dataclass(frozen=True)
@@ -232,7 +137,7 @@ class ConfigKey:
             E.g. ``"one of exactlyOnce, atLeastOnce (any case)"``.
         """
         if self.type == "duration":
-            return _DURATION_FORMS + self._range_text()
+            return DURATION_FORMS + self._range_text()
         if self.type == "int":
             return "an integer" + self._range_text()
         if self.type == "bool":
@@ -286,7 +191,7 @@ class ConfigKey:
 
         if self.type == "duration":
             try:
-                ms = _duration_ms(text)
+                ms = duration_ms(text)
             except ValueError as exc:
                 raise bad(str(exc)) from None
             self._check_range(ms, raw, where)
@@ -525,7 +430,8 @@ RETENTION_MIN_AGE = _declare(
         "10min",
         "Grace period of retention: a data file no retained checkpoint reads any more is "
         "deleted only this long after it became unread, so a reader that loaded an older "
-        "table version a moment ago can still read its files.",
+        "table version a moment ago can still read its files. Likewise the Delta log "
+        "before a cut goes only once the Delta checkpoint at the cut is this old.",
         field="retention_min_age_ms",
         min_value=0,
     )
@@ -603,6 +509,20 @@ LEASE_TIMEOUT = _declare(
         "host, as soon as the owner's process is gone). restoreFrom takes over at once.",
         field="lease_timeout_ms",
         min_value=100,
+    )
+)
+PROVIDER_CHANGE_DETECTION = _declare(
+    ConfigKey(
+        "provider.changeDetection",
+        "enum",
+        "writes",
+        "How the JVM state store provider finds a store partition's key groups changed "
+        "since the base checkpoint: writes records the key group of every put and remove "
+        "(a cut reads the store once, to write them); digest compares a digest of every "
+        "key group's rows with the base's (a cut reads the whole store twice). Either "
+        "writes the whole partition when it lacks the base's record (a new executor).",
+        field="provider_change_detection",
+        choices=("writes", "digest"),
     )
 )
 
@@ -799,6 +719,8 @@ class BarrieredConf:
         ``coordinatorTimeout`` in milliseconds.
     lease_timeout_ms : int
         ``leaseTimeout`` in milliseconds.
+    provider_change_detection : str
+        ``provider.changeDetection``: ``"writes"`` or ``"digest"``.
 
     Raises
     ------
@@ -827,6 +749,7 @@ class BarrieredConf:
     buffer_per_channel: int = _default_int("bufferPerChannel")
     coordinator_timeout_ms: int = _default_int("coordinatorTimeout")
     lease_timeout_ms: int = _default_int("leaseTimeout")
+    provider_change_detection: str = _default_str("provider.changeDetection")
 
     def __post_init__(self) -> None:
         for config_key in KEYS:
@@ -1100,166 +1023,3 @@ def check_restore_compatible(previous: Mapping[str, object], current: BarrieredC
             f"start a new snapshotPath{hint}"
         )
     _raise(problems)
-
-
-# --------------------------------------------------------------------------------------
-# Reference documentation
-# --------------------------------------------------------------------------------------
-
-
-def _md(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
-def _type_cell(config_key: ConfigKey) -> str:
-    if config_key.type == "enum":
-        return "enum: " + " \\| ".join(f"`{c}`" for c in config_key.choices)
-    fmt = format_duration if config_key.type == "duration" else str
-    lo, hi = config_key.min_value, config_key.max_value
-    bounds = ""
-    if lo is not None and hi is not None:
-        bounds = f" in [{fmt(lo)}, {fmt(hi)}]"
-    elif lo is not None:
-        bounds = f" ≥ {fmt(lo)}"
-    unit = " (rows)" if config_key is BUFFER_PER_CHANNEL else ""
-    return f"{config_key.type}{bounds}{unit}"
-
-
-def config_table_markdown() -> str:
-    """The reference table of every key, as Markdown.
-
-    Returns
-    -------
-    str
-        A table with one row per key: key, type (with bounds or choices), default,
-        whether a per-source option may override it, whether it may change on
-        restore, and its doc. Ends with a newline.
-    """
-    lines = [
-        "| Key | Type | Default | Per-source option | May change on restore | Meaning |",
-        "|---|---|---|---|---|---|",
-    ]
-    for config_key in KEYS:
-        default = f"`{config_key.default}`" if config_key.default is not None else "(none)"
-        option = f"`{config_key.name}`"
-        restore = "yes" if config_key.restore_may_change else "**no**"
-        lines.append(
-            f"| `{config_key.key}` | {_type_cell(config_key)} | {default} | {option} | "
-            f"{restore} | {_md(config_key.doc)} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-SINK_DOC_MARKER_START = "<!-- sink-options:start -->"
-SINK_DOC_MARKER_END = "<!-- sink-options:end -->"
-
-
-def sink_options_markdown() -> str:
-    """The reference table of the "barriered-delta" sink's options, as Markdown."""
-    lines = ["| Option | Type | Default | Meaning |", "|---|---|---|---|"]
-    for option in SINK_OPTIONS.values():
-        default = f"`{option.default}`" if option.default is not None else "(none)"
-        lines.append(f"| `{option.name}` | {_type_cell(option)} | {default} | {_md(option.doc)} |")
-    return "\n".join(lines) + "\n"
-
-
-def _replace_between(text: str, start_marker: str, end_marker: str, table: str) -> str:
-    start, end = text.find(start_marker), text.find(end_marker)
-    if start < 0 or end < start:
-        raise ConfigError(
-            f"the configuration document has no {start_marker} ... {end_marker} "
-            "section; add both markers where the table goes"
-        )
-    return f"{text[: start + len(start_marker)]}\n{table}{text[end:]}"
-
-
-def render_configuration_doc(text: str) -> str:
-    """Replace the table between the config-table markers of a document.
-
-    Parameters
-    ----------
-    text : str
-        The document; it must contain :data:`DOC_MARKER_START` and
-        :data:`DOC_MARKER_END` once each, in that order.
-
-    Returns
-    -------
-    str
-        The document with the current :func:`config_table_markdown` between them (and
-        :func:`sink_options_markdown` between the sink-options markers, when present).
-
-    Raises
-    ------
-    ConfigError
-        If the markers are missing or out of order.
-    """
-    text = _replace_between(text, DOC_MARKER_START, DOC_MARKER_END, config_table_markdown())
-    if SINK_DOC_MARKER_START in text:
-        text = _replace_between(
-            text, SINK_DOC_MARKER_START, SINK_DOC_MARKER_END, sink_options_markdown()
-        )
-    return text
-
-
-def _default_doc_path() -> Path:
-    return Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
-
-
-def write_configuration_doc(path: str | Path | None = None, *, check: bool = False) -> bool:
-    """Regenerate the table in ``docs/configuration.md`` (or check that it is current).
-
-    Parameters
-    ----------
-    path : str or Path, optional
-        The document; ``docs/configuration.md`` of the source checkout by default.
-    check : bool, default False
-        Only compare, do not write.
-
-    Returns
-    -------
-    bool
-        ``True`` if the document was already current.
-    """
-    doc = Path(path) if path is not None else _default_doc_path()
-    text = doc.read_text(encoding="utf-8")
-    rendered = render_configuration_doc(text)
-    if rendered == text:
-        return True
-    if not check:
-        doc.write_text(rendered, encoding="utf-8")
-    return False
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m barriered.config [--check] [PATH]``.
-
-    Parameters
-    ----------
-    argv : sequence of str, optional
-        Command-line arguments (``sys.argv[1:]`` by default).
-
-    Returns
-    -------
-    int
-        0 if the document is (now) current; 1 with ``--check`` if it is stale.
-    """
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="python -m barriered.config",
-        description="Regenerate the configuration table in docs/configuration.md.",
-    )
-    parser.add_argument("path", nargs="?", help="the document (default: docs/configuration.md)")
-    parser.add_argument("--check", action="store_true", help="fail if the table is stale")
-    args = parser.parse_args(argv)
-    current = write_configuration_doc(args.path, check=args.check)
-    doc = args.path or _default_doc_path()
-    if args.check and not current:
-        print(f"{doc} is stale: run python -m barriered.config", file=sys.stderr)
-        return 1
-    print(f"{doc}: {'up to date' if current else 'regenerated'}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

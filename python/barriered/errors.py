@@ -76,3 +76,9 @@ class SinkRewindError(SinkError, RestoreError):
     """A restore from checkpoint ``n`` cannot bring a sink's output table back to what
     ``n`` covers: someone other than this sink wrote the table after ``n`` (the message
     names the table, its versions and what to do). Nothing was written."""
+
+
+class MirrorError(BarrieredError, RuntimeError):
+    """One barriered source read more than once in a query: a mirroring instance was asked
+    for a batch its leading instance did not plan (the instances would cut at different
+    positions), or two separately loaded barriered sources share one query."""

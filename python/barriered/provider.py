@@ -127,4 +127,30 @@ def with_state_store(builder: Any) -> Any:
     )
 
 
-__all__ = ["PROVIDER_CLASS", "check_version", "jar_path", "with_state_store"]
+def main() -> int:
+    """``python -m barriered.provider``: print the jar's path, for a cluster's setup.
+
+    The one line on stdout is the path of the jar inside the installed package (copy it
+    to a Volume for a Databricks init script or cluster library); a line on stderr names
+    the Spark version it was built for and the conf that chooses the provider. A missing
+    jar is an error line and exit code 1.
+    """
+    import sys
+
+    try:
+        jar, built = jar_path(), built_for()
+    except ConfigError as exc:
+        print(f"barriered: error: {exc}", file=sys.stderr)
+        return 1
+    print(jar)
+    print(
+        f"built for Spark {built}; spark.sql.streaming.stateStore.providerClass={PROVIDER_CLASS}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+__all__ = ["PROVIDER_CLASS", "check_version", "jar_path", "main", "with_state_store"]
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -118,6 +118,45 @@ def test_spark_hash_and_key_group_agree_with_the_jvm(spark: Any) -> None:
     assert checked == len(result) * len(KEYS) * len(MAX_PARALLELISMS)
 
 
+TIMESTAMPS = [
+    datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc),
+    datetime.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=datetime.timezone.utc),
+    datetime.datetime(2026, 1, 1, 9, 3, 7, 250, tzinfo=datetime.timezone.utc),
+    datetime.datetime(2262, 4, 11, 23, 47, 16, tzinfo=datetime.timezone.utc),
+]  # no null: a window drops rows without a time (the nulls of hash are tested above)
+
+
+def test_timestamps_and_structs_hash_as_the_jvm_hashes_them(spark: Any) -> None:
+    """A state store's key (a window struct of timestamps, then the grouping column)
+    hashes as its flattened leaf fields do: what ``inspect --key`` of a store relies on."""
+    from pyspark.sql import functions as F
+
+    rows = [(i, t, STRINGS[i], INTS[i]) for i, t in enumerate(TIMESTAMPS)]
+    df = spark.createDataFrame(rows, "n int, t timestamp, s string, i int")
+    out = df.select(
+        "n",
+        "s",
+        "i",
+        F.hash("t").alias("h_t"),
+        F.hash(F.col("t").cast("timestamp_ntz")).alias("h_ntz"),
+        F.hash(F.window("t", "5 minutes"), "s").alias("h_window"),
+        F.hash(F.struct("i", F.struct("t", "s")), "s").alias("h_nested"),
+    ).collect()
+    assert len(out) == len(TIMESTAMPS)
+    five = datetime.timedelta(minutes=5)
+    for r in out:
+        t = TIMESTAMPS[r.n]  # aware: the collected values would be in the process's zone
+        assert spark_hash([t], ["timestamp"]) == r.h_t, t
+        ntz = t.replace(tzinfo=None)  # the session zone is UTC
+        assert spark_hash([ntz], ["timestamp_ntz"]) == r.h_ntz, t
+        epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+        start = epoch + ((t - epoch) // five) * five
+        window = [start, start + five]
+        assert spark_hash([*window, r.s], ["timestamp", "timestamp", "string"]) == r.h_window
+        leaves = [r.i, t, r.s, r.s]
+        assert spark_hash(leaves, ["int", "timestamp", "string", "string"]) == r.h_nested, t
+
+
 def test_the_shuffle_partition_of_a_key_group_agrees_with_the_jvm(spark: Any) -> None:
     from pyspark.sql import functions as F
 

@@ -26,6 +26,8 @@ pytestmark = pytest.mark.spark
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 HEADER = "# Databricks notebook source"
 SEPARATOR = "# COMMAND ----------"
+#: Session keys a notebook may change, set back after it ran.
+RESTORED_CONF = ("spark.sql.shuffle.partitions", "spark.sql.streaming.stateStore.providerClass")
 
 
 def cells(path: Path) -> list[str]:
@@ -53,14 +55,15 @@ def run_notebook(
         "displayed": displayed,
     }
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the notebook's local folders
-    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    kept = {key: spark.conf.get(key) for key in RESTORED_CONF}
     with barriered_keys(spark, {}):
         try:
             for number, cell in enumerate(cells(path), start=1):
                 code = compile(cell, f"{name} (cell {number})", "exec")
                 exec(code, namespace)
         finally:
-            spark.conf.set("spark.sql.shuffle.partitions", partitions)
+            for key, value in kept.items():
+                spark.conf.set(key, value)
     return namespace
 
 
@@ -75,6 +78,7 @@ def test_every_notebook_is_tested() -> None:
         "03_crash_restore_rescale.py",
         "04_state_with_sql.py",
         "05_serverless_available_now.py",
+        "06_spark_operators_provider.py",
     }
     assert {p.name for p in NOTEBOOKS.glob("*.py")} == tested
 
@@ -154,3 +158,43 @@ def test_crash_restore_rescale(spark: Any, tmp_path: Path, monkeypatch: pytest.M
     assert "savepoint" in {r["kind"] for r in rows}
     ids = [r["checkpoint_id"] for r in rows]
     assert ids == sorted(set(ids))  # restored runs continue the ids of the path
+
+
+def test_spark_operators_provider(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A windowed aggregation under the state store provider (the shared session has its
+    jar on the class path from the JVM's start), restored from 2 into 5 partitions."""
+    from pyspark.sql import functions as F
+
+    ns = run_notebook("06_spark_operators_provider.py", spark, tmp_path, monkeypatch)
+    assert ns["mismatches"] == 0
+    expected = ns["expected"].collect()
+    assert len(expected) >= 12 and ns["per_window"].count() == len(expected)
+    # part 1 added to windows that part 0 had started: restored state, then counted on
+    assert len({r.window.start for r in expected}) == 4
+    live = ns["live"].select("partition_id", "key", "value").collect()
+    assert {r.partition_id for r in live} == set(range(5))
+    runs = ns["history"].where("status = 'completed'").orderBy("checkpoint_id").collect()
+    assert len(runs) >= 2 and runs[-1]["state_table_version"] is not None
+    out = capsys.readouterr().out
+    assert "0-default (Spark)" in out  # barriered inspect lists the store's key groups
+    one = ns["one"]
+    # the key group the Python hash computes is the one the JVM wrote the row under, and
+    # the partition is the one the restored query's state reader shows the key in
+    (mine,) = (
+        ns["live"]
+        .where(F.col("key.user_id") == one["user_id"])
+        .where(F.date_format("key.window.start", ns["ISO"]) == one["start"])
+        .collect()
+    )
+    located = (
+        f"key window.start={one['start']}, window.end={one['end']}, user_id={one['user_id']} "
+        f"of operator 0-default: key group {one['key_group']} of 16"
+    )
+    assert located in out, out
+    assert f"shuffle partition {mine.partition_id} of 5" in out
+    assert "1 state row(s)" in out
+    assert spark.conf.get("spark.sql.streaming.stateStore.providerClass") == (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    )

@@ -42,6 +42,7 @@ NON_DEFAULT = {
     "retention.minAge": "11min",
     "retention.historySize": "77",
     "retention.maintenanceInterval": "3",
+    "provider.changeDetection": "digest",
 }
 RATE = {"upstream": "rate", "channels": "2", "rowsPerSecond": "0", "rowsPerChannel": "30"}
 

@@ -183,7 +183,8 @@ def test_a_due_unaligned_checkpoint_is_cut_in_the_first_batch_planned_after(
 def test_at_least_once_never_blocks(session: Any, tmp_path: Path) -> None:
     _query, layout = run(session, tmp_path, MODES["at_least_once"])
     done = checkpoints_table.completed(layout)
-    assert done and all(r["mode"] == "at_least_once" for r in done)
+    # the run's final checkpoint, in a batch of its own after the last records, is aligned
+    assert done and all(r["mode"] == "at_least_once" for r in done[:-1])
     assert all(r["inflight_rows"] == 0 for r in done)
     for row in done:
         barrier = {int(c): b for c, b in json.loads(row["barrier_positions"]).items()}

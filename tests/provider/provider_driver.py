@@ -1,8 +1,9 @@
 """One Spark driver of tests/provider/test_provider_recovery.py, run as its own process.
 
-``python provider_driver.py SNAP CHECKPOINT QUERY MODE PARTITIONS`` runs query QUERY of
-``queries.QUERIES`` with the barriered state store provider on ``PARTITIONS`` shuffle
-partitions (its own local[1] session) until it is killed. It prints ``STARTED`` once the
+``python provider_driver.py SNAP CHECKPOINT QUERY MODE PARTITIONS [OUT]`` runs query QUERY
+of ``queries.QUERIES`` with the barriered state store provider on ``PARTITIONS`` shuffle
+partitions (its own local[1] session) until it is killed, into the ``barriered-delta``
+sink at OUT if given (else ``noop``). It prints ``STARTED`` once the
 query made progress, ``FAILED <message>`` (exit code 3) if the query fails.
 """
 
@@ -12,13 +13,14 @@ import sys
 import time
 
 from pyspark.sql import SparkSession
-from queries import CONF, MODES, PREFIX, QUERIES, SOURCE
+from queries import CONF, MODES, PREFIX, QUERIES, SOURCE, stream
 
 import barriered
 
 
 def main() -> int:
     snap, checkpoint, name, mode, partitions = sys.argv[1:6]
+    out = sys.argv[6] if len(sys.argv) > 6 else None
     builder = (
         SparkSession.builder.master("local[1]")
         .config("spark.ui.enabled", "false")
@@ -31,12 +33,12 @@ def main() -> int:
     barriered.install(spark)
     for key, value in {**CONF, **MODES[mode]}.items():
         spark.conf.set(PREFIX + key, value)
-    build, output_mode = QUERIES[name]
     events = spark.readStream.format("barriered").options(**SOURCE).option("snapshotPath", snap)
+    writer = stream(name, events.load()).writeStream.format("noop")
+    if out is not None:
+        writer = writer.format("barriered-delta").options(snapshotPath=snap, path=out)
     query = (
-        build(barriered.records(events.load()))
-        .writeStream.format("noop")
-        .outputMode(output_mode)
+        writer.outputMode(QUERIES[name][1])
         .option("checkpointLocation", checkpoint)
         .trigger(processingTime="100 milliseconds")
         .start()

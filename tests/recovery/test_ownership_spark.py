@@ -115,7 +115,7 @@ def test_a_second_driver_is_refused_and_a_zombie_commits_nothing(tmp_path: Path)
         assert a.poll() is None, "driver A must still run"
 
         # C: restoreFrom takes the path over; A becomes a zombie and fails.
-        c = launch(tmp_path, "c", 60, {"restoreFrom": "latest"})
+        c = launch(tmp_path, "c", 20, {"restoreFrom": "latest"})
         procs.append(c)
         assert a.wait(timeout=180) == 3, output(tmp_path, "a")
         assert "FencedError" in output(tmp_path, "a") or "is fenced" in output(tmp_path, "a")

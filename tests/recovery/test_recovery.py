@@ -92,7 +92,7 @@ def restore(
     )
     query.awaitTermination()
     layout = SnapshotLayout.configured(snap)
-    return query, layout, wait_final_checkpoint(layout, tuple(upstream().available()))
+    return query, layout, wait_final_checkpoint(layout, tuple(upstream().available()), query)
 
 
 def first_offset(query: Any) -> SourceOffset:
@@ -151,7 +151,7 @@ def state_store_partitions(checkpoint: Path) -> int:
     [
         ("classic", 4, 2),
         pytest.param("classic", 2, 8, marks=FULL),
-        pytest.param("connect", 2, 8, marks=pytest.mark.connect),
+        pytest.param("connect", 2, 8, marks=(pytest.mark.connect, FULL)),
     ],
     indirect=["session"],
 )

@@ -76,7 +76,9 @@ def test_consumed_files_are_archived_and_older_checkpoints_still_restore(
     data, archive = tmp_path / "events", tmp_path / "archive"
     expected = write_files(data, {"a": 90, "b": 30, "c": 30}, parts=3)
     source = {**FILES_SOURCE, "path": str(data), "archiveTo": str(archive)}
-    conf = {**MODES["aligned"], "retainedCheckpoints": "2", "bufferPerChannel": "10"}
+    # Three retained: the run's last two are both at the end (the cut with the last
+    # records, then the final one in a batch of its own).
+    conf = {**MODES["aligned"], "retainedCheckpoints": "3", "bufferPerChannel": "10"}
     _, layout = run(session, tmp_path, conf, source, final=(90, 30, 30))
     archived = sorted(str(p.relative_to(archive)) for p in archive.rglob("*.json"))
     assert archived, "no consumed file was archived"
@@ -84,13 +86,14 @@ def test_consumed_files_are_archived_and_older_checkpoints_still_restore(
     # Nothing a retained checkpoint reads from the upstream was released.
     committed = commit_metadata(layout)
     done = [r for r in checkpoints_table.completed(layout) if r["checkpoint_id"] in committed]
-    oldest = json.loads(done[-2]["barrier_positions"])
+    oldest = json.loads(done[-3]["barrier_positions"])
+    assert tuple(oldest.values()) < (90, 30, 30)
     ends = manifest_ends(tmp_path / "snap")
     for path in archived:
         channel, end = ends[path]
         assert end <= oldest[str(channel)], (path, end, oldest)
     # Restoring the older retained checkpoint reads archived files again.
-    older = done[-2]["checkpoint_id"]
+    older = done[-3]["checkpoint_id"]
     _, layout = run(
         session, tmp_path, conf, {**source, "restoreFrom": str(older)}, final=(90, 30, 30),
         checkpoint="ck-restored", after_id=done[-1]["checkpoint_id"],

@@ -134,7 +134,7 @@ def test_output_after_a_crash_and_restore_is_exactly_one_runs(
             session, tmp_path, MODES[mode], source, None, "ck-restored", processor, sink
         )
         restored.awaitTermination()
-        wait_final_checkpoint(layout, tuple(upstream().available()), after_id=crashed_at)
+        wait_final_checkpoint(layout, tuple(upstream().available()), restored, after_id=crashed_at)
     finally:
         session.conf.set("spark.sql.shuffle.partitions", "2")
     if point == faults.AFTER_COMMIT:  # the restored run finished the crashed run's commit
@@ -229,7 +229,7 @@ def test_the_sink_takes_the_snapshot_path_from_the_session(session: Any, tmp_pat
             .start()
         )
         query.awaitTermination()
-        wait_final_checkpoint(SnapshotLayout.configured(snap), tuple(upstream().available()))
+        wait_final_checkpoint(SnapshotLayout.configured(snap), tuple(upstream().available()), query)
     finally:
         session.conf.unset(PREFIX + "snapshotPath")
     assert output_rows(str(out)) == expected_output("update", everything())

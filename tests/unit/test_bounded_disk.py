@@ -5,6 +5,8 @@ snapshot path stay bounded, and every retained checkpoint stays restorable."""
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -144,6 +146,39 @@ def test_the_log_is_cut_at_the_oldest_retained_version_which_stays_a_restore_poi
     assert truncate_log(layout.state_table, versions[4]) == 0  # nothing more to cut
     assert commit_checkpoint(layout, 7) == versions[6] + 1  # the table goes on
     assert values(layout, versions[6] + 1) == ["7"]
+
+
+def test_the_log_before_a_young_delta_checkpoint_stays_for_the_grace_period(
+    layout: SnapshotLayout,
+) -> None:
+    # A reader may have read ``_last_checkpoint`` a moment ago: the Delta checkpoint it
+    # names, and the commits after it, stay until a newer checkpoint is as old as the
+    # grace period (retention.minAge).
+    log_dir = Path(layout.state_table, "_delta_log")
+
+    def age_everything() -> None:
+        past = time.time() - 3600
+        for path in log_dir.iterdir():
+            os.utime(path, (past, past))
+
+    versions = {cid: commit_checkpoint(layout, cid) for cid in range(1, 7)}
+    age_everything()
+    before = sorted(p.name for p in log_dir.glob("0*"))
+    assert truncate_log(layout.state_table, versions[4], min_age_ms=600_000) == 0
+    cut_checkpoint = f"{versions[4]:020d}.checkpoint.parquet"
+    assert sorted(p.name for p in log_dir.glob("0*")) == sorted([*before, cut_checkpoint])
+    assert values(layout, versions[1]) == ["1"]  # still loadable
+
+    age_everything()  # the checkpoint at the cut has been there for the grace period
+    assert truncate_log(layout.state_table, versions[4], min_age_ms=600_000) == 3
+    assert values(layout, versions[4]) == ["4"]
+
+    versions.update({cid: commit_checkpoint(layout, cid) for cid in (7, 8)})
+    age_everything()
+    assert truncate_log(layout.state_table, versions[7], min_age_ms=600_000) == 0
+    assert (log_dir / cut_checkpoint).exists()  # the previous checkpoint a reader may hold
+    assert values(layout, versions[4]) == ["4"]
+    assert values(layout, versions[8]) == ["8"]
 
 
 def test_compaction_keeps_the_newest_rows_and_the_retained_ones(layout: SnapshotLayout) -> None:

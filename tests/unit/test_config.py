@@ -15,11 +15,10 @@ from barriered.config import (
     PREFIX,
     BarrieredConf,
     check_restore_compatible,
-    format_duration,
-    parse_duration_ms,
     resolve,
     split_options,
 )
+from barriered.durations import format_duration, parse_duration_ms
 from barriered.errors import BarrieredError, ConfigError
 
 P = PREFIX
@@ -62,6 +61,7 @@ def test_required_keys_exist_with_their_types_and_defaults() -> None:
         "bufferPerChannel": ("int", "10000"),
         "coordinatorTimeout": ("duration", "2min"),
         "leaseTimeout": ("duration", "2min"),
+        "provider.changeDetection": ("enum", "writes"),
     }
     declared = {k.name: (k.type, k.default) for k in KEYS}
     assert declared == expected
@@ -93,6 +93,7 @@ def test_defaults() -> None:
         "buffer_per_channel": 10_000,
         "coordinator_timeout_ms": 120_000,
         "lease_timeout_ms": 120_000,
+        "provider_change_detection": "writes",
     }
     assert conf.mode == "exactlyOnce"
     json.dumps(conf.to_dict())  # serialisable as snapshot metadata

@@ -16,6 +16,7 @@ from barriered.statestore.key_groups import (
     parse_key,
     shuffle_partition,
     spark_hash,
+    store_key_types,
 )
 
 # Values computed by Spark 4.3 (`SELECT hash(...)`); the integration test checks many
@@ -89,7 +90,6 @@ def test_key_types_come_from_the_recorded_key_schema() -> None:
 @pytest.mark.parametrize(
     ("schema", "match"),
     [
-        ("t timestamp", "key column 't' has type 'timestamp'"),
         ("p decimal(10,0)", "key column 'p' has type 'decimal\\(10,0\\)'"),
         ("s string collate UTF8_LCASE", "key column 's' has type 'string collate utf8_lcase'"),
         ("a array<int>", "pmod\\(hash\\(a\\), maxParallelism\\)"),
@@ -140,3 +140,76 @@ def test_a_value_of_the_wrong_python_type_or_no_utf8_is_refused() -> None:
         spark_hash(["1"], ["int"])
     with pytest.raises(KeyGroupError, match="not valid UTF-8"):
         spark_hash(["\udcff"], ["string"])  # an undecodable byte on a command line
+
+
+UTC = datetime.timezone.utc
+
+
+def test_a_timestamp_hashes_as_its_microseconds_since_the_epoch() -> None:
+    # Spark hashes a timestamp with hashLong of its microseconds: bigint 1 is -1712319331
+    one_micro = datetime.datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=UTC)
+    assert spark_hash([one_micro], ["timestamp"]) == -1712319331
+    assert spark_hash([one_micro.replace(tzinfo=None)], ["timestamp_ntz"]) == -1712319331
+    at = datetime.datetime(2026, 1, 1, 9, 5, tzinfo=UTC)
+    micros = 1767258300 * 1_000_000
+    assert spark_hash([at, "u"], ["timestamp", "string"]) == spark_hash(
+        [micros, "u"], ["bigint", "string"]
+    )
+    types = [("t", "timestamp")]
+    for text in ("2026-01-01T09:05:00Z", "2026-01-01T10:05:00+01:00", "2026-01-01 09:05:00"):
+        (parsed,) = parse_key([text], types)
+        assert spark_hash([parsed], ["timestamp"]) == spark_hash([micros], ["bigint"]), text
+    with pytest.raises(KeyGroupError, match="'soon' is not a timestamp for key column 't'"):
+        parse_key(["soon"], types)
+
+
+def _field(name: str, data_type: object) -> dict[str, object]:
+    return {"name": name, "type": data_type, "nullable": True, "metadata": {}}
+
+
+WINDOW_KEY = {
+    "type": "struct",
+    "fields": [
+        _field(
+            "window",
+            {
+                "type": "struct",
+                "fields": [_field("start", "timestamp"), _field("end", "timestamp")],
+            },
+        ),
+        _field("user_id", "string"),
+        _field("n", "long"),
+    ],
+}
+
+
+def test_a_store_key_is_flattened_into_its_leaf_fields() -> None:
+    assert store_key_types(WINDOW_KEY, 3) == [
+        ("window.start", "timestamp"),
+        ("window.end", "timestamp"),
+        ("user_id", "string"),
+        ("n", "bigint"),
+    ]
+    # a session window's or a join's store: only the leading partition key columns
+    assert store_key_types(WINDOW_KEY, 1) == [
+        ("window.start", "timestamp"),
+        ("window.end", "timestamp"),
+    ]
+    shorts = {"type": "struct", "fields": [_field("a", "integer"), _field("b", "short")]}
+    assert store_key_types(shorts, 2) == [("a", "int"), ("b", "smallint")]
+
+
+@pytest.mark.parametrize(
+    ("data_type", "shown"),
+    [("decimal(10,0)", '"decimal(10,0)"'), ({"type": "array", "elementType": "integer"}, "array")],
+)
+def test_a_store_key_of_another_type_is_refused_naming_the_field(
+    data_type: object, shown: str
+) -> None:
+    key = {
+        "type": "struct",
+        "fields": [_field("k", {"type": "struct", "fields": [_field("x", data_type)]})],
+    }
+    with pytest.raises(KeyGroupError, match=r"key field 'k\.x' has type") as refused:
+        store_key_types(key, 1)
+    assert shown in str(refused.value) and "structs of them" in str(refused.value)

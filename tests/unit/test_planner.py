@@ -261,7 +261,8 @@ def test_aligned_under_skew_blocks_fast_channels_until_the_slow_one_arrives() ->
     ]
     assert run[9].positions == barrier
     assert run[9].end.active is None
-    assert all(b.end.last_cut == barrier for b in run[9:])
+    # cut in a batch with records: an availableNow run would still need its final cut
+    assert all(b.end.last_cut is None for b in run[9:])
     assert all(b.end.last_id == 1 for b in run[1:])
     assert all(b.aborted == () for b in run)
 
@@ -471,7 +472,7 @@ def test_at_least_once_never_caps_and_cuts_when_every_channel_passed_its_barrier
         assert b.end.active.arrived == (1, 2)
     assert cuts(run) == [(9, Cut(1, "checkpoint", "at_least_once", barrier, (), None, 9000))]
     assert run[9].positions == (100, 230, 230)
-    assert run[9].end.last_cut == barrier
+    assert run[9].end.last_cut is None  # cut in a batch with records
 
 
 def test_at_least_once_with_every_channel_at_its_barrier_cuts_in_the_first_batch() -> None:
@@ -610,7 +611,9 @@ def test_savepoint_is_not_switched_by_the_alignment_timeout() -> None:
 # -- Trigger.AvailableNow --------------------------------------------------------------------
 
 
-def test_available_now_final_checkpoint_is_cut_in_the_batch_reaching_the_target() -> None:
+def test_available_now_final_checkpoint_is_cut_in_a_batch_after_the_last_records() -> None:
+    """Spark runs the batch after the last records with the watermark they moved: state
+    is evicted and windows emitted there, so the final cut comes in that batch."""
     run = simulate(
         6,
         available=[(100, 40)],
@@ -619,29 +622,30 @@ def test_available_now_final_checkpoint_is_cut_in_the_batch_reaching_the_target(
         last_completed=None,
     )
     assert positions(run) == [(30, 40), (60, 40), (90, 40), (100, 40), (100, 40), (100, 40)]
-    assert run[3].started == (
+    assert run[3].started == () and run[3].cut is None
+    assert run[4].started == (
         {
             "id": 1,
             "kind": "checkpoint",
             "mode": "aligned",
             "barrier": [100, 40],
-            "at_ms": 3000,
-            "requested_ms": 3000,  # the request's time (a schedule's due time)
+            "at_ms": 4000,
+            "requested_ms": 4000,  # the request's time (a schedule's due time)
             "reason": FINAL_REASON,
         },
     )
-    assert cuts(run) == [(3, Cut(1, "checkpoint", "aligned", (100, 40), (), None, 3000))]
-    assert run[3].end.last_cut == (100, 40)
-    assert run[3].end.last_id == 1
+    assert cuts(run) == [(4, Cut(1, "checkpoint", "aligned", (100, 40), (), None, 4000))]
+    assert run[4].end.last_cut == (100, 40)
+    assert run[4].end.last_id == 1
     # no second final checkpoint: the source has nothing more to do
-    assert [b.identity for b in run] == [False] * 4 + [True] * 2
+    assert [b.identity for b in run] == [False] * 5 + [True]
 
 
 def test_available_now_final_checkpoint_takes_the_next_id() -> None:
     start = SourceOffset(positions=(0, 0), last_id=7, last_cut=(0, 0))
     run = simulate(3, available=[(20, 5)], admission=(None, None), target=(20, 5), start=start)
-    assert cuts(run) == [(0, Cut(8, "checkpoint", "aligned", (20, 5), (), None, 0))]
-    assert [b.identity for b in run] == [False, True, True]
+    assert cuts(run) == [(1, Cut(8, "checkpoint", "aligned", (20, 5), (), None, 1000))]
+    assert [b.identity for b in run] == [False, False, True]
 
 
 def test_available_now_without_new_data_since_the_last_cut_needs_no_final_checkpoint() -> None:
@@ -662,7 +666,7 @@ def test_available_now_target_caps_delivery() -> None:
     assert [b.identity for b in run] == [False, False, True]
 
 
-def test_available_now_aligned_cut_at_the_target_makes_the_final_checkpoint_redundant() -> None:
+def test_available_now_aligned_cut_with_the_last_records_still_needs_the_final_one() -> None:
     run = simulate(
         6,
         available=[(100, 40)],
@@ -670,10 +674,14 @@ def test_available_now_aligned_cut_at_the_target_makes_the_final_checkpoint_redu
         target=(100, 40),
         requests={1: [req(1)]},
     )
-    # B = (100, 40) fixed in batch 1; the aligned cut in batch 3 is at the target
-    assert cuts(run) == [(3, Cut(1, "checkpoint", "aligned", (100, 40), (), None, 3000))]
-    assert started_ids(run) == [(1, 1)]
-    assert [b.identity for b in run] == [False] * 4 + [True] * 2
+    # B = (100, 40) fixed in batch 1; the aligned cut in batch 3, with the last records,
+    # is at the target, but the batch after them may still change state (evictions)
+    assert cuts(run) == [
+        (3, Cut(1, "checkpoint", "aligned", (100, 40), (), None, 3000)),
+        (4, Cut(2, "checkpoint", "aligned", (100, 40), (), None, 4000)),
+    ]
+    assert started_ids(run) == [(1, 1), (4, 2)]
+    assert [b.identity for b in run] == [False] * 5 + [True]
 
 
 def test_available_now_final_checkpoint_after_an_earlier_cut() -> None:
@@ -689,10 +697,10 @@ def test_available_now_final_checkpoint_after_an_earlier_cut() -> None:
     assert positions(run) == [(30, 40), (50, 40), (80, 40), (100, 40), (100, 40), (100, 40)]
     assert cuts(run) == [
         (1, Cut(1, "checkpoint", "aligned", (50, 40), (), None, 1000)),
-        (3, Cut(2, "checkpoint", "aligned", (100, 40), (), None, 3000)),
+        (4, Cut(2, "checkpoint", "aligned", (100, 40), (), None, 4000)),
     ]
-    assert run[3].started[0]["reason"] == FINAL_REASON
-    assert [b.identity for b in run] == [False] * 4 + [True] * 2
+    assert run[4].started[0]["reason"] == FINAL_REASON
+    assert [b.identity for b in run] == [False] * 5 + [True]
 
 
 def test_available_now_final_checkpoint_in_the_batch_after_another_cut() -> None:
@@ -718,7 +726,7 @@ def test_available_now_final_checkpoint_in_the_batch_after_another_cut() -> None
     assert [b.identity for b in run] == [False] * 5 + [True] * 2
 
 
-def test_available_now_at_least_once_cut_at_the_target_needs_no_final_checkpoint() -> None:
+def test_available_now_at_least_once_cut_with_the_last_records_needs_the_final_one() -> None:
     run = simulate(
         7,
         available=[(100, 40)],
@@ -727,9 +735,12 @@ def test_available_now_at_least_once_cut_at_the_target_needs_no_final_checkpoint
         requests={3: [req(1, "at_least_once")]},
         buffer=1000,
     )
-    # B = (100, 40) for checkpoint 1, cut at the target: no final checkpoint at all
-    assert cuts(run) == [(3, Cut(1, "checkpoint", "at_least_once", (100, 40), (), None, 3000))]
-    assert [b.identity for b in run] == [False] * 4 + [True] * 3
+    # B = (100, 40) for checkpoint 1, cut at the target in the batch of the last records
+    assert cuts(run) == [
+        (3, Cut(1, "checkpoint", "at_least_once", (100, 40), (), None, 3000)),
+        (4, Cut(2, "checkpoint", "aligned", (100, 40), (), None, 4000)),
+    ]
+    assert [b.identity for b in run] == [False] * 5 + [True] * 2
 
 
 def test_available_now_final_checkpoint_with_a_growing_upstream() -> None:
@@ -741,9 +752,9 @@ def test_available_now_final_checkpoint_with_a_growing_upstream() -> None:
         target=(100, 100),
     )
     assert positions(run) == [(40, 100), (80, 100)] + [(100, 100)] * 4
-    assert run[2].started[0]["barrier"] == [100, 100]
-    assert cuts(run) == [(2, Cut(1, "checkpoint", "aligned", (100, 100), (), None, 2000))]
-    assert [b.identity for b in run] == [False] * 3 + [True] * 3
+    assert run[3].started[0]["barrier"] == [100, 100]
+    assert cuts(run) == [(3, Cut(1, "checkpoint", "aligned", (100, 100), (), None, 3000))]
+    assert [b.identity for b in run] == [False] * 4 + [True] * 2
 
 
 @pytest.mark.parametrize("mode", ALL_MODES)
@@ -759,18 +770,16 @@ def test_available_now_requested_checkpoint_with_a_growing_upstream(mode: str) -
     assert run[1].started[0]["barrier"] == [100, 100]
     assert positions(run) == [(40, 100), (80, 100)] + [(100, 100)] * 4
     if mode == "unaligned":
-        expected = Cut(1, "checkpoint", "unaligned", (100, 100), ((0, 80, 100),), None, 1000)
-        # its state lacks the in-flight records: a final aligned checkpoint follows
-        final = Cut(2, "checkpoint", "aligned", (100, 100), (), None, 2000)
-        assert cuts(run) == [(1, expected), (2, final)]
-        assert started_ids(run) == [(1, 1), (2, 2)]
-        assert [b.identity for b in run] == [False] * 3 + [True] * 3
-        return
-    cut_mode = "at_least_once" if mode == "at_least_once" else "aligned"
-    assert cuts(run) == [(2, Cut(1, "checkpoint", cut_mode, (100, 100), (), None, 2000))]
-    # the cut is at the target: no final checkpoint, the run is over
-    assert started_ids(run) == [(1, 1)]
-    assert [b.identity for b in run] == [False] * 3 + [True] * 3
+        first = (1, Cut(1, "checkpoint", "unaligned", (100, 100), ((0, 80, 100),), None, 1000))
+    else:
+        cut_mode = "at_least_once" if mode == "at_least_once" else "aligned"
+        first = (2, Cut(1, "checkpoint", cut_mode, (100, 100), (), None, 2000))
+    # its state lacks the in-flight records, or it came with the last records: a final
+    # aligned checkpoint follows in the batch after them
+    final = Cut(2, "checkpoint", "aligned", (100, 100), (), None, 3000)
+    assert cuts(run) == [first, (3, final)]
+    assert started_ids(run) == [(1, 1), (3, 2)]
+    assert [b.identity for b in run] == [False] * 4 + [True] * 2
 
 
 # -- restart ---------------------------------------------------------------------------------
@@ -983,6 +992,7 @@ def check_invariants(run: Sequence[Batch]) -> None:
             assert inp.target is not None
             assert all(p >= t for p, t in zip(e.positions, inp.target, strict=True))
             assert e.positions != s.last_cut
+            assert e.positions == s.positions  # a batch of its own, after the last records
             assert ev["barrier"] == list(barrier_of(e.positions, inp))
             fixed[ev["id"]] = ev
         assert e.last_id == max([s.last_id, *ids])
@@ -1033,7 +1043,10 @@ def check_invariants(run: Sequence[Batch]) -> None:
         assert cut.kind == ev["kind"]
         assert cut.at_ms == inp.now_ms
         assert cut.base == inp.last_completed
-        assert e.last_cut == (None if cut.inflight else cut.barrier)
+        # the end of an availableNow run: a cut without in-flight records, in a batch
+        # without records (Spark's batch after the last records may still evict)
+        delivered = e.positions != s.positions
+        assert e.last_cut == (None if cut.inflight or delivered else cut.barrier)
         pairs = list(zip(e.positions, cut.barrier, strict=True))
         if cut.mode == "aligned":
             assert ev["mode"] in ALIGNED_MODES

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pyspark
@@ -44,3 +46,22 @@ def test_a_missing_jar_says_how_to_build_it(
     with pytest.raises(ConfigError, match="javac"):
         provider.with_state_store(builder)
     assert "spark.jars" not in builder._options
+
+
+def test_python_m_barriered_provider_prints_the_jar_path() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "barriered.provider"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == provider.jar_path() + "\n"
+    assert f"built for Spark {pyspark.__version__}" in done.stderr
+    assert f"stateStore.providerClass={provider.PROVIDER_CLASS}" in done.stderr
+
+
+def test_python_m_barriered_provider_without_the_jar_fails(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(provider, "_JAR", tmp_path / "none.jar")
+    assert provider.main() == 1
+    out = capsys.readouterr()
+    assert out.out == "" and "barriered: error:" in out.err and "javac" in out.err

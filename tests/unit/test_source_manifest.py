@@ -196,3 +196,44 @@ def test_a_new_path_for_another_upstream_is_not_refused(data: Path, tmp_path: An
     snap = tmp_path / "snap"
     write_json(str(snap / "_coordinator" / "config.json"), {"upstream": {"upstream": "rate"}})
     assert start(options(data, snap)).upstream.available() == [3]
+
+
+def test_a_restore_refused_on_its_first_batch_leaves_no_operator_manifest(
+    data: Path, restorable: Path
+) -> None:
+    """The restore manifest of the Spark operators' stores is removed when the run stops
+    before any batch committed, or (a failed query's source is not stopped) by the next
+    run on the path; a restored query restarting from its offset log writes it again at
+    the same path."""
+    layout = SnapshotLayout.at(str(restorable))
+    schema = '{"type":"struct","fields":[{"name":"user_id","type":"string"}]}'
+    store = {"version": None, "key_schema": schema, "value_schema": schema}
+    checkpoint(layout, 2, [5], stores={"0-default": store})
+    opts = options(data, restorable, restoreFrom="latest")
+
+    def reader() -> BarrieredStreamReader:
+        source = BarrieredDataSource(opts)
+        made = source.streamReader(source.schema())
+        assert isinstance(made, BarrieredStreamReader)
+        return made
+
+    stopped = reader()
+    path = Path(stopped.initialOffset()["restore"]["operators_manifest"])
+    written = json.loads(path.read_text(encoding="utf-8"))
+    assert written["stores"]["0-default"]["files"] == []
+    stopped.stop()  # the query stopped on its first batch
+    assert not path.exists()
+
+    refused = reader()
+    first = refused.initialOffset()  # refused on its first batch: never stopped
+    path = Path(first["restore"]["operators_manifest"])
+    nxt = reader()
+    own = Path(nxt.initialOffset()["restore"]["operators_manifest"])
+    assert not path.exists() and own.exists() and own != path
+
+    restarted = reader()  # the refused query's checkpoint location, restarted
+    restarted.partitions(first, first)  # Spark replans batch 0 from its offset log
+    assert json.loads(path.read_text(encoding="utf-8")) == written
+    restarted.commit(first)
+    restarted.stop()
+    assert path.exists()  # a batch committed: the manifest stays

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from barriered.coordinator.stateful_operators import KEYED_OPERATOR, MESSAGE_PREFIX, refusal
+from barriered.coordinator.stateful_operators import (
+    KEYED_OPERATOR,
+    MESSAGE_PREFIX,
+    RESTORE_PREFIX,
+    refusal,
+    unrestored,
+)
 
 
 def test_only_the_registered_keyed_operators_pass() -> None:
@@ -43,3 +49,14 @@ def test_operators_captured_by_the_provider_pass_the_others_do_not() -> None:
     assert "dropDuplicates() (dedupe)" in message and "stateStoreSave" not in message
     assert "barriered.with_state_store(SparkSession.builder)" in message
     assert "Databricks serverless or standard access mode" in message
+
+
+def test_a_restored_query_lacking_a_stored_operator_is_refused_naming_its_stores() -> None:
+    stores = ["0-default", "1-left-keyToNumValues", "1-left-keyWithIndexToValue"]
+    message = unrestored(stores, 1, "checkpoint 4 of /snap")
+    assert message is not None and message.startswith(RESTORE_PREFIX)
+    assert "checkpoint 4 of /snap holds the state of store(s) 1-left-keyToNumValues, " in message
+    assert "0-default" not in message and "runs 1 stateful operator(s)" in message
+    assert unrestored(stores, 2, "c") is None
+    assert "0-default" in (unrestored(["0-default"], 0, "c") or "")
+    assert unrestored([], 0, "c") is None

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from barriered.statestore import operators
-from barriered.statestore.acks import Ack, DataFile
+from barriered.statestore import maintenance, operators, retention
+from barriered.statestore.acks import Ack, DataFile, write_ack
 from barriered.statestore.fileio import write_json
 from barriered.statestore.layout import SnapshotLayout
 
@@ -142,3 +142,86 @@ def test_savepoint_copy_holds_the_checkpoint_state(tmp_path: Path) -> None:
     assert copied is not None
     version = json.loads(copied)[NAME]["version"]
     assert _state(out, version) == {"a": 1}
+
+
+def _parquet(layout: SnapshotLayout) -> set[str]:
+    """The store table's data files (not its Delta checkpoints)."""
+    table = Path(layout.operator_table(NAME))
+    return {str(p) for p in table.rglob("*.parquet") if "_delta_log" not in p.parts}
+
+
+def test_retention_keeps_only_what_retained_checkpoints_read(tmp_path: Path) -> None:
+    """Every checkpoint rewrites one key group of each of 2 partitions; with 3 checkpoints
+    retained, the store table's files stay bounded, every retained checkpoint's version
+    reads its exact state, and maintenance cuts the table's log at the oldest one."""
+    layout = SnapshotLayout.at(str(tmp_path))
+    retained: list[retention.Retained] = []
+    expected: dict[int, dict[str, int]] = {}
+    state: dict[str, int] = {}
+    counts = []
+    for cid in range(1, 21):
+        acks = []
+        for part in range(2):
+            group = (cid + part) % 4 + 4 * part  # partition 0: groups 0-3, 1: groups 4-7
+            rows = {f"k{group}": cid}
+            state.update(rows)
+            acks.append(_ack(cid, part, 2, [_file(layout, group, part, rows)], [group], cid == 1))
+        stores = operators.commit(layout, cid, acks)
+        expected[cid] = dict(state)
+        retained = [
+            *retained[-2:],
+            retention.Retained(cid, cid, None, retention.store_versions(stores)),
+        ]
+        retention.apply(layout, retained)
+        counts.append(len(_parquet(layout)))
+        for r in retained:
+            assert _state(layout, r.stores[NAME] or 0) == expected[r.checkpoint_id]
+    assert max(counts[8:]) <= 12 and counts[-1] == counts[-2]  # 8 current + replaced ones
+    assert len(_parquet(layout)) < 40  # 40 files were written
+    stones = json.loads(Path(layout.tombstones_file).read_text())
+    assert all(int(v) > retained[0].stores[NAME] for v, *_ in stones[f"operators/{NAME}"])
+    maintenance.run(layout, retained, 10, 0, finished_below=21)
+    log = sorted(p.name for p in Path(layout.operator_table(NAME), "_delta_log").glob("*.json"))
+    assert int(log[0].split(".")[0]) == retained[0].stores[NAME]
+    for r in retained:
+        assert _state(layout, r.stores[NAME] or 0) == expected[r.checkpoint_id]
+
+
+def test_a_store_no_retained_checkpoint_holds_keeps_its_current_files(tmp_path: Path) -> None:
+    layout = SnapshotLayout.at(str(tmp_path))
+    operators.commit(layout, 1, [_ack(1, 0, 1, [_file(layout, 2, 0, {"a": 1})], [2], True)])
+    v2 = operators.commit(layout, 2, [_ack(2, 0, 1, [_file(layout, 2, 0, {"a": 2})], [2], False)])
+    assert len(_parquet(layout)) == 2
+    # the query no longer runs this operator: checkpoint 3 holds no store
+    retention.apply(layout, [retention.Retained(3, 3, None, {})])
+    assert len(_parquet(layout)) == 1
+    assert _state(layout, v2[NAME]["version"]) == {"a": 2}
+
+
+def test_an_aborted_checkpoints_store_files_are_deleted_with_its_acks(tmp_path: Path) -> None:
+    layout = SnapshotLayout.at(str(tmp_path))
+    kept = _file(layout, 2, 0, {"a": 1})
+    operators.commit(layout, 1, [_ack(1, 0, 1, [kept], [2], True)])
+    ack = _ack(2, 0, 1, [_file(layout, 2, 0, {"a": 2})], [2], False)
+    write_ack(layout, ack)
+    assert len(_parquet(layout)) == 2
+    retention.discard(layout, 2, delete_data=True)
+    assert _parquet(layout) == {str(Path(layout.operator_table(NAME)) / kept.path)}
+
+
+def test_the_store_table_gets_a_delta_checkpoint_every_ten_versions(tmp_path: Path) -> None:
+    """Every checkpoint commits to the store table; a Delta checkpoint every ten versions
+    keeps loading it (three times per commit) from re-reading the whole log, and every
+    version still reads the state it was committed with."""
+    layout = SnapshotLayout.at(str(tmp_path))
+    log = Path(layout.operator_table(NAME)) / "_delta_log"
+    versions = {}
+    for cid in range(1, 13):
+        files = [_file(layout, 0, 0, {"a": cid})]
+        done = operators.commit(layout, cid, [_ack(cid, 0, 1, files, [0], cid == 1)])
+        versions[cid] = done[NAME]["version"]
+    assert sorted(p.name for p in log.glob("*.checkpoint.parquet")) == [
+        f"{10:020d}.checkpoint.parquet"
+    ]
+    assert len(list(log.glob("*.json"))) == 12  # nothing deleted
+    assert all(_state(layout, v) == {"a": cid} for cid, v in versions.items())

@@ -103,6 +103,8 @@ class QueryCoordinator:
         self.core.add_complete_listener(self._on_complete)
         self._collecting: set[int] = set()
         self._inflight_versions: dict[int, int | None] = {}
+        #: Per checkpoint committed by this run, its store tables' versions (retention).
+        self._store_versions: dict[int, dict[str, int | None]] = {}
         self._barrier_batch: dict[int, int] = {}
         self._crashed: str | None = None
         self._beat_ms = 0
@@ -149,6 +151,9 @@ class QueryCoordinator:
                 None
                 if row.get("inflight_table_version") is None
                 else int(row["inflight_table_version"]),
+                retention.store_versions(
+                    operators.stores_of(committed.get(int(row["checkpoint_id"]), (0, {}))[1])
+                ),
             )
             for row in history
             if row["status"] == "completed" and row.get("state_table_version") is not None
@@ -228,6 +233,7 @@ class QueryCoordinator:
             {committer.PLAN_KEY: committer.plans_json(sink_plans)},
         )
         self._inflight_versions[done.checkpoint_id] = commit.inflight_version
+        self._store_versions[done.checkpoint_id] = commit.stores
         if self.epoch is not None and ownership.newer_epoch_exists(self.layout, self.epoch):
             # The takeover came between the check above and this commit.
             self._fence(
@@ -271,6 +277,7 @@ class QueryCoordinator:
                 self.layout.triggers_file
             )
             self._inflight_versions.pop(stats.checkpoint_id, None)
+            self._store_versions.pop(stats.checkpoint_id, None)
             reason = stats.failure_reason or ""
             retention.discard(
                 self.layout, stats.checkpoint_id, delete_data=not reason.startswith("commit")
@@ -285,6 +292,7 @@ class QueryCoordinator:
                 done.checkpoint_id,
                 done.state_table_version,
                 self._inflight_versions.pop(done.checkpoint_id, None),
+                self._store_versions.pop(done.checkpoint_id, {}),
             )
         keep = sorted(self._completed)[-self.conf.retained_checkpoints :]
         self._completed = {cid: self._completed[cid] for cid in keep}

@@ -10,15 +10,21 @@ from typing import Any
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from barriered.coordinator.driver import QueryCoordinator
-from barriered.coordinator.stateful_operators import refusal
+from barriered.coordinator.stateful_operators import refusal, unrestored
+from barriered.datasource.mirror import two_sources_refusal
 from barriered.datasource.offsets import SourceOffset
 from barriered.provider import CAPTURED_METRIC
+from barriered.statestore.fileio import read_json
 from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)
 
 
-def _barriered_source(progress: Any) -> tuple[Any, dict[str, Any]] | None:
+def _barriered_sources(progress: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """Every barriered source of a progress with its report, the planning ones first (a
+    source read more than once in a query has one planning instance; the others report
+    ``mirror``, see :mod:`barriered.datasource.mirror`)."""
+    found = []
     for source in progress.sources:
         raw = source.latestOffset
         if not raw:
@@ -27,9 +33,9 @@ def _barriered_source(progress: Any) -> tuple[Any, dict[str, Any]] | None:
             report = json.loads(raw)
         except ValueError:
             continue
-        if isinstance(report, dict) and "barriered" in report:
-            return source, report["barriered"]
-    return None
+        if isinstance(report, dict) and isinstance(report.get("barriered"), dict):
+            found.append((source, report["barriered"]))
+    return sorted(found, key=lambda f: bool(f[1].get("mirror")))
 
 
 def _json_or_none(raw: str | None) -> Any:
@@ -37,6 +43,14 @@ def _json_or_none(raw: str | None) -> Any:
         return json.loads(raw) if raw else None
     except ValueError:
         return None
+
+
+def _unrestored(restore: dict[str, Any], operator_count: int) -> str | None:
+    """The refusal of a restored query lacking an operator of its checkpoint (or None)."""
+    manifest = restore.get("operators_manifest")
+    stores = (read_json(str(manifest), default=None) or {}).get("stores", {}) if manifest else {}
+    checkpoint = f"checkpoint {restore.get('checkpoint_id')} of {restore.get('from')}"
+    return unrestored(stores, operator_count, checkpoint)
 
 
 class BarrieredListener(StreamingQueryListener):
@@ -71,10 +85,10 @@ class BarrieredListener(StreamingQueryListener):
 
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
-        found = _barriered_source(progress)
-        if found is None:
+        found = _barriered_sources(progress)
+        if not found:
             return
-        source, report = found
+        source, report = found[0]
         try:
             end = json.loads(source.endOffset)
             start = _json_or_none(source.startOffset)
@@ -99,6 +113,9 @@ class BarrieredListener(StreamingQueryListener):
                         if CAPTURED_METRIC in (getattr(op, "customMetrics", None) or {})
                     ]
                     refused = refusal(names, len(qc.operators()), captured)
+                    if refused is None and offset.restore:
+                        refused = _unrestored(offset.restore, len(names))
+                    refused = refused or two_sources_refusal([r for _, r in found])
                     if refused is not None:
                         qc.fail(refused)  # before any checkpoint of this query completes
                 duration = int(progress.batchDuration or 0)

@@ -23,7 +23,7 @@ one that is not barriered.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 #: The progress name of ``applyInPandasWithState``, the one barriered.keyed() uses.
 KEYED_OPERATOR = "applyInPandasWithState"
@@ -45,6 +45,9 @@ OPERATORS: dict[str, str] = {
 
 #: The prefix of the trigger log's ``fatal`` message the source fails the query with.
 MESSAGE_PREFIX = "state outside the snapshot: "
+#: The prefix of the ``fatal`` message of a restore whose checkpoint holds state of an
+#: operator the restored query does not run (the source fails it with a RestoreError).
+RESTORE_PREFIX = "restored state without its operator: "
 
 
 def refusal(
@@ -88,4 +91,36 @@ def refusal(
         "Databricks serverless or standard access mode), start the session with "
         "barriered.with_state_store(SparkSession.builder): its state store provider puts "
         "Spark's own operators in every snapshot"
+    )
+
+
+def unrestored(stores: Iterable[str], operator_count: int, checkpoint: str) -> str | None:
+    """Why a restored query cannot run: the checkpoint holds a Spark operator's store
+    whose operator the query does not have; None when every store has its operator.
+
+    Parameters
+    ----------
+    stores : iterable of str
+        The stores of the restored checkpoint (``<operator id>-<store name>``, from its
+        restore manifest). ``barriered.keyed``'s operator has none (it restores itself).
+    operator_count : int
+        How many state operators the restored query runs (its first progress's
+        ``stateOperators``): Spark numbers them ``0 .. operator_count - 1``.
+    checkpoint : str
+        The restored checkpoint, as named in the message.
+
+    Returns
+    -------
+    str or None
+        The message (starting with :data:`RESTORE_PREFIX`) naming the stores left out.
+    """
+    missing = sorted(s for s in stores if int(s.split("-", 1)[0]) >= operator_count)
+    if not missing:
+        return None
+    return (
+        f"{RESTORE_PREFIX}{checkpoint} holds the state of store(s) {', '.join(missing)}, "
+        f"whose operator the restored query does not run (it runs {operator_count} "
+        "stateful operator(s)): that state would be silently dropped. The query changed "
+        "since the checkpoint: restore with the query that wrote it, or start without "
+        "restoreFrom"
     )

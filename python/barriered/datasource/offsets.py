@@ -145,7 +145,8 @@ class SourceOffset:
     last_id : int
         Highest checkpoint id the source started or saw aborted.
     last_cut : tuple[int, ...] or None
-        Barrier positions of the latest cut, None if it had in-flight records. An
+        Barrier positions of the latest cut, None if it had in-flight records or came in
+        a batch with records (Spark's next batch may still evict state and emit). An
         availableNow run ending there needs no final checkpoint.
     active : ActiveCheckpoint or None
         The checkpoint still aligning after this batch.

@@ -114,6 +114,7 @@ class _Step:
     def __init__(self, start: SourceOffset, inp: PlanInput) -> None:
         self.inp = inp
         self.channels = len(start.positions)
+        self.start_positions = start.positions
         self.positions = list(start.positions)
         self.last_id = start.last_id
         self.last_cut = start.last_cut
@@ -258,6 +259,11 @@ class _Step:
         else:
             self.active = replace(active, arrived=tuple(arrived))
 
+    @property
+    def delivered(self) -> bool:
+        """Whether this batch delivers records."""
+        return tuple(self.positions) != self.start_positions
+
     def _cut(self, active: ActiveCheckpoint, mode: str) -> None:
         inflight: tuple[tuple[int, int, int], ...] = ()
         if mode == CheckpointMode.UNALIGNED.value:
@@ -276,8 +282,9 @@ class _Step:
             at_ms=self.inp.now_ms,
         )
         # An availableNow run ends with a final checkpoint unless this cut is at its end
-        # positions with nothing in flight (its state alone is then the whole input).
-        self.last_cut = None if inflight else active.barrier
+        # positions with nothing in flight (its state alone is then the whole input) in
+        # a batch without records (see plan()).
+        self.last_cut = None if inflight or self.delivered else active.barrier
         self.active, self.handler, self.ctl = None, None, None
         log.info("checkpoint %d cut (%s), in-flight ranges %s", active.id, mode, list(inflight))
 
@@ -330,8 +337,13 @@ def plan(start: SourceOffset, inp: PlanInput) -> SourceOffset:
         and step.cut is None
         and all(p >= t for p, t in zip(step.positions, inp.target, strict=True))
         and step.last_cut != tuple(step.positions)
+        and not step.delivered
     ):
-        # End of an availableNow run: a final aligned checkpoint at the end positions.
+        # End of an availableNow run: a final aligned checkpoint at the end positions, cut
+        # in a batch of its own, after the last records. Spark runs the batch after the
+        # last records' batch with the watermark they moved: operators evict and emit
+        # (windows in append mode) there, and only a cut in that batch or later covers
+        # its output and state.
         step.start(
             TriggerRequest(
                 id=step.last_id + 1,

@@ -27,6 +27,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from barriered.coordinator import ownership, stateful_operators
+from barriered.datasource import mirror
 from barriered.datasource.columns import CHANNEL, SEQ, data_batch, marker_batch
 from barriered.datasource.offsets import Replay, SourceOffset
 from barriered.datasource.options import SourceSettings
@@ -38,17 +39,29 @@ from barriered.datasource.watchdog import CoordinatorWatchdog
 from barriered.errors import (
     CheckpointFailureLimitExceeded,
     InjectedFault,
+    MirrorError,
     RestoreError,
+    SnapshotPathInUseError,
     UnsupportedOperatorError,
 )
 from barriered.statestore import operators
-from barriered.statestore.fileio import filesystem, join
+from barriered.statestore.fileio import delete_file, exists, filesystem, join
 from barriered.statestore.inflight import capture
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint, highest_checkpoint_id
 from barriered.testing import faults
 
 log = logging.getLogger(__name__)
+
+#: The error a query fails with for a fatal message in the trigger log, by its prefix
+#: (anything else: the checkpoint failure limit was exceeded).
+_FATAL: tuple[tuple[str, type[Exception]], ...] = (
+    (faults.MESSAGE_PREFIX, InjectedFault),
+    (stateful_operators.MESSAGE_PREFIX, UnsupportedOperatorError),
+    (stateful_operators.RESTORE_PREFIX, RestoreError),
+    (mirror.MESSAGE_PREFIX, MirrorError),
+)
+_FATAL_DEFAULT: type[Exception] = CheckpointFailureLimitExceeded
 
 
 @dataclass(frozen=True)
@@ -102,6 +115,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         layout: SnapshotLayout,
         restore: RestorePoint | None = None,
         start_run: Callable[[Upstream], Upstream] | None = None,
+        source_id: str | None = None,
     ):
         self.settings = settings
         self.upstream = upstream
@@ -113,11 +127,19 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         #: This run's epoch on the snapshot path, taken by :meth:`_own`.
         self.epoch: int | None = None
         self._lease: ownership.Lease | None = None
+        #: This loaded source's id (shared by every instance of it in one query).
+        self.source_id = source_id or mirror.new_source_id()
+        #: Set when this instance plans (it took the epoch) or mirrors a sibling that does.
+        self._leader: mirror.Leader | None = None
+        self._follower: mirror.Follower | None = None
         self._released: tuple[int, ...] | None = None
         self.user_schema = upstream.schema()
         self.channels = upstream.channel_count()
         self._target: list[int] | None = None
         self._report: dict[str, Any] | None = None
+        #: The restore manifest this run wrote, until one of its batches committed.
+        self._uncommitted_manifest: str | None = None
+        self._manifest_checked = False
         self._watchdog = CoordinatorWatchdog(
             layout.root,
             settings.conf.coordinator_timeout_ms,
@@ -133,19 +155,43 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         Takes the path's next epoch (refused with SnapshotPathInUseError, before anything
         is written, while another run owns it; restoreFrom takes it over), then starts the
         run: the upstream's manifest, the resolved configuration, a previous run's fatal
-        error cleared.
+        error cleared. A second instance of this source in the same query run (a
+        self-join) instead mirrors the first (:mod:`barriered.datasource.mirror`).
         """
-        if self._lease is not None:
+        if self._lease is not None or self._follower is not None:
             return
         layout, conf = self.layout, self.settings.conf
-        owner = ownership.acquire(layout, conf.lease_timeout_ms, self.settings.restore_from)
+        identity = mirror.RunIdentity.current(self.source_id)
+        live = ownership.current_owner(layout)
+        if live is not None and live.alive(int(time.time() * 1000), conf.lease_timeout_ms):
+            self._follower = mirror.Follower.join(layout, live.epoch, identity)
+            if self._follower is not None:
+                self.epoch = live.epoch
+                return
+        try:
+            owner = ownership.acquire(layout, conf.lease_timeout_ms, self.settings.restore_from)
+        except SnapshotPathInUseError as in_use:
+            why = None if live is None else mirror.separately_loaded(layout, live.epoch, identity)
+            if why is not None:
+                raise MirrorError(why) from in_use
+            raise
         self.epoch = owner.epoch
         self._lease = ownership.Lease(layout, owner.epoch, ownership.SOURCE, conf.lease_timeout_ms)
         if self._start_run is not None:
             self.upstream = self._start_run(self.upstream)
+        operators.remove_stale_manifests(layout, owner.epoch)
+        self._leader = mirror.Leader(layout, owner.epoch, identity)
 
     def initialOffset(self) -> dict[str, Any]:
         self._own()
+        if self._follower is not None:
+            return self._follower.initial()
+        offset = self._initial_offset()
+        assert self._leader is not None
+        self._leader.decided_initial(offset)
+        return offset
+
+    def _initial_offset(self) -> dict[str, Any]:
         point = self.restore
         if point is None:
             return SourceOffset(positions=(0,) * self.channels).to_dict()
@@ -167,7 +213,27 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         )
         if manifest is not None:
             entry["operators_manifest"] = manifest
+            self._uncommitted_manifest = manifest
         return entry
+
+    def _manifest_for(self, begin: SourceOffset) -> None:
+        """Write the restore manifest a batch's start offset names if it is missing: the
+        restored query is restarted after a first run that removed it (see :meth:`stop`)."""
+        restored = begin.restore or {}
+        path = restored.get("operators_manifest")
+        point = self.restore
+        if path is None or point is None or self._manifest_checked:
+            return
+        self._manifest_checked = True  # once per run: the first batch it plans
+        if exists(str(path)):
+            return
+        if int(restored["checkpoint_id"]) != point.checkpoint_id:
+            return  # the JVM provider names the missing file
+        log.info("restore manifest %s written again for checkpoint %d", path, point.checkpoint_id)
+        operators.write_restore_manifest(
+            point.origin, point.checkpoint_id, point.metadata, self.layout, None, str(path)
+        )
+        self._uncommitted_manifest = str(path)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         per_channel = self.settings.max_rows_per_channel
@@ -180,22 +246,37 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         log.info("availableNow run: ends at positions %s", self._target)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self._own()
+        if self._follower is not None:
+            mirrored = self._follower.latest(start)
+            self._report = {
+                "barriered": {
+                    "snapshotPath": self.layout.root,
+                    "epoch": self.epoch,
+                    "mirror": True,
+                    "delivered": list(SourceOffset.from_dict(mirrored).positions),
+                }
+            }
+            return mirrored
+        offset = self._plan(start, limit)
+        assert self._leader is not None
+        self._leader.decided(start, offset)
+        return offset
+
+    def _plan(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """The leader's planning of the next batch from ``start``."""
         begin = SourceOffset.from_dict(start)
         available = self.upstream.available()
         if isinstance(limit, ReadAllAvailable) or self.settings.max_rows_per_channel is None:
             admission: list[int | None] = [None] * self.channels
         else:
             admission = [self.settings.max_rows_per_channel] * self.channels
-        self._own()
         assert self._lease is not None
         self._lease.renew()  # fails a fenced run (a newer run took the path over)
         triggers = TriggerLog.read(self.layout.triggers_file)
         if triggers.fatal:
-            if triggers.fatal.startswith(faults.MESSAGE_PREFIX):
-                raise InjectedFault(triggers.fatal)
-            if triggers.fatal.startswith(stateful_operators.MESSAGE_PREFIX):
-                raise UnsupportedOperatorError(triggers.fatal)
-            raise CheckpointFailureLimitExceeded(triggers.fatal)
+            fatal = triggers.fatal
+            raise next((e for p, e in _FATAL if fatal.startswith(p)), _FATAL_DEFAULT)(fatal)
         self._watchdog.check(triggers.heartbeat, int(time.time() * 1000))
         if begin.active is not None:
             faults.hit(self.layout, faults.ALIGNING, begin.active.id)
@@ -233,6 +314,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 snapshot_path=self.layout.root,
                 epoch=self.epoch,
                 max_parallelism=conf.max_parallelism,
+                change_detection=conf.provider_change_detection,
             )
         return offset
 
@@ -241,6 +323,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin, stop = SourceOffset.from_dict(start), SourceOffset.from_dict(end)
+        self._manifest_for(begin)
         parts: list[InputPartition] = []
         step = self.settings.rows_per_partition
         replayed = {c: (a, b) for c, a, b in begin.replay.ranges} if begin.replay else {}
@@ -255,6 +338,8 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 parts.append(RangePartition(c, a, min(a + step, hi)))
         cut = stop.cut
         if cut is not None:
+            # A mirroring instance emits its marker rows (its side's operators see the
+            # cut) but captures nothing: the leader alone has effects.
             meta = {
                 "kind": cut.kind,
                 "mode": cut.mode,
@@ -265,7 +350,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             parts.append(
                 MarkerPartition(cut.id, self.settings.conf.max_parallelism, tuple(meta.items()))
             )
-            for channel, a, b in cut.inflight:
+            for channel, a, b in () if self._follower is not None else cut.inflight:
                 parts.append(
                     InflightPartition(
                         cut.id, channel, a, b, self.settings.conf.inflight_capture, self.epoch
@@ -276,6 +361,9 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def commit(self, end: dict[str, Any]) -> None:
         """Release upstream data no retained checkpoint needs (``archiveTo``)."""
         self._watchdog.batch_committed()
+        self._uncommitted_manifest = None
+        if self._follower is not None:
+            return
         release = TriggerLog.read(self.layout.triggers_file).release
         if release is None or release == self._released:
             return
@@ -286,7 +374,16 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._released = release
 
     def stop(self) -> None:
-        """Release the snapshot path: the next run may take it at once."""
+        """Release the snapshot path: the next run may take it at once.
+
+        A restored run that committed no batch removes the restore manifest it wrote.
+        (Spark calls this when the query stops, not when it fails: a manifest of a
+        query refused on its first batch is removed by the next run on the path.)
+        """
+        if self._uncommitted_manifest is not None:
+            delete_file(self._uncommitted_manifest)
+            log.info("restore manifest %s removed: no batch committed", self._uncommitted_manifest)
+            self._uncommitted_manifest = None
         if self._lease is not None:
             self._lease.release()
 

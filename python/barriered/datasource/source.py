@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import MutableMapping
 from functools import partial
 from typing import Any
 
@@ -12,7 +13,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from barriered.config import check_restore_compatible
-from barriered.datasource import preflight
+from barriered.datasource import mirror, preflight
 from barriered.datasource.columns import (
     BARRIER,
     META_MAX_PARALLELISM,
@@ -53,6 +54,12 @@ class BarrieredDataSource(DataSource):
     upstream's manifest and the configuration only once every check passed and it took
     the snapshot path (:func:`_start_run`, from the reader's first planning call).
     """
+
+    def __init__(self, options: MutableMapping[str, str]) -> None:
+        super().__init__(options)
+        #: Spark creates and pickles a data source once per ``load()``: every instance of
+        #: this stream in a query (one per side of a self-join) carries this id.
+        self.source_id = mirror.new_source_id()
 
     @classmethod
     def name(cls) -> str:
@@ -117,7 +124,12 @@ class BarrieredDataSource(DataSource):
                     "snapshot path (use a new snapshotPath)"
                 )
         return BarrieredStreamReader(
-            settings, upstream, layout, point, partial(_start_run, settings, layout, point)
+            settings,
+            upstream,
+            layout,
+            point,
+            partial(_start_run, settings, layout, point),
+            source_id=self.source_id,
         )
 
 

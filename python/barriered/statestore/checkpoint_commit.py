@@ -30,6 +30,7 @@ from barriered.statestore.delta_tables import (
 )
 from barriered.statestore.fileio import filesystem
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.retention import store_versions
 from barriered.statestore.state_schema import TYPED_DESCRIPTION, table_schema
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,8 @@ class CheckpointCommit:
     inflight_ranges: dict[str, list[int]]
     #: The files the ``state`` commit removed (for retention).
     removed: Sequence[Any]
+    #: Per Spark operator store, its table version (None: empty so far).
+    stores: dict[str, int | None]
 
 
 def _commit_inflight(
@@ -127,7 +130,9 @@ def commit_checkpoint(
         description=TYPED_DESCRIPTION,
     )
     log.debug("checkpoint %d: state table version %d", cid, commit.version)
-    return CheckpointCommit(commit.version, inflight_version, ranges, commit.removed)
+    return CheckpointCommit(
+        commit.version, inflight_version, ranges, commit.removed, store_versions(stores)
+    )
 
 
 def upstream_start(

@@ -393,6 +393,10 @@ def truncate_log(
     ``DeltaTable.history()`` reads it from the commit files, which are kept from the cut
     on. Versions before the cut can no longer be loaded.
 
+    A reader may have just read ``_last_checkpoint`` naming the table's previous Delta
+    checkpoint: the files before the cut go only once a Delta checkpoint at or below the
+    cut is ``min_age_ms`` old (until then, a later run deletes them).
+
     Parameters
     ----------
     uri : str
@@ -418,17 +422,26 @@ def truncate_log(
         [keep_from]
         + [v for name, (v, mtime) in versions.items() if name.endswith(".json") and mtime > young]
     )
-    old = sorted(name for name, (v, _) in versions.items() if v < cut)
-    if not old:
+    if not any(v < cut for v, _ in versions.values()):
         return 0
-    if f"{cut:020d}.checkpoint.parquet" not in versions:
+    at_cut = f"{cut:020d}.checkpoint.parquet"
+    if at_cut not in versions:
         table = open_table(uri, cut, storage_options)
         if table is None:
             return 0
         table.create_checkpoint()
+        versions[at_cut] = (cut, time.time())
+    settled = [
+        v
+        for name, (v, mtime) in versions.items()
+        if name.endswith(".checkpoint.parquet") and v <= cut and (not min_age_ms or mtime <= young)
+    ]
+    floor = max(settled, default=0)
+    old = sorted(name for name, (v, _) in versions.items() if v < floor)
     for name in old:
         delete_file(join(uri, "_delta_log", name))
-    log.info("%s: Delta log before version %d deleted (%d file(s))", uri, cut, len(old))
+    if old:
+        log.info("%s: Delta log before version %d deleted (%d file(s))", uri, floor, len(old))
     return len(old)
 
 

@@ -16,32 +16,41 @@ Hashing, in Spark's terms (``org.apache.spark.sql.catalyst.expressions.Murmur3Ha
 * ``tinyint``, ``smallint``, ``int``, ``date`` (days since the epoch) and ``boolean``
   (1/0) use ``hashInt``; ``bigint`` uses ``hashLong``; ``float`` and ``double`` hash
   their IEEE bits (``-0.0`` as ``0.0``, NaN canonical) with ``hashInt``/``hashLong``;
+* ``timestamp`` and ``timestamp_ntz`` (microseconds since the epoch) use ``hashLong``;
 * ``string`` (UTF-8 bytes) and ``binary`` use ``hashUnsafeBytes``, Spark's legacy
   variant of Murmur3 that mixes each of the last ``len % 4`` bytes on its own as a
-  sign-extended int, instead of the standard Murmur3 tail.
+  sign-extended int, instead of the standard Murmur3 tail;
+* a ``struct`` hashes its fields in order, each field's hash the seed of the next, as if
+  they were columns: :func:`store_key_types` flattens a state store's key into those
+  leaf fields (a window's ``start`` and ``end``).
 
-Other key types (timestamps, decimals, collated strings, nested types) are refused with
-a :class:`~barriered.errors.KeyGroupError` naming the column.
+Other key types (decimals, collated strings, arrays, maps) are refused with a
+:class:`~barriered.errors.KeyGroupError` naming the column.
 """
 
 from __future__ import annotations
 
 import binascii
 import datetime
+import json
 import math
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from barriered.errors import KeyGroupError
 
 __all__ = [
     "SPARK_HASH_SEED",
     "SUPPORTED_TYPES",
+    "epoch_micros",
+    "hash_partition",
     "key_group_for_key",
     "key_types",
     "parse_key",
     "shuffle_partition",
     "spark_hash",
+    "store_key_types",
 ]
 
 #: Seed of Spark's ``hash`` (``Murmur3Hash(children, seed = 42)``).
@@ -58,12 +67,17 @@ SUPPORTED_TYPES = (
     "string",
     "binary",
     "date",
+    "timestamp",
+    "timestamp_ntz",
 )
+#: Spark's JSON type names (``StructType.json()``) as ``simpleString`` names.
+_JSON_TYPES = {"byte": "tinyint", "short": "smallint", "integer": "int", "long": "bigint"}
 
 _MASK32 = 0xFFFFFFFF
 _C1 = 0xCC9E2D51
 _C2 = 0x1B873593
 _EPOCH_ORDINAL = datetime.date(1970, 1, 1).toordinal()
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 _INT_RANGES = {
     "tinyint": (-(1 << 7), (1 << 7) - 1),
     "smallint": (-(1 << 15), (1 << 15) - 1),
@@ -152,6 +166,8 @@ def _hash_column(value: object, type_name: str, seed: int) -> int:
         return _hash_bytes(value, seed)
     if type_name == "date" and isinstance(value, datetime.date):
         return _hash_int(value.toordinal() - _EPOCH_ORDINAL, seed)
+    if type_name in ("timestamp", "timestamp_ntz") and isinstance(value, datetime.datetime):
+        return _hash_long(epoch_micros(value), seed)
     if type_name == "float" and isinstance(value, float):
         if value == 0.0:
             return _hash_int(0, seed)  # Spark hashes -0.0f as 0.0f
@@ -167,6 +183,13 @@ def _hash_column(value: object, type_name: str, seed: int) -> int:
     raise KeyGroupError(
         f"key value {value!r} (Python {type(value).__name__}) is not a Spark {type_name!r}"
     )
+
+
+def epoch_micros(value: datetime.datetime) -> int:
+    """Microseconds since the epoch (Spark's timestamp value); a naive value is read as UTC."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=datetime.timezone.utc)
+    return (value - _EPOCH) // datetime.timedelta(microseconds=1)
 
 
 # -- what the command line needs --------------------------------------------------------------
@@ -204,6 +227,50 @@ def key_types(key_schema: str) -> list[tuple[str, str]]:
     return pairs
 
 
+def store_key_types(key_schema: Mapping[str, Any], columns: int) -> list[tuple[str, str]]:
+    """The leaf ``(field, type)`` pairs of a Spark state store's partition key.
+
+    Parameters
+    ----------
+    key_schema : mapping
+        The store's key schema as Spark JSON (``StructType.json()``, parsed), as the
+        provider records it.
+    columns : int
+        How many leading key fields are the partition key (the provider's
+        ``partition_key_columns``: all, or fewer for a session window's or a join's store).
+
+    Returns
+    -------
+    list of (str, str)
+        Dotted field names (``window.start``) with their ``simpleString`` types, nested
+        structs flattened in order: Spark hashes a struct's fields as it hashes columns.
+
+    Raises
+    ------
+    KeyGroupError
+        When a key field has a type whose hash is not computed here.
+    """
+    pairs: list[tuple[str, str]] = []
+
+    def leaves(fields: Sequence[Mapping[str, Any]], prefix: str) -> None:
+        for field in fields:
+            name, data_type = prefix + str(field["name"]), field["type"]
+            if isinstance(data_type, Mapping) and data_type.get("type") == "struct":
+                leaves(data_type["fields"], name + ".")
+                continue
+            type_name = _JSON_TYPES.get(str(data_type), str(data_type))
+            if not isinstance(data_type, str) or type_name not in SUPPORTED_TYPES:
+                raise KeyGroupError(
+                    f"key field {name!r} has type {json.dumps(data_type)}, whose key group "
+                    "cannot be computed outside Spark; supported key types are "
+                    f"{', '.join(SUPPORTED_TYPES)} and structs of them"
+                )
+            pairs.append((name, type_name))
+
+    leaves(list(key_schema["fields"])[:columns], "")
+    return pairs
+
+
 def _top_level(ddl: str) -> list[str]:
     """Split a DDL column list at its top-level commas (not those of ``decimal(10,2)``
     or ``struct<a:int,b:int>``)."""
@@ -221,8 +288,9 @@ def _top_level(ddl: str) -> list[str]:
 def parse_key(texts: Sequence[str], types: Sequence[tuple[str, str]]) -> tuple[object, ...]:
     """The key column values written on a command line, typed as the key columns.
 
-    ``boolean`` is ``true``/``false``, ``date`` is ISO (``2024-02-29``), ``binary`` is
-    hex (``0x...`` or plain).
+    ``boolean`` is ``true``/``false``, ``date`` is ISO (``2024-02-29``), ``timestamp`` is
+    ISO-8601 (``2024-02-29T10:00:00Z``; without an offset: UTC), ``binary`` is hex
+    (``0x...`` or plain).
 
     Raises
     ------
@@ -259,6 +327,8 @@ def _parse(text: str, name: str, type_name: str) -> object:
             return value_f
         if type_name == "date":
             return datetime.date.fromisoformat(text)
+        if type_name in ("timestamp", "timestamp_ntz"):
+            return datetime.datetime.fromisoformat(text)
         if type_name == "binary":
             return binascii.unhexlify(text.removeprefix("0x"))
         return text  # string
@@ -309,6 +379,12 @@ def shuffle_partition(key_group: int, partitions: int) -> int:
     """The Spark partition of key group ``key_group`` with ``partitions`` shuffle
     partitions: ``pmod(hash(_key_group), partitions)`` (``HashPartitioning`` of the
     ``int`` column the keyed operator groups by)."""
+    return hash_partition(_hash_int(key_group, SPARK_HASH_SEED), partitions)
+
+
+def hash_partition(hash_value: int, partitions: int) -> int:
+    """The Spark partition of a row whose partition key hashes to ``hash_value`` with
+    ``partitions`` shuffle partitions: ``pmod(hash, partitions)`` (``HashPartitioning``)."""
     if partitions < 1:
         raise KeyGroupError(f"the number of partitions must be >= 1, got {partitions}")
-    return _hash_int(key_group, SPARK_HASH_SEED) % partitions
+    return hash_value % partitions

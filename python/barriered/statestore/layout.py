@@ -88,6 +88,11 @@ class SnapshotLayout:
         """The lease of the run with ``epoch``, renewed by ``party`` (source or query)."""
         return join(self.root, "_coordinator", "leases", f"{epoch}-{party}.json")
 
+    def mirror_file(self, epoch: int, instance: str) -> str:
+        """What one instance of a source read more than once in one query writes
+        (``plan``: the leading instance's decisions; ``follower-<pid>``: a mirror)."""
+        return join(self.root, "_coordinator", "mirror", f"{epoch}-{instance}.json")
+
     @property
     def config_file(self) -> str:
         """The configuration the source resolved at query start."""

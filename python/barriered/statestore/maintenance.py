@@ -8,7 +8,8 @@ coordinator also bounds what is left, without touching what a retained checkpoin
   rows and the rows of the retained checkpoints; the replaced files are tombstoned and
   deleted by retention after ``retention.minAge``.
 * The Delta log of each table is cut at the oldest version a retained checkpoint reads
-  (``state``, ``inflight``) or at the current version (``_checkpoints``): a Delta
+  (``state``, ``inflight``, the Spark operators' store tables) or at the current version
+  (``_checkpoints``): a Delta
   checkpoint is written at that version, the commit files before it are deleted. Every
   retained checkpoint's version stays loadable, with its commit metadata (the restore
   point), since those commits are at or after the cut.
@@ -47,8 +48,10 @@ from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.retention import (
     CHECKPOINTS,
     INFLIGHT,
+    OPERATORS,
     STATE,
     Retained,
+    ack_table,
     floors,
     record_removed,
     table_uri,
@@ -148,14 +151,17 @@ def _stray_acks(
         STATE: {None, *(r.state_version for r in retained)},
         INFLIGHT: {None, *(r.inflight_version for r in retained if r.inflight_version is not None)},
     }
+    for r in retained:
+        for name, version in r.stores.items():
+            versions.setdefault(OPERATORS + name, {None}).add(version)
     keep: dict[str, set[str]] = {}  # per table: what a version still reads, or a tombstone
     for cid in stray:
         for ack in read_acks(layout, cid).values():
-            table = STATE if ack.participant.startswith("state/") else INFLIGHT
+            table = ack_table(ack)
             if not ack.files:
                 continue
             if table not in keep:
-                keep[table] = _referenced(layout, table, versions[table])
+                keep[table] = _referenced(layout, table, versions.get(table, {None}))
                 keep[table].update(str(e[1]) for e in stones.get(table, []))
             for f in ack.files:
                 if f.path not in keep[table]:

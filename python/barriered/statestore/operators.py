@@ -14,7 +14,9 @@ commit per store, then the ``state`` commit that records their versions in
 the same ``(key_group, store_partition)``; a partition that wrote everything ("full":
 a new executor, a restored run) replaces all of its partition's files, and files of
 partitions beyond the current count are removed, so the table at a recorded version
-holds exactly each store's state at the cut.
+holds exactly each store's state at the cut. The files a commit replaces are
+tombstoned for retention (:mod:`barriered.statestore.retention`), which deletes them
+once no retained checkpoint reads a version that holds them.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from deltalake import DeltaTable
 
 from barriered.statestore.acks import Ack, DataFile
 from barriered.statestore.delta_tables import as_json, commit_files, current_files, open_table
 from barriered.statestore.fileio import (
     copy_file,
+    delete_file,
     filesystem,
     join,
     list_names,
@@ -39,6 +43,7 @@ from barriered.statestore.fileio import (
     write_json,
 )
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.retention import OPERATORS, record_removed
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +53,8 @@ PARTICIPANT_PREFIX = "operator/"
 PARTITIONS = ["key_group", "store_partition"]
 #: Commit metadata key of the ``state`` commit: store table versions of the checkpoint.
 VERSIONS_KEY = "barriered.operators"
+#: A store table gets a Delta checkpoint every this many versions (Delta's default).
+CHECKPOINT_EVERY = 10
 
 
 def registered_stores(layout: SnapshotLayout, epoch: int | None) -> list[dict[str, Any]]:
@@ -75,14 +82,11 @@ def _schema(table_uri: str, first_file: str) -> pa.Schema:
     )
 
 
-def _replacements(
-    table_uri: str, acks: list[Ack], storage_options: Mapping[str, str]
-) -> list[dict[str, str]]:
+def _replacements(table: DeltaTable | None, acks: list[Ack]) -> list[dict[str, str]]:
     """The (key_group, store_partition) partitions the acknowledgements replace."""
     out: list[dict[str, str]] = []
     partitions = max(int(a.extra["partitions"]) for a in acks)
     full = {str(a.extra["store_partition"]) for a in acks if a.extra.get("full")}
-    table = open_table(table_uri, storage_options=storage_options)
     for f in [] if table is None else current_files(table):
         pv = f["partition_values"]
         sp = pv.get("store_partition")
@@ -117,12 +121,14 @@ def write_restore_manifest(
     metadata: Mapping[str, Any],
     target: SnapshotLayout,
     epoch: int | None,
+    path: str | None = None,
 ) -> str | None:
     """Write what the provider loads on restore; return its path (None: no stores).
 
     The manifest names, per store of the checkpoint, its schemas and the files of its
     table at the checkpoint's version; every partition of the restored query reads them
-    and keeps the rows it owns (``pmod(hash, numPartitions)``).
+    and keeps the rows it owns (``pmod(hash, numPartitions)``). ``path`` writes it
+    again where an earlier start of the same restored query named it.
     """
     stores = stores_of(metadata)
     if not stores:
@@ -138,9 +144,29 @@ def write_restore_manifest(
             for name, store in stores.items()
         },
     }
-    path = target.restore_manifest_file(checkpoint_id, epoch)
+    path = path or target.restore_manifest_file(checkpoint_id, epoch)
     write_json(path, manifest)
     return path
+
+
+def remove_stale_manifests(layout: SnapshotLayout, epoch: int) -> list[str]:
+    """Delete the restore manifests of runs older than ``epoch``; return their paths.
+
+    A manifest is read only while its run's first batch opens the stores. A run refused
+    there (a changed query) cannot remove its own (Spark does not stop a failed query's
+    Python source), so the next run on the path does. A restored checkpoint location
+    restarted before its first batch committed writes it again (``partitions``).
+    """
+    folder = join(layout.root, "_coordinator", "restore")
+    stale = []
+    for name in list_names(folder):
+        owner = name.removesuffix(".json").rpartition(".e")[2]
+        if name.endswith(".json") and owner.isdigit() and int(owner) < epoch:
+            stale.append(join(folder, name))
+            delete_file(join(folder, name))
+    if stale:
+        log.info("restore manifests of earlier runs removed: %s", stale)
+    return stale
 
 
 def copy_stores(
@@ -230,11 +256,19 @@ def commit(
             PARTITIONS,
             checkpoint_id,
             files,
-            _replacements(uri, store_acks, layout.storage_options),
+            _replacements(table, store_acks),
             metadata=metadata,
             storage_options=layout.storage_options,
         )
         versions[name]["version"] = done.version
+        record_removed(layout, OPERATORS + name, done.version, done.removed)
+        if done.version > 0 and done.version % CHECKPOINT_EVERY == 0:
+            # Without Delta checkpoints every commit re-reads the whole log (one commit
+            # per checkpoint, each replacing the changed key groups' files): its cost
+            # would grow with the run's length. A Delta checkpoint deletes nothing.
+            written = open_table(uri, done.version, layout.storage_options)
+            assert written is not None
+            written.create_checkpoint()
         log.info(
             "checkpoint %d: store %s committed at version %d (%d file(s), %d removed)",
             checkpoint_id,

@@ -13,6 +13,12 @@ the ``inflight`` table in one commit (so later versions no longer reference them
 deleted by the same rule. Files a compaction of ``_checkpoints`` replaced are tombstoned
 too; no retained checkpoint reads an old version of that table.
 
+The store tables of Spark's operators (``operators/<op>-<store>``, written by the JVM
+provider) follow the same rule: their commits tombstone the files they replace under the
+table name ``operators/<op>-<store>``, and a retained checkpoint reads the store
+versions its ``state`` commit recorded (:attr:`Retained.stores`). A store no retained
+checkpoint holds any more keeps only its current version's files.
+
 Grace period (``retention.minAge``): a tombstoned file becomes *unread* when the last
 retained version that read it leaves the window; retention stamps it then and deletes it
 only ``minAge`` later, so a reader that loaded an older version a moment ago can still
@@ -23,12 +29,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from barriered.statestore.acks import read_acks
+from barriered.statestore.acks import Ack, read_acks
 from barriered.statestore.delta_tables import (
     INFLIGHT_PARTITIONS,
     commit_files,
@@ -43,15 +49,27 @@ log = logging.getLogger(__name__)
 STATE = "state"
 INFLIGHT = "inflight"
 CHECKPOINTS = "_checkpoints"
+#: Table name prefix of a Spark operator's store table (``operators/<op>-<store>``).
+OPERATORS = "operators/"
 
 
 @dataclass(frozen=True)
 class Retained:
-    """Where a completed checkpoint lives: its ``state`` and ``inflight`` versions."""
+    """Where a completed checkpoint lives: its ``state`` and ``inflight`` versions, and
+    the version of each Spark operator store table it holds (None: the store was empty)."""
 
     checkpoint_id: int
     state_version: int
     inflight_version: int | None
+    stores: Mapping[str, int | None] = field(default_factory=dict)
+
+
+def store_versions(stores: Mapping[str, Mapping[str, object]]) -> dict[str, int | None]:
+    """Per store, its table version, from a checkpoint's ``barriered.operators`` value."""
+    return {
+        name: None if store.get("version") is None else int(str(store["version"]))
+        for name, store in stores.items()
+    }
 
 
 def record_removed(layout: SnapshotLayout, table: str, version: int, paths: Iterable[str]) -> None:
@@ -65,12 +83,24 @@ def record_removed(layout: SnapshotLayout, table: str, version: int, paths: Iter
 
 
 def table_uri(layout: SnapshotLayout, table: str) -> str:
-    """The Delta table named ``table`` (``state``, ``inflight``, ``_checkpoints``)."""
+    """The Delta table named ``table`` (``state``, ``inflight``, ``_checkpoints``,
+    ``operators/<op>-<store>``)."""
+    if table.startswith(OPERATORS):
+        return layout.operator_table(table.removeprefix(OPERATORS))
     return {
         STATE: layout.state_table,
         INFLIGHT: layout.inflight_table,
         CHECKPOINTS: layout.checkpoints_table,
     }[table]
+
+
+def ack_table(ack: Ack) -> str:
+    """The table whose files ``ack`` lists (its files' paths are relative to it)."""
+    if ack.participant.startswith("state/"):
+        return STATE
+    if ack.participant.startswith("operator/"):
+        return OPERATORS + str(ack.extra["operator"])
+    return INFLIGHT
 
 
 def drop_inflight(layout: SnapshotLayout, older_than: int) -> None:
@@ -104,8 +134,9 @@ def drop_inflight(layout: SnapshotLayout, older_than: int) -> None:
 
 def floors(retained: Sequence[Retained]) -> dict[str, int | None]:
     """The oldest version of each table a retained checkpoint reads (None: no version of
-    that table is read by a retained checkpoint)."""
-    return {
+    that table is read by a retained checkpoint). Store tables appear once a retained
+    checkpoint holds them."""
+    out: dict[str, int | None] = {
         STATE: min(r.state_version for r in retained),
         INFLIGHT: min(
             (r.inflight_version for r in retained if r.inflight_version is not None),
@@ -113,6 +144,10 @@ def floors(retained: Sequence[Retained]) -> dict[str, int | None]:
         ),
         CHECKPOINTS: None,
     }
+    for name in sorted({n for r in retained for n in r.stores}):
+        versions = [v for r in retained if (v := r.stores.get(name)) is not None]
+        out[OPERATORS + name] = min(versions, default=None)
+    return out
 
 
 def apply(
@@ -122,18 +157,24 @@ def apply(
     now_ms: int | None = None,
 ) -> int:
     """Delete every tombstoned file no retained checkpoint has read for ``min_age_ms``;
-    return how many.
+        return how many.
 
-    Parameters
-    ----------
-    layout : SnapshotLayout
-        The snapshot path.
-    retained : sequence of Retained
-        The completed checkpoints to keep (at least one).
-    min_age_ms : int, default 0
-        Grace period (``retention.minAge``): how long a file stays after it became unread.
-    now_ms : int, optional
-        The current time (epoch ms); the wall clock by default.
+        Parameters
+        ----------
+        layout : SnapshotLayout
+            The snapshot path.
+        retained : sequence of Retained
+            The completed checkpoints to keep (at least one).
+        min_age_ms : int, default 0
+            The store tables of Spark's operators (``operators/<op>-<store>``, written by the JVM
+    provider) follow the same rule: their commits tombstone the files they replace under the
+    table name ``operators/<op>-<store>``, and a retained checkpoint reads the store
+    versions its ``state`` commit recorded (:attr:`Retained.stores`). A store no retained
+    checkpoint holds any more keeps only its current version's files.
+
+    Grace period (``retention.minAge``): how long a file stays after it became unread.
+        now_ms : int, optional
+            The current time (epoch ms); the wall clock by default.
     """
     if not retained:
         return 0
@@ -181,7 +222,6 @@ def discard(layout: SnapshotLayout, checkpoint_id: int, delete_data: bool) -> No
     """
     if delete_data:
         for ack in read_acks(layout, checkpoint_id).values():
-            table = STATE if ack.participant.startswith("state/") else INFLIGHT
             for f in ack.files:
-                delete_file(join(table_uri(layout, table), f.path))
+                delete_file(join(table_uri(layout, ack_table(ack)), f.path))
     delete_tree(layout.acks_dir(checkpoint_id))

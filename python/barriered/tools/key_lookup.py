@@ -1,13 +1,22 @@
 """Where one key lives (``barriered inspect PATH --key VALUE``).
 
-The key group of the key (``pmod(hash(key cols), maxParallelism)``, computed from the
-key column types the keyed operator recorded on the snapshot path), with
-``--partitions N`` the Spark shuffle partition that owns that key group, and the key's
-rows in the ``state`` table at a completed checkpoint (the latest by default).
+For a keyed operator: the key group of the key (``pmod(hash(key cols),
+maxParallelism)``, computed from the key column types the operator recorded on the
+snapshot path), with ``--partitions N`` the Spark shuffle partition that owns that key
+group (``pmod(hash(key group), N)``), and the key's rows in the ``state`` table at a
+completed checkpoint (the latest by default).
+
+For a Spark operator's state store captured by the JVM provider (``--operator
+<op>-<store>``): the key is its partition key's leaf fields in order (a windowed
+aggregation's ``window.start``, ``window.end``, then its grouping columns), its key group
+``pmod(hash(partition key), maxParallelism)``, its partition ``pmod(hash(partition key),
+N)`` (Spark's hash partitioning of the operator, and what a restore into N partitions
+loads), and its rows in the store's table at the checkpoint.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -17,13 +26,19 @@ from typing import Any
 import pyarrow.compute as pc
 
 from barriered.errors import ConfigError
+from barriered.statestore import operators
 from barriered.statestore.delta_tables import open_table, read_table
+from barriered.statestore.fileio import join, list_names, read_json
+from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.key_groups import (
+    epoch_micros,
+    hash_partition,
     key_group_for_key,
     key_types,
     parse_key,
     shuffle_partition,
     spark_hash,
+    store_key_types,
 )
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.state_schema import columns_schema
@@ -51,18 +66,114 @@ class KeyLocation:
         return asdict(self)
 
 
-def _operator(path: str, layout: SnapshotLayout, name: str | None) -> dict[str, Any]:
+def _stores(layout: SnapshotLayout) -> dict[str, dict[str, Any]]:
+    """The Spark operator stores the JVM provider registered on the path, by name."""
+    folder = layout.stores_dir
+    found = (read_json(join(folder, n)) for n in list_names(folder) if n.endswith(".json"))
+    return {str(s["operator"]): dict(s) for s in found if s}
+
+
+def _operator(
+    path: str, layout: SnapshotLayout, name: str | None, stores: list[str]
+) -> dict[str, Any]:
     specs = layout.registrations()
     names = sorted(specs)
+    also = f" and the Spark operator stores {stores}" if stores else ""
     if not specs:
+        if stores:
+            raise ConfigError(
+                f"{path!r} has no keyed operator; it has the Spark operator stores {stores}: "
+                "choose one with --operator NAME"
+            )
         raise ConfigError(f"{path!r} has no keyed operator (no _coordinator/operators/*.json)")
     if name is None and len(specs) > 1:
         raise ConfigError(
-            f"{path!r} has the keyed operators {names}: choose one with --operator NAME"
+            f"{path!r} has the keyed operators {names}{also}: choose one with --operator NAME"
         )
     if name is not None and name not in specs:
-        raise ConfigError(f"{path!r} has no keyed operator {name!r}; it has {names}")
+        raise ConfigError(f"{path!r} has no keyed operator {name!r}; it has {names}{also}")
     return dict(specs[name if name is not None else names[0]])
+
+
+def _store_rows(
+    layout: SnapshotLayout,
+    name: str,
+    checkpoint_id: int,
+    hash_value: int,
+    group: int,
+    match: Callable[[dict[str, Any]], bool],
+) -> list[dict[str, Any]]:
+    """The rows of store ``name``'s table at ``checkpoint_id`` whose key ``match``es."""
+    committed = committed_checkpoints(layout).get(checkpoint_id)
+    version = operators.stores_of(committed[1] if committed else {}).get(name, {}).get("version")
+    table = (
+        None
+        if version is None
+        else open_table(layout.operator_table(name), int(version), layout.storage_options)
+    )
+    if table is None:
+        return []
+    where = (pc.field("key_group") == group) & (pc.field("hash") == hash_value)
+    columns = ["key_group", "store_partition", "hash", "key", "value"]
+    return [r for r in read_table(table, columns, where).to_pylist() if match(r["key"])]
+
+
+def _leaves(key: dict[str, Any], names: Sequence[str]) -> list[Any]:
+    """The values of the dotted leaf fields ``names`` of a key struct (a dict)."""
+    out = []
+    for name in names:
+        value: Any = key
+        for part in name.split("."):
+            value = None if value is None else value.get(part)
+        out.append(value)
+    return out
+
+
+def _locate_in_store(
+    layout: SnapshotLayout,
+    rows: list[dict[str, Any]],
+    store: dict[str, Any],
+    texts: Sequence[str],
+    partitions: int | None,
+    checkpoint_id: int | None,
+    step: Callable[[str], None],
+) -> KeyLocation:
+    name = str(store["operator"])
+    key_schema = json.loads(str(store["key_schema"]))
+    columns = int(store.get("partition_key_columns") or len(key_schema["fields"]))
+    types = store_key_types(key_schema, columns)
+    given = _split(texts, len(types))
+    values = parse_key(given, types)
+    type_names = [t for _, t in types]
+    hashed = spark_hash(values, type_names)
+    conf = (read_json(layout.config_file, default=None) or {}).get("conf", {})
+    max_parallelism = int(conf["max_parallelism"])
+    group = hashed % max_parallelism
+    partition = None if partitions is None else hash_partition(hashed, partitions)
+    retained = retained_ids(layout, rows)
+    state: list[dict[str, Any]] = []
+    cid: int | None = None
+    if retained or checkpoint_id is not None:
+        cid = int(select_checkpoint(rows, checkpoint_id, retained)["checkpoint_id"])
+        step(f"reading key group {group} of store {name} at checkpoint {cid}")
+        wanted = [_comparable(v) for v in values]
+        names = [n for n, _ in types]
+        state = _store_rows(
+            layout,
+            name,
+            cid,
+            hashed,
+            group,
+            lambda key: [_comparable(v) for v in _leaves(key, names)] == wanted,
+        )
+    log.debug("key %s of store %s: hash %d, key group %d", values, name, hashed, group)
+    return KeyLocation(name, dict(zip([n for n, _ in types], given, strict=True)), hashed,
+                       group, max_parallelism, partitions, partition, cid, state)  # fmt: skip
+
+
+def _comparable(value: Any) -> Any:
+    """Timestamps as microseconds since the epoch (a naive one read as UTC)."""
+    return epoch_micros(value) if isinstance(value, datetime.datetime) else value
 
 
 def _split(texts: Sequence[str], columns: int) -> list[str]:
@@ -89,7 +200,9 @@ def locate_key(
     texts : sequence of str
         The key column values as text, one per key column (or one, comma-separated).
     operator : str, optional
-        The keyed operator (default: the only one on the path).
+        The keyed operator (default: the only one on the path), or a Spark operator's
+        state store captured by the JVM provider (``<op>-<store>``, e.g. ``0-default``;
+        default on a path without keyed operators: its only store).
     partitions : int, optional
         ``spark.sql.shuffle.partitions``: also tell which partition owns the key.
     checkpoint_id : int, optional
@@ -109,7 +222,14 @@ def locate_key(
     """
     step(f"reading the checkpoint history of {path}")
     layout, rows = open_history(path)
-    spec = _operator(path, layout, operator)
+    stores = _stores(layout)
+    if operator is None and len(stores) == 1 and not layout.registrations():
+        operator = next(iter(stores))  # the path's only state: one Spark operator store
+    if operator is not None and operator in stores and operator not in layout.registrations():
+        return _locate_in_store(
+            layout, rows, stores[operator], texts, partitions, checkpoint_id, step
+        )
+    spec = _operator(path, layout, operator, sorted(stores))
     types = key_types(str(spec["key_schema"]))
     values = parse_key(_split(texts, len(types)), types)
     max_parallelism = int(spec["max_parallelism"])

@@ -38,6 +38,15 @@ public final class BarrieredStateStoreProvider implements StateStoreProvider {
   private CutExporter exporter;
   /** A restored version-0 store handed out as a read store, awaiting its upgrade. */
   private StateStore loaded;
+  /**
+   * Whether this is the store of {@code barriered.keyed}'s operator (grouped by the one
+   * column {@value #KEYED_KEY}): it snapshots itself into the {@code state} table and
+   * restores from it, so it is neither captured nor loaded here (one copy of its state).
+   */
+  private boolean keyed;
+
+  /** The grouping column of {@code barriered.keyed}'s applyInPandasWithState. */
+  static final String KEYED_KEY = "_key_group";
 
   public BarrieredStateStoreProvider() {
     StateStoreProvider.$init$(this);
@@ -65,6 +74,7 @@ public final class BarrieredStateStoreProvider implements StateStoreProvider {
         hadoopConf,
         useMultipleValuesPerKey,
         stateSchemaProvider);
+    keyed = keySchema.fields().length == 1 && KEYED_KEY.equals(keySchema.fields()[0].name());
     exporter =
         new CutExporter(
             stateStoreId,
@@ -89,6 +99,9 @@ public final class BarrieredStateStoreProvider implements StateStoreProvider {
   public StateStore getStore(
       long version, Option<String> uniqueId, boolean forceSnapshotOnCommit, boolean loadEmpty) {
     StateStore store = delegate.getStore(version, uniqueId, forceSnapshotOnCommit, loadEmpty);
+    if (keyed) {
+      return store;
+    }
     if (version == 0) {
       restoreInto(store);
     }
@@ -102,7 +115,7 @@ public final class BarrieredStateStoreProvider implements StateStoreProvider {
    */
   @Override
   public ReadStateStore getReadStore(long version, Option<String> uniqueId) {
-    if (version == 0) {
+    if (version == 0 && !keyed) {
       CutLog.Batch batch = exporter.thisBatch();
       JsonNode entry = StateLoader.entry(exporter, batch);
       if (entry != null) {
@@ -124,7 +137,7 @@ public final class BarrieredStateStoreProvider implements StateStoreProvider {
     }
     StateStore store =
         delegate.upgradeReadStoreToWriteStore(readStore, version, uniqueId, forceSnapshot);
-    return new CapturingStateStore(store, exporter);
+    return keyed ? store : new CapturingStateStore(store, exporter);
   }
 
   private void restoreInto(StateStore store) {

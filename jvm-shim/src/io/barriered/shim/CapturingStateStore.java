@@ -1,5 +1,6 @@
 package io.barriered.shim;
 
+import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.execution.streaming.state.KeyStateEncoderSpec;
 import org.apache.spark.sql.execution.streaming.state.StateStore;
@@ -20,7 +21,8 @@ import scala.collection.immutable.Set;
  * A write store that forwards everything to RocksDB's and, in {@code commit()}, hands the
  * uncommitted store to the {@link CutExporter} first (it exports only at a cut batch), then
  * commits, then publishes the acknowledgement: an acknowledgement always names a committed
- * store version.
+ * store version. Every write marks its key's key group in a {@link ChangeTracker.Touched}
+ * (once the provider instance exported a first cut), which the commit records.
  */
 final class CapturingStateStore implements StateStore {
   /**
@@ -33,18 +35,38 @@ final class CapturingStateStore implements StateStore {
 
   private final StateStore delegate;
   private final CutExporter exporter;
+  private final ChangeTracker.Touched touched;
+  private final UnsafeProjection hasher;
 
   CapturingStateStore(StateStore delegate, CutExporter exporter) {
     this.delegate = delegate;
     this.exporter = exporter;
+    this.touched = exporter.tracker().open();
+    this.hasher = touched.tracking() ? exporter.newHasher() : null;
+  }
+
+  private void touch(UnsafeRow key) {
+    if (hasher != null) {
+      touched.bits.set(Math.floorMod(hasher.apply(key).getInt(0), touched.groups));
+    }
+  }
+
+  private void touchAll() {
+    if (hasher != null) {
+      touched.bits.set(0, touched.groups);
+    }
   }
 
   @Override
   public long commit() {
-    CutExporter.Export export = exporter.export(delegate);
+    CutExporter.Export export = exporter.export(delegate, touched);
+    long began = System.nanoTime();
     long version = delegate.commit();
+    exporter.tracker().committed(version, touched);
     if (export != null) {
+      export.commitMillis = (System.nanoTime() - began) / 1_000_000;
       exporter.acknowledge(export);
+      exporter.exported(export, version);
     }
     return version;
   }
@@ -136,6 +158,7 @@ final class CapturingStateStore implements StateStore {
 
   @Override
   public boolean removeColFamilyIfExists(String colFamilyName) {
+    touchAll();
     return delegate.removeColFamilyIfExists(colFamilyName);
   }
 
@@ -158,31 +181,37 @@ final class CapturingStateStore implements StateStore {
 
   @Override
   public void put(UnsafeRow key, UnsafeRow value, String colFamilyName) {
+    touch(key);
     delegate.put(key, value, colFamilyName);
   }
 
   @Override
   public void putList(UnsafeRow key, UnsafeRow[] values, String colFamilyName) {
+    touch(key);
     delegate.putList(key, values, colFamilyName);
   }
 
   @Override
   public void remove(UnsafeRow key, String colFamilyName) {
+    touch(key);
     delegate.remove(key, colFamilyName);
   }
 
   @Override
   public void deleteRange(UnsafeRow beginKey, UnsafeRow endKey, String colFamilyName) {
+    touchAll();
     delegate.deleteRange(beginKey, endKey, colFamilyName);
   }
 
   @Override
   public void merge(UnsafeRow key, UnsafeRow value, String colFamilyName) {
+    touch(key);
     delegate.merge(key, value, colFamilyName);
   }
 
   @Override
   public void mergeList(UnsafeRow key, UnsafeRow[] values, String colFamilyName) {
+    touch(key);
     delegate.mergeList(key, values, colFamilyName);
   }
 

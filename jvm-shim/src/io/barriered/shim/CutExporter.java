@@ -1,13 +1,14 @@
 package io.barriered.shim;
 
 import java.io.IOException;
-import java.io.OutputStream;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.BitSet;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.TreeSet;
 import java.util.UUID;
 
 import org.apache.hadoop.conf.Configuration;
@@ -16,14 +17,16 @@ import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.parquet.column.ParquetProperties;
 import org.apache.parquet.hadoop.ParquetWriter;
+import org.apache.parquet.hadoop.api.WriteSupport;
 import org.apache.parquet.hadoop.metadata.CompressionCodecName;
+import org.apache.parquet.io.OutputFile;
 import org.apache.spark.TaskContext;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.BoundReference;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.expressions.Murmur3Hash;
-import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.execution.datasources.parquet.ParquetWriteSupport;
 import org.apache.spark.sql.execution.streaming.state.KeyStateEncoderSpec;
 import org.apache.spark.sql.execution.streaming.state.PrefixKeyScanStateEncoderSpec;
@@ -35,7 +38,6 @@ import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.Metadata;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
-import org.apache.spark.unsafe.hash.Murmur3_x86_32;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -50,13 +52,15 @@ import org.slf4j.LoggerFactory;
  * file per changed key group under {@code <snapshot>/operators/<operator>-<store>/
  * key_group=G/store_partition=P/}, with columns {@code hash} (the raw 32-bit hash, so any
  * partition count can be served), {@code key} and {@code value} (structs of the store's own
- * Spark types). A key group is changed when its rows differ from the base checkpoint's (a
- * 64-bit digest over the rows' bytes, kept in memory per checkpoint); without the base's
- * digests (a new executor, another epoch) every non-empty key group is written ("full").
+ * Spark types). The key groups changed since the base checkpoint come from the store's
+ * writes ({@link ChangeTracker}, the default: the cut reads the store once, to write the
+ * changed key groups) or, with {@code providerChangeDetection=digest}, from a 64-bit digest
+ * of every key group's rows compared with the base checkpoint's ({@link DigestDetector}: the
+ * cut reads the store twice). Without the base's record (a new executor or provider instance, another epoch)
+ * every non-empty key group is written ("full").
  */
 final class CutExporter {
   private static final Logger LOG = LoggerFactory.getLogger(CutExporter.class);
-  private static final int KEPT_DIGESTS = 8;
 
   private final StateStoreId storeId;
   private final StructType keySchema;
@@ -67,14 +71,8 @@ final class CutExporter {
   private final int[] partitionKey;
   private final Expression hash;
   private final StructType fileSchema;
-  /** Digests per checkpoint id this store exported in this JVM (epoch, partitions, sums). */
-  private final Map<Long, Digests> digests =
-      new LinkedHashMap<Long, Digests>() {
-        @Override
-        protected boolean removeEldestEntry(Map.Entry<Long, Digests> eldest) {
-          return size() > KEPT_DIGESTS;
-        }
-      };
+  private final ChangeTracker tracker = new ChangeTracker();
+  private final DigestDetector digests = new DigestDetector();
 
   /** What one cut wrote, acknowledged once the store's commit succeeded. */
   static final class Export {
@@ -85,23 +83,12 @@ final class CutExporter {
     long rows;
     long bytes;
     long millis;
+    long scanMillis;
+    long writeMillis;
+    long commitMillis;
 
     Export(CutLog.Cut cut) {
       this.cut = cut;
-    }
-  }
-
-  private static final class Digests {
-    final long epoch;
-    final int partitions;
-    final long[] sums;
-    final long[] counts;
-
-    Digests(long epoch, int partitions, int groups) {
-      this.epoch = epoch;
-      this.partitions = partitions;
-      this.sums = new long[groups];
-      this.counts = new long[groups];
     }
   }
 
@@ -163,23 +150,16 @@ final class CutExporter {
     return new StructType(fields);
   }
 
-  private int hashOf(UnsafeRow key) {
-    return (Integer) hash.eval(key);
+  /**
+   * A generated projection of a key to its partition key's Spark {@code hash}: faster
+   * than evaluating the expression per row, and not thread-safe (one per store or export).
+   */
+  UnsafeProjection newHasher() {
+    return UnsafeProjection.create(hash);
   }
 
-  private static long digest(UnsafeRow key, UnsafeRow value) {
-    long k =
-        Murmur3_x86_32.hashUnsafeBytes(
-            key.getBaseObject(), key.getBaseOffset(), key.getSizeInBytes(), 0x5eed);
-    long v =
-        value == null
-            ? 0
-            : Murmur3_x86_32.hashUnsafeBytes(
-                value.getBaseObject(), value.getBaseOffset(), value.getSizeInBytes(), 0x7ab1e);
-    long z = (k << 32) ^ (v & 0xffffffffL);
-    z = (z ^ (z >>> 30)) * 0xbf58476d1ce4e5b9L;
-    z = (z ^ (z >>> 27)) * 0x94d049bb133111ebL;
-    return z ^ (z >>> 31);
+  ChangeTracker tracker() {
+    return tracker;
   }
 
   /** What the offset of the task's micro-batch says, or null outside a streaming task. */
@@ -225,8 +205,12 @@ final class CutExporter {
     return storeId.operatorId() + "-" + storeId.storeName();
   }
 
-  /** Export the uncommitted store when this batch is a cut; null otherwise. */
-  Export export(StateStore store) {
+  /**
+   * Export the uncommitted {@code store} when this batch is a cut (null otherwise): the
+   * key groups changed since the base checkpoint, found from {@code touched} and the
+   * tracker's history, or by digest ({@code providerChangeDetection=digest}).
+   */
+  Export export(StateStore store, ChangeTracker.Touched touched) {
     CutLog.Cut cut = cutOfThisBatch();
     if (cut == null) {
       return null;
@@ -239,63 +223,62 @@ final class CutExporter {
               + " the barriered provider cannot capture it at checkpoint "
               + cut.id);
     }
-    long start = System.currentTimeMillis();
-    int groups = cut.maxParallelism;
-    Digests now = new Digests(cut.epoch, cut.partitions, groups);
-    try (StateStoreIterator<UnsafeRowPair> it = store.iterator("default")) {
-      while (it.hasNext()) {
-        UnsafeRowPair pair = it.next();
-        int g = Math.floorMod(hashOf(pair.key()), groups);
-        now.sums[g] += digest(pair.key(), pair.value());
-        now.counts[g] += 1;
-      }
-    }
+    long start = System.nanoTime();
     Export export = new Export(cut);
-    Digests base;
-    synchronized (digests) {
-      base = cut.base == null ? null : digests.get(cut.base);
-    }
-    export.full =
-        base == null
-            || base.epoch != cut.epoch
-            || base.partitions != cut.partitions
-            || base.sums.length != groups;
-    boolean[] write = new boolean[groups];
-    for (int g = 0; g < groups; g++) {
-      boolean differs =
-          export.full
-              ? now.counts[g] > 0
-              : now.counts[g] != base.counts[g] || now.sums[g] != base.sums[g];
-      if (differs) {
-        export.changed.add(g);
-        write[g] = now.counts[g] > 0;
+    UnsafeProjection hasher = newHasher();
+    boolean[] write;
+    if ("digest".equals(cut.changeDetection)) {
+      write = digests.select(store, cut, hasher, export);
+    } else {
+      BitSet changed = tracker.changedSince(cut, store.version(), touched);
+      export.full = changed == null;
+      write = new boolean[cut.maxParallelism];
+      for (int g = 0; g < write.length; g++) {
+        write[g] = export.full || changed.get(g);
+        if (!export.full && write[g]) {
+          export.changed.add(g);
+        }
       }
     }
-    if (!export.changed.isEmpty()) {
-      writeGroups(store, cut, write, export);
+    export.scanMillis = (System.nanoTime() - start) / 1_000_000;
+    long written = System.nanoTime();
+    if (export.full || !export.changed.isEmpty()) {
+      List<Integer> withRows = writeGroups(store, cut, write, hasher, export);
+      if (export.full && !"digest".equals(cut.changeDetection)) {
+        export.changed.addAll(withRows);
+      }
     }
-    synchronized (digests) {
-      digests.put(cut.id, now);
-    }
-    export.millis = System.currentTimeMillis() - start;
+    export.writeMillis = (System.nanoTime() - written) / 1_000_000;
+    export.millis = (System.nanoTime() - start) / 1_000_000;
     return export;
+  }
+
+  /** {@code export} was committed as store version {@code version}: the next cut's base. */
+  void exported(Export export, long version) {
+    tracker.exported(export.cut, version);
   }
 
   private Path tableDir(CutLog.Cut cut) {
     return new Path(new Path(cut.snapshotPath, "operators"), operatorName());
   }
 
-  private void writeGroups(StateStore store, CutLog.Cut cut, boolean[] write, Export export) {
+  /**
+   * Write the rows of the key groups {@code write} selects, one Parquet file per key
+   * group; return the key groups that had rows (ascending).
+   */
+  private List<Integer> writeGroups(
+      StateStore store, CutLog.Cut cut, boolean[] write, UnsafeProjection hasher, Export export) {
     Path table = tableDir(cut);
     int partition = storeId.partitionId();
     Map<Integer, ParquetWriter<InternalRow>> writers = new HashMap<>();
     Map<Integer, String> paths = new HashMap<>();
-    Map<Integer, Long> counts = new HashMap<>();
+    long[] counts = new long[write.length];
+    GenericInternalRow row = new GenericInternalRow(3);
     try {
       try (StateStoreIterator<UnsafeRowPair> it = store.iterator("default")) {
         while (it.hasNext()) {
           UnsafeRowPair pair = it.next();
-          int h = hashOf(pair.key());
+          int h = hasher.apply(pair.key()).getInt(0);
           int g = Math.floorMod(h, write.length);
           if (!write[g]) {
             continue;
@@ -315,10 +298,12 @@ final class CutExporter {
             writer = open(new Path(table, rel));
             writers.put(g, writer);
             paths.put(g, rel);
-            counts.put(g, 0L);
           }
-          writer.write(new GenericInternalRow(new Object[] {h, pair.key(), pair.value()}));
-          counts.put(g, counts.get(g) + 1);
+          row.setInt(0, h); // the writer consumes the row at once: one row object serves all
+          row.update(1, pair.key());
+          row.update(2, pair.value());
+          writer.write(row);
+          counts[g] += 1;
         }
       }
       for (ParquetWriter<InternalRow> w : writers.values()) {
@@ -333,13 +318,14 @@ final class CutExporter {
         pv.put("store_partition", Integer.toString(partition));
         file.put("path", e.getValue());
         file.put("size", status.getLen());
-        file.put("rows", counts.get(e.getKey()));
+        file.put("rows", counts[e.getKey()]);
         file.put("partition_values", pv);
         file.put("modification_time", status.getModificationTime());
         export.files.add(file);
-        export.rows += counts.get(e.getKey());
+        export.rows += counts[e.getKey()];
         export.bytes += status.getLen();
       }
+      return new ArrayList<>(new TreeSet<>(paths.keySet()));
     } catch (IOException e) {
       throw new IllegalStateException(
           "barriered: cannot write the state of store "
@@ -354,19 +340,32 @@ final class CutExporter {
     }
   }
 
-  @SuppressWarnings("deprecation")
+  /** A Parquet writer of Spark rows with Spark's own write support. */
+  private static final class RowWriterBuilder
+      extends ParquetWriter.Builder<InternalRow, RowWriterBuilder> {
+    RowWriterBuilder(OutputFile file) {
+      super(file);
+    }
+
+    @Override
+    protected RowWriterBuilder self() {
+      return this;
+    }
+
+    @Override
+    protected WriteSupport<InternalRow> getWriteSupport(Configuration conf) {
+      return new ParquetWriteSupport();
+    }
+  }
+
   private ParquetWriter<InternalRow> open(Path path) throws IOException {
-    return new ParquetWriter<InternalRow>(
-        path,
-        new ParquetWriteSupport(),
-        CompressionCodecName.SNAPPY,
-        ParquetWriter.DEFAULT_BLOCK_SIZE,
-        ParquetWriter.DEFAULT_PAGE_SIZE,
-        ParquetWriter.DEFAULT_PAGE_SIZE,
-        true,
-        false,
-        ParquetProperties.WriterVersion.PARQUET_1_0,
-        conf);
+    return new RowWriterBuilder(SnapshotFiles.outputFile(path, conf))
+        .withConf(conf)
+        .withCompressionCodec(CompressionCodecName.SNAPPY)
+        .withDictionaryEncoding(true)
+        .withValidation(false)
+        .withWriterVersion(ParquetProperties.WriterVersion.PARQUET_1_0)
+        .build();
   }
 
   /** Publish the acknowledgement of {@code export} (after the store's commit succeeded). */
@@ -383,6 +382,10 @@ final class CutExporter {
     extra.put("changed_groups", export.changed);
     extra.put("batch_id", cut.batchId);
     extra.put("export_ms", export.millis);
+    extra.put("scan_ms", export.scanMillis);
+    extra.put("write_ms", export.writeMillis);
+    extra.put("commit_ms", export.commitMillis);
+    extra.put("files", export.files.size());
     extra.put("key_schema", keySchema.json());
     extra.put("value_schema", valueSchema.json());
     extra.put("partition_key_columns", partitionKey.length);
@@ -399,19 +402,10 @@ final class CutExporter {
         participant.replace("/", "~") + (cut.epoch < 0 ? "" : ".e" + cut.epoch) + ".json";
     Path dir = new Path(new Path(cut.snapshotPath, "_acks"), Long.toString(cut.id));
     try {
-      FileSystem fs = dir.getFileSystem(conf);
-      fs.mkdirs(dir);
-      Path tmp = new Path(dir, "." + name + "." + UUID.randomUUID() + ".tmp");
-      try (OutputStream out = fs.create(tmp, true)) {
-        out.write(CutLog.JSON.writeValueAsString(ack).getBytes(StandardCharsets.UTF_8));
-      }
-      Path target = new Path(dir, name);
-      fs.delete(target, false);
-      if (!fs.rename(tmp, target)) {
-        throw new IOException("rename " + tmp + " -> " + target + " failed");
-      }
+      byte[] bytes = CutLog.JSON.writeValueAsString(ack).getBytes(StandardCharsets.UTF_8);
+      SnapshotFiles.replace(new Path(dir, name), bytes, conf);
       if (partition == 0) {
-        register(fs, cut);
+        register(cut);
       }
     } catch (IOException e) {
       throw new IllegalStateException(
@@ -431,7 +425,7 @@ final class CutExporter {
   }
 
   /** Tell the coordinator this store exists and how many partitions acknowledge it. */
-  private void register(FileSystem fs, CutLog.Cut cut) throws IOException {
+  private void register(CutLog.Cut cut) throws IOException {
     Map<String, Object> reg = new LinkedHashMap<>();
     reg.put("operator", operatorName());
     reg.put("operator_id", storeId.operatorId());
@@ -442,13 +436,7 @@ final class CutExporter {
     reg.put("value_schema", valueSchema.json());
     reg.put("partition_key_columns", partitionKey.length);
     Path dir = new Path(new Path(cut.snapshotPath, "_coordinator"), "stores");
-    Path target = new Path(dir, operatorName() + ".json");
-    Path tmp = new Path(dir, "." + operatorName() + "." + UUID.randomUUID() + ".tmp");
-    fs.mkdirs(dir);
-    try (OutputStream out = fs.create(tmp, true)) {
-      out.write(CutLog.JSON.writeValueAsString(reg).getBytes(StandardCharsets.UTF_8));
-    }
-    fs.delete(target, false);
-    fs.rename(tmp, target);
+    byte[] bytes = CutLog.JSON.writeValueAsString(reg).getBytes(StandardCharsets.UTF_8);
+    SnapshotFiles.replace(new Path(dir, operatorName() + ".json"), bytes, conf);
   }
 }

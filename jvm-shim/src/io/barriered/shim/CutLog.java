@@ -56,6 +56,8 @@ final class CutLog {
     final Long base;
     final String mode;
     final long batchId;
+    /** How the key groups changed since the base are found: "writes" or "digest". */
+    final String changeDetection;
 
     Cut(
         long id,
@@ -65,7 +67,8 @@ final class CutLog {
         int partitions,
         Long base,
         String mode,
-        long batchId) {
+        long batchId,
+        String changeDetection) {
       this.id = id;
       this.snapshotPath = snapshotPath;
       this.epoch = epoch;
@@ -74,21 +77,45 @@ final class CutLog {
       this.base = base;
       this.mode = mode;
       this.batchId = batchId;
+      this.changeDetection = changeDetection;
     }
   }
 
   private CutLog() {}
 
-  /** What the offset of batch {@code batchId} of the query at {@code checkpointRoot} says. */
+  /**
+   * What the offset of batch {@code batchId} of the query at {@code checkpointRoot} says.
+   *
+   * <p>A batch whose offset holds the same cut as the previous batch's is no cut: Spark
+   * runs a no-data batch (a watermark passed, so stateful operators evict) with the
+   * previous batch's offsets, which name that batch's cut again. Exporting there would
+   * export the checkpoint a second time, after the evictions, and make that store version
+   * the next checkpoint's base, so those removals would never reach a checkpoint.
+   */
   static Batch read(Configuration conf, Path checkpointRoot, long batchId) {
     String key = checkpointRoot + "#" + batchId;
     Batch cached = CACHE.get(key);
     if (cached == null) {
-      Path file = new Path(new Path(checkpointRoot, "offsets"), Long.toString(batchId));
-      cached = parse(conf, file, batchId);
+      Path offsets = new Path(checkpointRoot, "offsets");
+      cached = parse(conf, new Path(offsets, Long.toString(batchId)), batchId);
+      if (cached.cut != null && batchId > 0) {
+        Path previous = new Path(offsets, Long.toString(batchId - 1));
+        Cut before = exists(conf, previous) ? parse(conf, previous, batchId - 1).cut : null;
+        if (before != null && before.id == cached.cut.id) {
+          cached = new Batch(null, cached.restoreManifest, cached.partitions);
+        }
+      }
       CACHE.put(key, cached);
     }
     return cached;
+  }
+
+  private static boolean exists(Configuration conf, Path file) {
+    try {
+      return file.getFileSystem(conf).exists(file);
+    } catch (IOException e) {
+      throw new IllegalStateException("barriered: cannot read Spark's offset log " + file, e);
+    }
   }
 
   private static Batch parse(Configuration conf, Path file, long batchId) {
@@ -138,7 +165,8 @@ final class CutLog {
                 -1,
                 base.isNumber() ? base.asLong() : null,
                 cut.path("mode").asText(),
-                batchId);
+                batchId,
+                cut.path("change_detection").asText("writes"));
       }
     }
     Cut cut =
@@ -152,7 +180,8 @@ final class CutLog {
                 partitions,
                 found.base,
                 found.mode,
-                batchId);
+                batchId,
+                found.changeDetection);
     return new Batch(cut, manifest, partitions);
   }
 }
