@@ -53,7 +53,11 @@ from barriered.sink import committer
 from barriered.sink.participant import SinkParticipants
 from barriered.statestore import checkpoints_table, maintenance, operators, retention
 from barriered.statestore.acks import Ack, inflight_participant, read_acks, state_participant
-from barriered.statestore.checkpoint_commit import commit_checkpoint, upstream_start
+from barriered.statestore.checkpoint_commit import (
+    CheckpointCommit,
+    commit_checkpoint,
+    upstream_start,
+)
 from barriered.statestore.fileio import read_json
 from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
@@ -102,9 +106,8 @@ class QueryCoordinator:
         self.core.add_stats_listener(self._on_stats)
         self.core.add_complete_listener(self._on_complete)
         self._collecting: set[int] = set()
-        self._inflight_versions: dict[int, int | None] = {}
-        #: Per checkpoint committed by this run, its store tables' versions (retention).
-        self._store_versions: dict[int, dict[str, int | None]] = {}
+        #: The table commits of this run's checkpoints, until recorded (retention).
+        self._commits: dict[int, CheckpointCommit] = {}
         self._barrier_batch: dict[int, int] = {}
         self._crashed: str | None = None
         self._beat_ms = 0
@@ -144,20 +147,8 @@ class QueryCoordinator:
         if epoch is not None:  # output of completed checkpoints a crash left uncommitted
             self._fence("finishing the sink commits of completed checkpoints")
             self.sinks.recover(committed, restored_id)
-        self._completed = {
-            int(row["checkpoint_id"]): retention.Retained(
-                int(row["checkpoint_id"]),
-                int(row["state_table_version"]),
-                None
-                if row.get("inflight_table_version") is None
-                else int(row["inflight_table_version"]),
-                retention.store_versions(
-                    operators.stores_of(committed.get(int(row["checkpoint_id"]), (0, {}))[1])
-                ),
-            )
-            for row in history
-            if row["status"] == "completed" and row.get("state_table_version") is not None
-        }
+        stores = {cid: operators.stores_of(meta) for cid, (_, meta) in committed.items()}
+        self._completed = retention.retained_of(history, stores)
 
     # -- ownership ------------------------------------------------------------------------
 
@@ -232,8 +223,7 @@ class QueryCoordinator:
             self.epoch,
             {committer.PLAN_KEY: committer.plans_json(sink_plans)},
         )
-        self._inflight_versions[done.checkpoint_id] = commit.inflight_version
-        self._store_versions[done.checkpoint_id] = commit.stores
+        self._commits[done.checkpoint_id] = commit
         if self.epoch is not None and ownership.newer_epoch_exists(self.layout, self.epoch):
             # The takeover came between the check above and this commit.
             self._fence(
@@ -267,7 +257,8 @@ class QueryCoordinator:
             return
         self._fence(f"recording checkpoint {stats.checkpoint_id} in _checkpoints")
         row = stats.to_row()
-        row["inflight_table_version"] = self._inflight_versions.get(stats.checkpoint_id)
+        commit = self._commits.get(stats.checkpoint_id)
+        row["inflight_table_version"] = commit.inflight_version if commit else None
         row["barrier_batch_id"] = self._barrier_batch.pop(stats.checkpoint_id, None)
         row.update(self.sinks.row(stats.checkpoint_id))
         checkpoints_table.append(self.layout, row)
@@ -276,8 +267,7 @@ class QueryCoordinator:
             TriggerLog.read(self.layout.triggers_file).with_cancelled([stats.checkpoint_id]).write(
                 self.layout.triggers_file
             )
-            self._inflight_versions.pop(stats.checkpoint_id, None)
-            self._store_versions.pop(stats.checkpoint_id, None)
+            self._commits.pop(stats.checkpoint_id, None)
             reason = stats.failure_reason or ""
             retention.discard(
                 self.layout, stats.checkpoint_id, delete_data=not reason.startswith("commit")
@@ -287,12 +277,13 @@ class QueryCoordinator:
         if self._fenced:
             return
         self._fence(f"retention after checkpoint {done.checkpoint_id}")
+        commit = self._commits.pop(done.checkpoint_id, None)
         if done.state_table_version is not None:
             self._completed[done.checkpoint_id] = retention.Retained(
                 done.checkpoint_id,
                 done.state_table_version,
-                self._inflight_versions.pop(done.checkpoint_id, None),
-                self._store_versions.pop(done.checkpoint_id, {}),
+                commit.inflight_version if commit else None,
+                commit.stores if commit else {},
             )
         keep = sorted(self._completed)[-self.conf.retained_checkpoints :]
         self._completed = {cid: self._completed[cid] for cid in keep}

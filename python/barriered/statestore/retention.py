@@ -31,6 +31,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -62,6 +63,25 @@ class Retained:
     state_version: int
     inflight_version: int | None
     stores: Mapping[str, int | None] = field(default_factory=dict)
+
+
+def retained_of(
+    history: Iterable[Mapping[str, Any]], stores: Mapping[int, Mapping[str, Mapping[str, object]]]
+) -> dict[int, Retained]:
+    """The completed checkpoints of ``history`` (``_checkpoints`` rows) that hold state, by
+    id, with the versions of the store tables each holds (``stores``, by id)."""
+    retained = {}
+    for row in history:
+        if row["status"] != "completed" or row.get("state_table_version") is None:
+            continue
+        cid, inflight = int(row["checkpoint_id"]), row.get("inflight_table_version")
+        retained[cid] = Retained(
+            cid,
+            int(row["state_table_version"]),
+            None if inflight is None else int(inflight),
+            store_versions(stores.get(cid, {})),
+        )
+    return retained
 
 
 def store_versions(stores: Mapping[str, Mapping[str, object]]) -> dict[str, int | None]:
