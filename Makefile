@@ -31,7 +31,7 @@ demo: $(STAMP) $(JAR)  ## the main job: a local demo on real Spark
 test: $(STAMP) $(JAR)  ## lint, types, unit, and one representative Spark case per capability
 	$(VENV)/bin/ruff check python tests benchmarks
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q -m "not full"
+	$(PY) -m pytest -q -m "not full" --durations=15
 
 test-full: $(STAMP) $(JAR)  ## everything: every mode x crash point x operator, soaks, cluster, Connect
 	$(PY) -m pytest -q

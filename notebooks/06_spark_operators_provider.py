@@ -32,7 +32,9 @@
 # MAGIC    `cp /Volumes/main/default/libs/barriered-shim.jar /databricks/jars/` (or install it
 # MAGIC    as a cluster library).
 # MAGIC 3. In the cluster's Spark config, set `spark.sql.streaming.stateStore.providerClass`
-# MAGIC    to `io.barriered.shim.BarrieredStateStoreProvider`.
+# MAGIC    to `io.barriered.shim.BarrieredStateStoreProvider` and `spark.sql.extensions` to
+# MAGIC    `io.barriered.shim.RestoredWatermark` (a restored query then starts at its
+# MAGIC    checkpoint's watermark; a restore without it is refused).
 # MAGIC 4. Use a runtime whose Spark version is the one the jar was built for
 # MAGIC    (`barriered.provider.built_for()`); the first cell below refuses any other, naming both.
 # MAGIC
@@ -71,6 +73,11 @@ except NameError:  # not on Databricks
     BASE = tempfile.mkdtemp(prefix="barriered-operators-")
 
 barriered.provider.check_version(spark.version)  # the jar's Spark must be this Spark
+if barriered.provider.EXTENSION_CLASS not in spark.conf.get("spark.sql.extensions", ""):
+    raise RuntimeError(
+        f"add {barriered.provider.EXTENSION_CLASS} to the cluster's spark.sql.extensions "
+        "(step 3 above): the restore below needs it"
+    )
 PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
 if spark.conf.get(PROVIDER_KEY, None) != barriered.provider.PROVIDER_CLASS:
     # the jar is on the classpath but the provider was not chosen for the cluster:

@@ -86,8 +86,10 @@ def spark() -> Iterator[object]:
     )
     if jar.exists():
         # A JVM puts spark.jars on the driver's class path only when it starts: the
-        # provider tests' session, started later in this JVM, needs the jar there.
+        # provider tests' session, started later in this JVM, needs the jar there. The
+        # provider's notebook runs on this session: its restore needs the extension.
         session = session.config("spark.jars", str(jar))
+        session = session.config("spark.sql.extensions", "io.barriered.shim.RestoredWatermark")
     session = session.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session

@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 
 #: The provider class, for ``spark.sql.streaming.stateStore.providerClass``.
 PROVIDER_CLASS = "io.barriered.shim.BarrieredStateStoreProvider"
+#: The session extension (``spark.sql.extensions``) that starts a restored query's
+#: stateful operators at the restored checkpoint's watermark.
+EXTENSION_CLASS = "io.barriered.shim.RestoredWatermark"
 #: The custom metric every captured store reports in the query progress.
 CAPTURED_METRIC = "barrieredCapturedStores"
 _JAR = Path(__file__).parent / "jars" / "barriered-shim.jar"
@@ -92,9 +95,10 @@ def check_version(running: str | None = None) -> None:
 def with_state_store(builder: Any) -> Any:
     """Make a session builder use the barriered state store provider; return it.
 
-    Adds the provider's jar to ``spark.jars`` (keeping jars already set) and sets
-    ``spark.sql.streaming.stateStore.providerClass``. Call it before ``getOrCreate()``:
-    a running JVM cannot load it.
+    Adds the provider's jar to ``spark.jars`` and its session extension
+    (:data:`EXTENSION_CLASS`) to ``spark.sql.extensions``, keeping those already set, and
+    sets ``spark.sql.streaming.stateStore.providerClass``. Call it before
+    ``getOrCreate()``: a running JVM cannot load them.
 
     Parameters
     ----------
@@ -118,13 +122,11 @@ def with_state_store(builder: Any) -> Any:
     check_version()
     jar = jar_path()
     options = getattr(builder, "_options", {})
-    jars = [j for j in str(options.get("spark.jars", "")).split(",") if j]
-    if jar not in jars:
-        jars.append(jar)
     log.info("state store provider %s from %s", PROVIDER_CLASS, jar)
-    return builder.config("spark.jars", ",".join(jars)).config(
-        "spark.sql.streaming.stateStore.providerClass", PROVIDER_CLASS
-    )
+    for key, value in (("spark.jars", jar), ("spark.sql.extensions", EXTENSION_CLASS)):
+        values = [v for v in str(options.get(key, "")).split(",") if v]
+        builder = builder.config(key, ",".join(values if value in values else [*values, value]))
+    return builder.config("spark.sql.streaming.stateStore.providerClass", PROVIDER_CLASS)
 
 
 def main() -> int:
@@ -144,13 +146,21 @@ def main() -> int:
         return 1
     print(jar)
     print(
-        f"built for Spark {built}; spark.sql.streaming.stateStore.providerClass={PROVIDER_CLASS}",
+        f"built for Spark {built}; spark.sql.streaming.stateStore.providerClass={PROVIDER_CLASS}"
+        f" and spark.sql.extensions={EXTENSION_CLASS}",
         file=sys.stderr,
     )
     return 0
 
 
-__all__ = ["PROVIDER_CLASS", "check_version", "jar_path", "main", "with_state_store"]
+__all__ = [
+    "EXTENSION_CLASS",
+    "PROVIDER_CLASS",
+    "check_version",
+    "jar_path",
+    "main",
+    "with_state_store",
+]
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -155,7 +155,8 @@ def join_renamed(df: DataFrame) -> DataFrame:
 # The source orders event time per channel only (the watermark is the maximum over every
 # row seen), so these queries read channel 0 alone, event time = its position in seconds:
 # then no record is ever late, whatever the batch boundaries, crash point and restore (a
-# restored query's watermark starts anew, lower). With ``availableNow`` Spark runs a
+# restored query's operators start at the checkpoint's watermark, the watermark Spark
+# reports starts anew, lower: test_provider_watermark.py). With ``availableNow`` Spark runs a
 # no-data batch after the last records, so the final watermark is the last event time
 # minus the delay: what is emitted and what stays in state follow from the input alone.
 # The delay's fraction keeps every window end and expiry off the watermark (no ties);

@@ -14,14 +14,18 @@ from barriered import provider
 from barriered.errors import ConfigError
 
 
-def test_builder_gets_the_jar_and_the_provider() -> None:
+def test_builder_gets_the_jar_the_extension_and_the_provider() -> None:
     builder = SparkSession.Builder().config("spark.jars", "/opt/other.jar")
+    builder = builder.config("spark.sql.extensions", "com.example.Other")
     assert provider.with_state_store(builder) is builder
     options = builder._options
+    extensions = ["com.example.Other", provider.EXTENSION_CLASS]
     assert options["spark.jars"].split(",") == ["/opt/other.jar", provider.jar_path()]
+    assert options["spark.sql.extensions"].split(",") == extensions
     assert options["spark.sql.streaming.stateStore.providerClass"] == provider.PROVIDER_CLASS
-    provider.with_state_store(builder)  # twice: the jar is listed once
+    provider.with_state_store(builder)  # twice: each is listed once
     assert options["spark.jars"].split(",") == ["/opt/other.jar", provider.jar_path()]
+    assert options["spark.sql.extensions"].split(",") == extensions
 
 
 def test_the_jar_records_the_spark_it_was_built_for() -> None:
@@ -56,6 +60,7 @@ def test_python_m_barriered_provider_prints_the_jar_path() -> None:
     assert done.stdout == provider.jar_path() + "\n"
     assert f"built for Spark {pyspark.__version__}" in done.stderr
     assert f"stateStore.providerClass={provider.PROVIDER_CLASS}" in done.stderr
+    assert f"spark.sql.extensions={provider.EXTENSION_CLASS}" in done.stderr
 
 
 def test_python_m_barriered_provider_without_the_jar_fails(

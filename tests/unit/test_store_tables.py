@@ -53,6 +53,7 @@ def _ack(
         "changed_groups": changed,
         "key_schema": KEY_JSON,
         "value_schema": VALUE_JSON,
+        "watermark_ms": 1000 * cid,
     }
     return Ack(cid, f"operator/{NAME}/{part}", bool(changed), tuple(files), extra=extra)
 
@@ -113,7 +114,8 @@ def test_commits_replace_changed_key_groups_of_their_partition(tmp_path: Path) -
 def test_an_empty_store_has_no_table_until_it_holds_rows(tmp_path: Path) -> None:
     layout = SnapshotLayout.at(str(tmp_path))
     versions = operators.commit(layout, 1, [_ack(1, 0, 1, [], [], True)])
-    assert versions == {NAME: {"version": None, "key_schema": KEY_JSON, "value_schema": VALUE_JSON}}
+    stored = {"version": None, "key_schema": KEY_JSON, "value_schema": VALUE_JSON}
+    assert versions == {NAME: {**stored, "watermark_ms": 1000}}
     assert not Path(layout.operator_table(NAME)).exists()
 
 
@@ -130,6 +132,8 @@ def test_restore_manifest_names_the_files_at_the_checkpoint(tmp_path: Path) -> N
     assert len(files) == 1
     assert pq.read_table(files[0])["value"].to_pylist() == [{"count": 1}]
     assert manifest["stores"][NAME]["key_schema"] == KEY_JSON
+    assert operators.cut_watermark_ms(meta) == 1000  # checkpoint 1's cut batch watermark
+    assert operators.cut_watermark_ms({}) is None
     assert operators.write_restore_manifest(origin, 1, {}, target, 5) is None
 
 

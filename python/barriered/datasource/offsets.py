@@ -158,7 +158,9 @@ class SourceOffset:
         Checkpoints aborted while planning this batch (``id``, ``reason``).
     restore : dict or None
         In every offset of a restored query: what it was restored from (``from``, the
-        snapshot path or savepoint folder, and ``checkpoint_id``).
+        snapshot path or savepoint folder, and ``checkpoint_id``); with Spark operators'
+        stores, the JVM provider's ``operators_manifest`` and the cut batch's
+        ``watermark_ms``.
     replay : Replay or None
         After a restore, until delivered: in-flight records read from the snapshot.
     """

@@ -206,13 +206,16 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def _restore_entry(self, point: RestorePoint) -> dict[str, Any]:
         """What every offset of a restored query says it was restored from; with Spark
-        operators' stores in the checkpoint, also the manifest the JVM provider loads."""
+        operators' stores in the checkpoint, also the manifest the JVM provider loads and
+        the cut batch's watermark, at which the provider's session extension starts the
+        restored query's stateful operators."""
         entry: dict[str, Any] = {"from": point.origin.root, "checkpoint_id": point.checkpoint_id}
         manifest = operators.write_restore_manifest(
             point.origin, point.checkpoint_id, point.metadata, self.layout, self.epoch
         )
         if manifest is not None:
             entry["operators_manifest"] = manifest
+            entry["watermark_ms"] = operators.cut_watermark_ms(point.metadata)
             self._uncommitted_manifest = manifest
         return entry
 

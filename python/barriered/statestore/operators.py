@@ -107,6 +107,14 @@ def stores_of(metadata: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return dict(json.loads(raw)) if raw else {}
 
 
+def cut_watermark_ms(metadata: Mapping[str, Any]) -> int | None:
+    """The watermark (ms) of the checkpoint's cut batch, from its stores' acknowledgements
+    (None: no store, or no watermark). A query restored from the checkpoint starts its
+    stateful operators there (``RestoredWatermark`` in ``jvm-shim/``)."""
+    marks = [int(s["watermark_ms"]) for s in stores_of(metadata).values() if s.get("watermark_ms")]
+    return max(marks, default=None)
+
+
 def files_at(layout: SnapshotLayout, name: str, version: int | None) -> list[str]:
     """The data files (absolute) of store ``name``'s table at ``version``."""
     if version is None:
@@ -227,7 +235,8 @@ def commit(
     dict
         Per store ``<op>-<store>`` acknowledged: ``version`` of its table after the
         commit (None while it never held a row), ``key_schema`` and ``value_schema``
-        (Spark JSON): the value of :data:`VERSIONS_KEY`.
+        (Spark JSON) and ``watermark_ms`` (the cut batch's watermark): the value of
+        :data:`VERSIONS_KEY`.
     """
     by_store: dict[str, list[Ack]] = {}
     for ack in acks:
@@ -243,6 +252,7 @@ def commit(
             "version": None,
             "key_schema": extra["key_schema"],
             "value_schema": extra["value_schema"],
+            "watermark_ms": extra.get("watermark_ms"),
         }
         if table is None and not files:
             continue  # empty so far: no table, a restore starts it empty

@@ -381,6 +381,7 @@ final class CutExporter {
     extra.put("full", export.full);
     extra.put("changed_groups", export.changed);
     extra.put("batch_id", cut.batchId);
+    extra.put("watermark_ms", cut.watermarkMs);
     extra.put("export_ms", export.millis);
     extra.put("scan_ms", export.scanMillis);
     extra.put("write_ms", export.writeMillis);

@@ -20,7 +20,7 @@ import org.apache.hadoop.fs.Path;
  * the snapshot path, the run's epoch and maxParallelism (added by the source for this
  * provider). The metadata line holds the query's {@code spark.sql.shuffle.partitions}. Every
  * offset of a restored query names the manifest of the store files to load
- * ({@code "restore": {"operators_manifest": ...}}).
+ * ({@code "restore": {"operators_manifest": ..., "watermark_ms": ...}}).
  */
 final class CutLog {
   static final ObjectMapper JSON = new ObjectMapper();
@@ -33,15 +33,20 @@ final class CutLog {
             }
           });
 
-  /** What one batch's offset says: its cut (or null) and, after a restore, the manifest. */
+  /**
+   * What one batch's offset says: its cut (or null) and, after a restore, the manifest and
+   * the restored checkpoint's watermark (ms; null: none).
+   */
   static final class Batch {
     final Cut cut;
     final String restoreManifest;
+    final Long restoredWatermarkMs;
     final int partitions;
 
-    Batch(Cut cut, String restoreManifest, int partitions) {
+    Batch(Cut cut, String restoreManifest, Long restoredWatermarkMs, int partitions) {
       this.cut = cut;
       this.restoreManifest = restoreManifest;
+      this.restoredWatermarkMs = restoredWatermarkMs;
       this.partitions = partitions;
     }
   }
@@ -58,6 +63,11 @@ final class CutLog {
     final long batchId;
     /** How the key groups changed since the base are found: "writes" or "digest". */
     final String changeDetection;
+    /**
+     * The cut batch's watermark, ms: Spark's {@code batchWatermarkMs}, or in a restored query
+     * the restored checkpoint's if higher (see {@link RestoredWatermark}).
+     */
+    final long watermarkMs;
 
     Cut(
         long id,
@@ -68,7 +78,8 @@ final class CutLog {
         Long base,
         String mode,
         long batchId,
-        String changeDetection) {
+        String changeDetection,
+        long watermarkMs) {
       this.id = id;
       this.snapshotPath = snapshotPath;
       this.epoch = epoch;
@@ -78,6 +89,7 @@ final class CutLog {
       this.mode = mode;
       this.batchId = batchId;
       this.changeDetection = changeDetection;
+      this.watermarkMs = watermarkMs;
     }
   }
 
@@ -102,7 +114,8 @@ final class CutLog {
         Path previous = new Path(offsets, Long.toString(batchId - 1));
         Cut before = exists(conf, previous) ? parse(conf, previous, batchId - 1).cut : null;
         if (before != null && before.id == cached.cut.id) {
-          cached = new Batch(null, cached.restoreManifest, cached.partitions);
+          cached =
+              new Batch(null, cached.restoreManifest, cached.restoredWatermarkMs, cached.partitions);
         }
       }
       CACHE.put(key, cached);
@@ -131,8 +144,10 @@ final class CutLog {
     }
     String[] lines = text.split("\n");
     int partitions = -1;
-    Cut found = null;
+    long watermarkMs = 0;
+    JsonNode cutNode = null;
     String manifest = null;
+    Long restoredWatermarkMs = null;
     for (int i = 1; i < lines.length; i++) {
       String line = lines[i].trim();
       if (!line.startsWith("{")) {
@@ -147,41 +162,36 @@ final class CutLog {
       JsonNode confNode = node.path("conf").path("spark.sql.shuffle.partitions");
       if (!confNode.isMissingNode()) {
         partitions = Integer.parseInt(confNode.asText());
+        watermarkMs = node.path("batchWatermarkMs").asLong(0);
         continue;
       }
-      JsonNode restored = node.path("restore").path("operators_manifest");
-      if (node.has("positions") && restored.isTextual()) {
-        manifest = restored.asText();
+      JsonNode restored = node.path("restore");
+      if (node.has("positions") && restored.path("operators_manifest").isTextual()) {
+        manifest = restored.path("operators_manifest").asText();
+        JsonNode watermark = restored.path("watermark_ms");
+        restoredWatermarkMs = watermark.asLong(0) > 0 ? watermark.asLong() : null;
       }
-      JsonNode cut = node.path("cut");
-      if (node.has("positions") && cut.isObject() && cut.has("snapshot_path")) {
-        JsonNode base = cut.path("base");
-        found =
-            new Cut(
-                cut.path("id").asLong(),
-                cut.path("snapshot_path").asText(),
-                cut.path("epoch").isNull() ? -1 : cut.path("epoch").asLong(),
-                cut.path("max_parallelism").asInt(),
-                -1,
-                base.isNumber() ? base.asLong() : null,
-                cut.path("mode").asText(),
-                batchId,
-                cut.path("change_detection").asText("writes"));
+      if (node.has("positions") && node.path("cut").has("snapshot_path")) {
+        cutNode = node.path("cut");
       }
     }
-    Cut cut =
-        found == null
-            ? null
-            : new Cut(
-                found.id,
-                found.snapshotPath,
-                found.epoch,
-                found.maxParallelism,
-                partitions,
-                found.base,
-                found.mode,
-                batchId,
-                found.changeDetection);
-    return new Batch(cut, manifest, partitions);
+    Cut cut = null;
+    if (cutNode != null) {
+      JsonNode base = cutNode.path("base");
+      cut =
+          new Cut(
+              cutNode.path("id").asLong(),
+              cutNode.path("snapshot_path").asText(),
+              cutNode.path("epoch").isNull() ? -1 : cutNode.path("epoch").asLong(),
+              cutNode.path("max_parallelism").asInt(),
+              partitions,
+              base.isNumber() ? base.asLong() : null,
+              cutNode.path("mode").asText(),
+              batchId,
+              cutNode.path("change_detection").asText("writes"),
+              // a restored query's operators run at the restored watermark at least
+              Math.max(watermarkMs, restoredWatermarkMs == null ? 0 : restoredWatermarkMs));
+    }
+    return new Batch(cut, manifest, restoredWatermarkMs, partitions);
   }
 }
