@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from barriered.config import PREFIX
 from barriered.coordinator.listener import BarrieredListener
 from barriered.datasource import preflight
-from barriered.datasource.options import SESSION_CONF_OPTION
+from barriered.datasource.options import SESSION_CONF_OPTION, SESSION_EXTENSIONS
 from barriered.datasource.source import BarrieredDataSource
 from barriered.errors import CheckpointError
 from barriered.sink import BarrieredDeltaSink
@@ -33,7 +33,7 @@ _PATCHED = False
 def _session_conf(spark: SparkSession) -> dict[str, str]:
     conf = spark.conf.getAll  # a property on classic and Connect sessions (pyspark >= 4)
     items = (conf() if callable(conf) else conf).items()
-    return {k: v for k, v in items if k.startswith(PREFIX)}
+    return {k: v for k, v in items if k.startswith(PREFIX) or k == SESSION_EXTENSIONS}
 
 
 def _pass_session_keys(reader: Any, spark: SparkSession) -> None:

@@ -29,9 +29,9 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from test_provider_recovery import OWNERSHIP, RESTORE
 
 import barriered
+from barriered.provider import EXTENSION_CLASS
 from barriered.statestore import checkpoints_table, operators
 from barriered.statestore.layout import SnapshotLayout
 from file_tree import tree
@@ -146,26 +146,37 @@ def test_a_restored_query_drops_what_the_checkpoints_watermark_made_late(
     assert _expected([*first, ON_TIME], ON_TIME[0] - DELAY) == emitted
 
 
-@pytest.mark.full  # a driver process of its own: its session lacks the extension
-def test_a_restore_without_the_extension_is_refused(provider_spark: Any, tmp_path: Path) -> None:
-    """A session with the provider but without ``RestoredWatermark`` in
-    ``spark.sql.extensions`` restoring a checkpoint with a watermark fails at its first
-    batch, naming the conf; it writes nothing on the snapshot path but the run's ownership,
-    its restore manifest and the upstream's record of the new file, and nothing to the
-    output."""
-    _, emitted = _first_run(provider_spark, tmp_path)
-    snap, out = tree(tmp_path / "snap"), tree(tmp_path / "out")
+def _unextended(tmp: Path, checkpoint: str, restore: bool) -> str:
+    """Run ``unextended_driver.py``; return what it printed (it must have failed)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent), env.get("PYTHONPATH", "")])
-    driver = [sys.executable, str(HERE / "unextended_driver.py"), str(tmp_path)]
-    done = subprocess.run(driver, env=env, capture_output=True, text=True, timeout=300)
+    driver = [HERE / "unextended_driver.py", tmp, checkpoint, "1" if restore else "0"]
+    done = subprocess.run(
+        [sys.executable, *map(str, driver)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 3, done.stdout + done.stderr[-3000:]
-    message = done.stdout
-    assert "its watermark was 260000 ms" in message, message
-    assert "spark.sql.extensions includes io.barriered.shim.RestoredWatermark" in message
-    assert tree(tmp_path / "out") == out and _output(tmp_path) == emitted
-    after = tree(tmp_path / "snap")
-    written = {p for p in set(snap) | set(after) if snap.get(p) != after.get(p)}
-    # and the files upstream's discovery manifest, which recorded the late file's position
-    allowed = (*OWNERSHIP, RESTORE, "_source/files_manifest.jsonl")
-    assert not [p for p in written if not p.startswith(allowed)], sorted(written)
+    return done.stdout
+
+
+@pytest.mark.full  # two driver processes of their own: their session lacks the extension
+def test_without_the_extension_a_restore_is_refused(provider_spark: Any, tmp_path: Path) -> None:
+    """On a session with the provider but without ``RestoredWatermark`` in
+    ``spark.sql.extensions``, restoring a checkpoint with a watermark is refused when the
+    source is loaded, naming the conf, and writes nothing. A restored checkpoint location
+    restarted on such a session fails at its first batch (the provider refuses), and its
+    output stays as it was."""
+    _, emitted = _first_run(provider_spark, tmp_path)
+    before = {"snap": tree(tmp_path / "snap"), "out": tree(tmp_path / "out")}
+    message = _unextended(tmp_path, "ck-unextended", restore=True)
+    assert "RestoreError: cannot restore checkpoint" in message, message
+    assert "its watermark was 260000 ms" in message
+    assert f"spark.sql.extensions includes {EXTENSION_CLASS}" in message
+    assert {"snap": tree(tmp_path / "snap"), "out": tree(tmp_path / "out")} == before
+    assert not (tmp_path / "ck-unextended").exists()
+
+    _run(provider_spark, tmp_path, "ck2", 3, restore=True)
+    _write(tmp_path / "in" / "c0", "part-002.jsonl", [(302, "u2", 5)])
+    message = _unextended(tmp_path, "ck2", restore=False)
+    assert "restored from a checkpoint whose watermark was 260000 ms" in message, message
+    assert f"only when spark.sql.extensions includes {EXTENSION_CLASS}" in message
+    assert _output(tmp_path) == emitted

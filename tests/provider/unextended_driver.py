@@ -1,10 +1,10 @@
 """A driver of tests/provider/test_provider_watermark.py whose session has the provider
 but not its ``RestoredWatermark`` extension.
 
-``python unextended_driver.py TMP`` restores the windowed count of that test from
-``TMP/snap`` into the checkpoint location ``TMP/ck-unextended`` and waits for the query
-to end. It prints ``FAILED <message>`` (exit code 3) if the query fails, else
-``FINISHED`` (exit code 0).
+``python unextended_driver.py TMP CHECKPOINT RESTORE`` starts the windowed count of that
+test on ``TMP/snap`` in checkpoint location ``TMP/CHECKPOINT`` (with
+``restoreFrom=latest`` when RESTORE is 1) and waits for the query to end. It prints
+``FAILED <message>`` (exit code 3) if loading or running it fails, else ``FINISHED``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from barriered.provider import PROVIDER_CLASS, jar_path
 
 
 def main() -> int:
+    tmp, checkpoint, restore = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "1"
     spark = (
         SparkSession.builder.master("local[1]")
         .config("spark.ui.enabled", "false")
@@ -30,11 +31,10 @@ def main() -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")
     barriered.install(spark)
-    query = _start(spark, Path(sys.argv[1]), "ck-unextended", 3, restore=True)
     try:
-        query.awaitTermination(240)
-    except Exception as exc:  # the refusal, as Spark reports it
-        print("FAILED " + str(exc).replace("\n", " "), flush=True)
+        _start(spark, tmp, checkpoint, 3, restore).awaitTermination(240)
+    except Exception as exc:  # the refusal, as the source or Spark reports it
+        print(f"FAILED {type(exc).__name__}: " + str(exc).replace("\n", " "), flush=True)
         return 3
     print("FINISHED", flush=True)
     return 0

@@ -8,10 +8,13 @@ from pathlib import Path
 import pytest
 
 from barriered.config import BarrieredConf
+from barriered.datasource import preflight
 from barriered.datasource.offsets import Replay, SourceOffset
+from barriered.datasource.options import SESSION_CONF_OPTION
 from barriered.datasource.planner import PlanInput, plan
 from barriered.datasource.triggers import TriggerLog, TriggerRequest
 from barriered.errors import ConfigError, InjectedFault, RestoreError, SnapshotStoreError
+from barriered.provider import EXTENSION_CLASS
 from barriered.statestore import checkpoints_table
 from barriered.statestore.acks import Ack, write_ack
 from barriered.statestore.fileio import write_json
@@ -19,6 +22,7 @@ from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import highest_checkpoint_id, resolve
 from barriered.statestore.savepoints import export
 from barriered.testing import faults
+from file_tree import tree
 from snapshots import checkpoint
 
 
@@ -110,6 +114,31 @@ def test_a_savepoint_is_a_self_contained_copy(layout: SnapshotLayout, tmp_path: 
     assert marker["origin"] == layout.root
     with pytest.raises(SnapshotStoreError, match="is not empty; nothing was written"):
         export(layout, 1, str(tmp_path / "sp"))
+
+
+def test_a_watermark_restore_without_the_extension_is_refused_writing_nothing(
+    layout: SnapshotLayout,
+) -> None:
+    """A checkpoint whose stores recorded a watermark restores only on a session with the
+    provider's extension (the source learns ``spark.sql.extensions`` from the hidden
+    session option); the refusal names the conf and leaves the path as it was."""
+    store = {"version": None, "key_schema": "{}", "value_schema": "{}", "watermark_ms": 260_000}
+    checkpoint(layout, 3, [40, 30], stores={"0-default": store})
+    options = {"snapshotPath": layout.root, "restoreFrom": "latest", "maxParallelism": "8"}
+    before = tree(layout.root)
+    for extensions in ("", "com.example.Other"):
+        session = json.dumps({"spark.sql.extensions": extensions})
+        with pytest.raises(RestoreError) as refused:
+            preflight.checked({**options, SESSION_CONF_OPTION: session})
+        assert "cannot restore checkpoint 3 of snapshot path" in str(refused.value)
+        assert "its watermark was 260000 ms" in str(refused.value)
+        assert f"spark.sql.extensions includes {EXTENSION_CLASS}" in str(refused.value)
+        assert tree(layout.root) == before
+    session = json.dumps({"spark.sql.extensions": f"com.example.Other, {EXTENSION_CLASS}"})
+    _, _, point = preflight.checked({**options, SESSION_CONF_OPTION: session})
+    assert point is not None and point.checkpoint_id == 3
+    older = {**options, "restoreFrom": "2", SESSION_CONF_OPTION: "{}"}  # no stores: no watermark
+    assert preflight.checked(older)[2] is not None
 
 
 def test_replay_is_carried_until_every_range_is_delivered() -> None:

@@ -22,6 +22,9 @@ from barriered.datasource.upstreams.options import Options, int_option
 from barriered.errors import ConfigError
 
 SESSION_CONF_OPTION = "barriered.sessionconf"
+#: The one session key outside ``spark.sql.streaming.barriered.*`` the hidden option
+#: carries: a restore needs the provider's session extension (:mod:`barriered.provider`).
+SESSION_EXTENSIONS = "spark.sql.extensions"
 
 #: The source's own options (lower case, as PySpark passes them) and their docs.
 SOURCE_OPTIONS: dict[str, str] = {
@@ -51,6 +54,8 @@ class SourceSettings:
     max_rows_per_channel: int | None
     rows_per_partition: int
     restore_from: str | None
+    #: The session's ``spark.sql.extensions`` classes.
+    extensions: tuple[str, ...] = ()
 
 
 def _did_you_mean(name: str, known: set[str]) -> str:
@@ -120,4 +125,5 @@ def parse_source_options(options: Mapping[str, str]) -> SourceSettings:
         max_rows_per_channel=max_rows,
         rows_per_partition=int_option(rest, "rowsperpartition", 100_000, minimum=1),
         restore_from=restore_from,
+        extensions=tuple(e.strip() for e in session.get(SESSION_EXTENSIONS, "").split(",")),
     )

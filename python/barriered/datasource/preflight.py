@@ -15,7 +15,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from barriered.datasource.options import SourceSettings, parse_source_options
+from barriered.errors import RestoreError
+from barriered.provider import EXTENSION_CLASS
 from barriered.sink import rewind
+from barriered.statestore import operators
 from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint, resolve
@@ -48,8 +51,9 @@ def checked(
         An unknown option (with a suggestion), a bad value or no snapshot path.
     RestoreError
         ``restoreFrom`` names no restorable checkpoint, or one whose configuration or
-        files do not fit, or (:class:`~barriered.errors.SinkRewindError`) a sink's table
-        that someone else wrote after it.
+        files do not fit, or one with a watermark on a session without the provider's
+        extension, or (:class:`~barriered.errors.SinkRewindError`) a sink's table that
+        someone else wrote after it.
     """
     settings = parse_source_options(options)
     layout = SnapshotLayout.at(settings.conf.require_snapshot_path(), settings.conf.storage_options)
@@ -61,6 +65,23 @@ def checked(
         point = resolve(layout, spec)
         point.check_config(settings.conf)
         point.check_files()
+        _check_extension(point, settings)
         if point.origin.root == layout.root:  # the sinks' tables can go back to its output
             rewind.check(layout, point.checkpoint_id, committed_checkpoints(layout))
     return settings, layout, point
+
+
+def _check_extension(point: RestorePoint, settings: SourceSettings) -> None:
+    """Refuse to restore a checkpoint with a watermark without the session extension that
+    starts the restored query's operators there (at watermark 0 they would accept records
+    the checkpoint's watermark made late, and emit evicted windows again)."""
+    watermark = operators.cut_watermark_ms(point.metadata)
+    if watermark is None or EXTENSION_CLASS in settings.extensions:
+        return
+    raise RestoreError(
+        f"cannot restore {point.describe()}: its watermark was {watermark} ms, and a restored "
+        f"query starts at watermark 0 unless spark.sql.extensions includes {EXTENSION_CLASS} "
+        "(it would accept records the checkpoint's watermark made late and emit evicted "
+        "windows again). barriered.with_state_store(builder) sets it; on a cluster, add it "
+        "to the Spark config next to the state store provider class (jvm-shim/README.md)"
+    )

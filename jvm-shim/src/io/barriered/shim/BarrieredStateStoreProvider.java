@@ -98,6 +98,7 @@ public final class BarrieredStateStoreProvider implements StateStoreProvider {
   @Override
   public StateStore getStore(
       long version, Option<String> uniqueId, boolean forceSnapshotOnCommit, boolean loadEmpty) {
+    RestoredWatermark.require(exporter.thisBatch(), exporter.conf());
     StateStore store = delegate.getStore(version, uniqueId, forceSnapshotOnCommit, loadEmpty);
     if (keyed) {
       return store;
@@ -115,6 +116,7 @@ public final class BarrieredStateStoreProvider implements StateStoreProvider {
    */
   @Override
   public ReadStateStore getReadStore(long version, Option<String> uniqueId) {
+    RestoredWatermark.require(exporter.thisBatch(), exporter.conf());
     if (version == 0 && !keyed) {
       CutLog.Batch batch = exporter.thisBatch();
       JsonNode entry = StateLoader.entry(exporter, batch);

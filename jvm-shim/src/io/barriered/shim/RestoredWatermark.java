@@ -36,14 +36,30 @@ public final class RestoredWatermark extends AbstractFunction1<SparkSessionExten
   private static final String LATE = "eventTimeWatermarkForLateEvents";
   private static final String EVICTION = "eventTimeWatermarkForEviction";
 
-  /** Whether {@code spark.sql.extensions} (as {@code conf} holds it) installs this class. */
-  static boolean installed(Configuration conf) {
+  /**
+   * Refuse a batch of a restored query (its offset names the restored checkpoint's watermark)
+   * on a session without this extension: its operators would run below that watermark. The
+   * source refuses such a restore when it is loaded; this catches a restored checkpoint
+   * location restarted later on such a session. {@code conf}: the store's Hadoop
+   * configuration, which holds the session's SQL configuration.
+   */
+  static void require(CutLog.Batch batch, Configuration conf) {
+    if (batch == null || batch.restoredWatermarkMs == null) {
+      return;
+    }
     for (String name : conf.getTrimmedStrings("spark.sql.extensions")) {
       if (RestoredWatermark.class.getName().equals(name)) {
-        return true;
+        return;
       }
     }
-    return false;
+    throw new IllegalStateException(
+        "barriered: this query was restored from a checkpoint whose watermark was "
+            + batch.restoredWatermarkMs
+            + " ms; its stateful operators start there only when spark.sql.extensions includes "
+            + RestoredWatermark.class.getName()
+            + " (without it they would accept records that watermark made late and emit"
+            + " evicted windows again). barriered.with_state_store(builder) sets it; on a"
+            + " cluster, add it to the Spark config next to the provider class");
   }
 
   @Override

@@ -46,19 +46,6 @@ final class StateLoader {
     } catch (IOException e) {
       throw new IllegalStateException("barriered: cannot read restore manifest " + file, e);
     }
-    if (batch.restoredWatermarkMs != null && !RestoredWatermark.installed(exporter.conf())) {
-      throw new IllegalStateException(
-          "barriered: cannot restore "
-              + manifest.path("checkpoint").asText()
-              + ": its watermark was "
-              + batch.restoredWatermarkMs
-              + " ms, and a restored query starts at watermark 0 unless spark.sql.extensions"
-              + " includes "
-              + RestoredWatermark.class.getName()
-              + " (it would accept records the checkpoint's watermark made late and emit"
-              + " evicted windows again). barriered.with_state_store(builder) sets it; on a"
-              + " cluster, add it to the Spark config next to the provider class");
-    }
     String name = exporter.operatorName();
     JsonNode stores = manifest.path("stores");
     JsonNode entry = stores.path(name);
