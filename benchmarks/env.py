@@ -80,13 +80,14 @@ def _start_with_provider_jar() -> None:
     """Start the demo's session with the JVM provider's jar on the classpath (when it was
     built): the ``provider`` workload chooses the provider per query; every other query
     keeps RocksDB, the session's default. ``BENCH_PROVIDER_JAR`` names another build of
-    the jar (to compare builds: e.g. one built from an older commit)."""
+    the jar (to compare builds: e.g. one built from an older commit; it must hold the
+    session extension ``RestoredWatermark``, which ``with_state_store`` also sets)."""
     import sys
 
     from pyspark.sql import SparkSession
 
     from barriered.errors import ConfigError
-    from barriered.provider import check_version, jar_path
+    from barriered.provider import EXTENSION_CLASS, check_version, jar_path
 
     if SparkSession.getActiveSession() is not None:
         return
@@ -103,6 +104,7 @@ def _start_with_provider_jar() -> None:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.jars", jar)
+        .config("spark.sql.extensions", EXTENSION_CLASS)  # as with_state_store sets it
         .config(
             "spark.sql.streaming.stateStore.providerClass",
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
