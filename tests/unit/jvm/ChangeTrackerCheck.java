@@ -7,7 +7,7 @@ public final class ChangeTrackerCheck {
   private ChangeTrackerCheck() {}
 
   private static CutLog.Cut cut(long id, Long base, long epoch, int partitions, int groups) {
-    return new CutLog.Cut(id, "/snap", epoch, groups, partitions, base, "aligned", id, "writes");
+    return new CutLog.Cut(id, "/snap", epoch, groups, partitions, base, "aligned", id, "writes", 0);
   }
 
   private static CutLog.Cut cut(long id, Long base) {

@@ -2,6 +2,7 @@ package io.barriered.shim;
 
 import java.io.IOException;
 import java.io.InputStream;
+import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
 import java.util.LinkedHashMap;
 import java.util.Map;
@@ -123,11 +124,20 @@ final class CutLog {
     return cached;
   }
 
+  /**
+   * The error for an offset log file that cannot be read. Unchecked I/O, not a state error:
+   * Spark unwraps it, so a read interrupted by {@code query.stop()} (the rule of {@link
+   * RestoredWatermark} reads on the query's thread) ends the query as stopped, not failed.
+   */
+  private static UncheckedIOException unreadable(Path file, IOException e) {
+    return new UncheckedIOException("barriered: cannot read Spark's offset log " + file, e);
+  }
+
   private static boolean exists(Configuration conf, Path file) {
     try {
       return file.getFileSystem(conf).exists(file);
     } catch (IOException e) {
-      throw new IllegalStateException("barriered: cannot read Spark's offset log " + file, e);
+      throw unreadable(file, e);
     }
   }
 
@@ -139,8 +149,7 @@ final class CutLog {
         text = new String(in.readAllBytes(), StandardCharsets.UTF_8);
       }
     } catch (IOException e) {
-      throw new IllegalStateException(
-          "barriered: cannot read Spark's offset log " + file + " of batch " + batchId, e);
+      throw unreadable(file, e);
     }
     String[] lines = text.split("\n");
     int partitions = -1;

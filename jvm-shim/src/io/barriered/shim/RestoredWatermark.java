@@ -139,8 +139,8 @@ public final class RestoredWatermark extends AbstractFunction1<SparkSessionExten
   private static SparkPlan raise(SparkPlan node, Configuration conf) {
     Product product = (Product) node;
     int info = index(node, "stateInfo");
-    if (info < 0) {
-      return node;
+    if (info < 0 || ((Option<?>) product.productElement(index(node, LATE))).isEmpty()) {
+      return node; // no watermark on this operator's input: nothing to raise
     }
     Option<?> stateInfo = (Option<?>) product.productElement(info);
     if (stateInfo.isEmpty()) {
