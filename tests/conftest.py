@@ -89,7 +89,9 @@ def spark() -> Iterator[object]:
         # provider tests' session, started later in this JVM, needs the jar there. The
         # provider's notebook runs on this session: its restore needs the extension.
         session = session.config("spark.jars", str(jar))
-        session = session.config("spark.sql.extensions", "io.barriered.shim.RestoredWatermark")
+        from barriered.provider import EXTENSION_CLASS
+
+        session = session.config("spark.sql.extensions", EXTENSION_CLASS)
     session = session.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
