@@ -2,8 +2,9 @@
 
 Importing :mod:`barriered` does not import PySpark: the barrier handler, the
 coordinator core, key groups and the configuration are pure Python. The Spark-facing
-API (``install``, ``read_stream``, ``keyed``, ``records``, ``await_termination``, ``checkpoints``,
-``state_table``, ``plot_checkpoints``, ``savepoint``, ``with_state_store``) is loaded on first use.
+API (``install``, ``uninstall``, ``read_stream``, ``keyed``, ``records``,
+``await_termination``, ``checkpoints``, ``state_table``, ``plot_checkpoints``,
+``savepoint``, ``with_state_store``) is loaded on first use.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ __version__ = "0.1.0"
 # for the pure parts of the package.
 _LAZY = {
     "install": "barriered.session",
+    "uninstall": "barriered.session",
     "read_stream": "barriered.session",
     "keyed": "barriered.api",
     "records": "barriered.api",

@@ -24,7 +24,7 @@ from barriered.datasource.columns import (
     SEQ,
 )
 from barriered.errors import CheckpointError, ConfigError
-from barriered.session import _LISTENERS
+from barriered.session import installed_listeners, listener_of
 from barriered.statestore.fileio import read_json, write_json
 from barriered.statestore.keyed import LIVE_STATE_DDL, KeyedOperator, OperatorSpec
 from barriered.statestore.layout import SnapshotLayout
@@ -173,7 +173,9 @@ def await_termination(query: Any, timeout: float | None = None) -> None:
     Spark's ``awaitTermination`` can return before the checkpoint coordinator (a
     listener, called asynchronously) has handled the last micro-batches, such as the
     final checkpoint of an ``availableNow`` run. After this returns, every checkpoint
-    the query finished is in ``_checkpoints``.
+    the query finished is in ``_checkpoints``. It waits for the run ``query`` stands
+    for (its ``runId``): a query restarted on its checkpoint location keeps its id, and
+    the end of an earlier run says nothing about this one.
 
     Parameters
     ----------
@@ -194,17 +196,17 @@ def await_termination(query: Any, timeout: float | None = None) -> None:
         query.awaitTermination()
     elif not query.awaitTermination(timeout):
         raise CheckpointError(f"query {query.id} is still running after {timeout} s")
-    listener = next((lis for lis in _LISTENERS.values() if lis.knows(query.id)), None)
+    listener = listener_of(query)
     if listener is None:
         raise ConfigError(
             f"query {query.id} was not started on a session where barriered.install(spark) "
             "was called: no checkpoint coordinator saw it"
         )
     left = None if deadline is None else max(0.0, deadline - time.monotonic())
-    if not listener.wait_ended(query.id, left):
+    if not listener.wait_ended(query.runId, left):
         raise CheckpointError(
-            f"query {query.id} ended but its checkpoint coordinator has not finished after "
-            f"{timeout} s"
+            f"query {query.id} (run {query.runId}) ended but its checkpoint coordinator has "
+            f"not finished after {timeout} s"
         )
 
 
@@ -221,7 +223,7 @@ def _query_coordinator(
     run_id = str(query.runId)
     deadline = time.monotonic() + timeout
     while True:
-        for listener in _LISTENERS.values():
+        for listener in installed_listeners():
             qc = listener.coordinator(str(query.id))
             if qc is not None and qc.run_id == run_id:
                 return listener, qc

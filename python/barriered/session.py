@@ -5,13 +5,15 @@ checkpoint coordinator's query listener, makes RocksDB the state store where not
 else was chosen, and hooks ``load()`` of the classic and Spark Connect stream readers
 (and ``start()`` of the writers, for the sink) so that the session's
 ``spark.sql.streaming.barriered.*`` keys reach the source and the sink (a Python data
-source sees only its options).
+source sees only its options). ``uninstall`` removes the listener again; so does the
+interpreter's exit, for Spark Connect sessions (see :func:`_remove_listeners_at_exit`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -26,8 +28,10 @@ from barriered.sink import BarrieredDeltaSink
 
 log = logging.getLogger(__name__)
 
-_LISTENERS: dict[int, BarrieredListener] = {}
+#: The checkpoint coordinator's listener of every session barriered is installed on.
+_INSTALLED: dict[int, tuple[SparkSession, BarrieredListener]] = {}
 _PATCHED = False
+_EXIT_HOOK = False
 
 
 def _session_conf(spark: SparkSession) -> dict[str, str]:
@@ -240,11 +244,12 @@ def install(spark: SparkSession) -> BarrieredListener:
     spark.dataSource.register(BarrieredDeltaSink)
     _use_rocksdb(spark)
     _patch_stream_reader()
-    listener = _LISTENERS.get(id(spark))
+    _remove_listeners_at_exit()
+    listener = _INSTALLED[id(spark)][1] if id(spark) in _INSTALLED else None
     if listener is None or listener_registered(spark, listener) is False:
         listener = BarrieredListener()
         spark.streams.addListener(listener)
-        _LISTENERS[id(spark)] = listener
+        _INSTALLED[id(spark)] = (spark, listener)
     registered = listener_registered(spark, listener)
     kind = "Spark Connect" if _is_connect(spark) else "classic"
     if registered is False:
@@ -261,6 +266,81 @@ def install(spark: SparkSession) -> BarrieredListener:
         "registered" if registered else "added (registration not observable)",
     )
     return listener
+
+
+def uninstall(spark: SparkSession) -> None:
+    """Remove the checkpoint coordinator's listener from ``spark``.
+
+    On a Spark Connect session the listener is served by a thread of pyspark's that
+    reads the server's query events and keeps the interpreter alive until the listener
+    is removed: the interpreter's exit removes it (so a script ends by itself once it
+    returns, with or without ``spark.stop()``); call this to end that thread earlier,
+    in a process that goes on without barriered queries. A query that is still running
+    takes no checkpoint after this (its coordinator is the listener): call it once
+    every barriered query of the session has ended, or :func:`install` again.
+    Idempotent; the formats stay registered.
+
+    Parameters
+    ----------
+    spark : SparkSession
+        A session on which :func:`install` was called (another one is left as it is).
+    """
+    installed = _INSTALLED.pop(id(spark), None)
+    if installed is None:
+        return
+    listener = installed[1]
+    running = listener.running()
+    if running:
+        log.warning(
+            "barriered: removing the checkpoint coordinator while query runs %s are still "
+            "running: they take no further checkpoint",
+            running,
+        )
+    spark.streams.removeListener(listener)
+    log.info("barriered uninstalled: the checkpoint coordinator's listener is removed")
+
+
+def _remove_listeners_at_exit() -> None:
+    """At the interpreter's exit, remove the listener of every Spark Connect session.
+
+    pyspark's Spark Connect client delivers query events to its listeners on a
+    non-daemon thread that blocks on the server's event stream until the last listener
+    is removed or the session stopped, so a script that returned would never end.
+    Python's ``atexit`` runs only after such threads are joined; ``threading``'s own exit
+    hook (which ``concurrent.futures`` uses to stop its workers, and which runs before
+    they are joined, latest registered first: this one before the Connect client's
+    thread pools shut down) does not. A classic session's listener is served by py4j's
+    daemon threads and needs nothing.
+    """
+    global _EXIT_HOOK
+    if _EXIT_HOOK:
+        return
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:  # not CPython >= 3.9: nothing to hook (install still works)
+        log.warning("barriered: no threading exit hook; call barriered.uninstall(spark)")
+        return
+    register(_remove_connect_listeners)
+    _EXIT_HOOK = True
+
+
+def _remove_connect_listeners() -> None:
+    for spark, listener in list(_INSTALLED.values()):
+        if _is_connect(spark) and listener_registered(spark, listener):
+            try:
+                uninstall(spark)
+            except Exception:  # the exit goes on: never keep the interpreter alive
+                log.warning("barriered: could not remove the listener at exit", exc_info=True)
+
+
+def listener_of(query: Any) -> BarrieredListener | None:
+    """The installed listener that saw this run of ``query`` start (None if none did)."""
+    run_id = query.runId
+    return next((lis for _, lis in _INSTALLED.values() if lis.knows(run_id)), None)
+
+
+def installed_listeners() -> list[BarrieredListener]:
+    """The listener of every session barriered is installed on."""
+    return [listener for _, listener in _INSTALLED.values()]
 
 
 def _is_connect(spark: SparkSession) -> bool:
@@ -288,4 +368,4 @@ def listener_registered(spark: SparkSession, listener: BarrieredListener) -> boo
         return None
 
 
-__all__ = ["install", "listener_registered", "read_stream"]
+__all__ = ["install", "listener_registered", "read_stream", "uninstall"]

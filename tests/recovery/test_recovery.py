@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from barriered.datasource.offsets import SourceOffset
-from barriered.session import _LISTENERS
+from barriered.session import listener_of
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from barriered.testing import faults
@@ -55,12 +54,9 @@ CRASHES = [
 
 def wait_listener_done(query: Any) -> None:
     """Wait until the coordinator handled the query's termination (nothing more comes)."""
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if any(str(query.id) in listener.terminated for listener in _LISTENERS.values()):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"the listener never saw query {query.id} terminate")
+    listener = listener_of(query)
+    assert listener is not None, f"no listener saw query {query.id} start"
+    assert listener.wait_ended(query.runId, 60), f"the listener never saw {query.id} end"
 
 
 def crash(

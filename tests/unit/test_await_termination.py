@@ -8,14 +8,15 @@ from typing import Any
 
 import pytest
 
-from barriered import api
+from barriered import api, session
 from barriered.coordinator.listener import BarrieredListener
 from barriered.errors import CheckpointError, ConfigError
 
 
 class FakeQuery:
-    def __init__(self, query_id: str, ends: bool = True) -> None:
+    def __init__(self, query_id: str, ends: bool = True, run: str = "r1") -> None:
         self.id = query_id
+        self.runId = f"{query_id}-{run}"
         self.ends = ends
 
     def awaitTermination(self, timeout: float | None = None) -> bool | None:
@@ -25,12 +26,12 @@ class FakeQuery:
 @pytest.fixture()
 def listener(monkeypatch: pytest.MonkeyPatch) -> BarrieredListener:
     lis = BarrieredListener()
-    monkeypatch.setattr(api, "_LISTENERS", {1: lis})
+    monkeypatch.setattr(session, "_INSTALLED", {1: (None, lis)})
     return lis
 
 
-def event(query_id: str) -> Any:
-    return SimpleNamespace(id=query_id)
+def event(query_id: str, run: str = "r1") -> Any:
+    return SimpleNamespace(id=query_id, runId=f"{query_id}-{run}")
 
 
 def test_returns_once_the_listener_handled_the_end(listener: BarrieredListener) -> None:
@@ -38,7 +39,22 @@ def test_returns_once_the_listener_handled_the_end(listener: BarrieredListener) 
     ended = threading.Timer(0.05, listener.onQueryTerminated, args=(event("q1"),))
     ended.start()
     api.await_termination(FakeQuery("q1"), timeout=30)
-    assert listener.wait_ended("q1", 0)
+    assert listener.wait_ended("q1-r1", 0)
+
+
+def test_a_restarted_query_waits_for_its_own_run(listener: BarrieredListener) -> None:
+    """A query restarted on its checkpoint location keeps its id: the end of its first
+    run must not end the wait for the second."""
+    listener.onQueryStarted(event("q3", "r1"))
+    listener.onQueryTerminated(event("q3", "r1"))
+    listener.onQueryStarted(event("q3", "r2"))
+    assert listener.running() == ["q3-r2"]
+    with pytest.raises(CheckpointError, match=r"run q3-r2\) ended but its checkpoint"):
+        api.await_termination(FakeQuery("q3", run="r2"), timeout=0.05)
+    ended = threading.Timer(0.05, listener.onQueryTerminated, args=(event("q3", "r2"),))
+    ended.start()
+    api.await_termination(FakeQuery("q3", run="r2"), timeout=30)
+    assert listener.running() == []
 
 
 def test_times_out_while_the_coordinator_has_not_seen_the_end(

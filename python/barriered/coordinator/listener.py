@@ -64,11 +64,10 @@ class BarrieredListener(StreamingQueryListener):
 
     def __init__(self) -> None:
         self.coordinators: dict[str, QueryCoordinator] = {}
-        #: Queries whose termination the listener has handled (nothing more comes).
-        self.terminated: set[str] = set()
         #: Held around every call into a coordinator (also by ``barriered.savepoint``).
         self.lock = threading.Lock()
-        #: Set when the listener has handled a query's termination (see ``wait_ended``).
+        #: Per run (``runId``: a restarted query keeps its id), set when the listener has
+        #: handled the run's termination (see ``wait_ended``).
         self._ended: dict[str, threading.Event] = {}
         self._ended_lock = threading.Lock()
 
@@ -77,11 +76,17 @@ class BarrieredListener(StreamingQueryListener):
         return self.coordinators.get(str(query_id))
 
     def onQueryStarted(self, event: Any) -> None:
-        self._ended_event(event.id)
+        self._ended_event(event.runId)
 
-    def knows(self, query_id: Any) -> bool:
-        """Whether this listener saw query ``query_id`` start (it runs on its session)."""
-        return str(query_id) in self._ended
+    def knows(self, run_id: Any) -> bool:
+        """Whether this listener saw run ``run_id`` of a query start (it runs on its
+        session)."""
+        return str(run_id) in self._ended
+
+    def running(self) -> list[str]:
+        """The runs this listener saw start and not yet end (their ``runId``)."""
+        with self._ended_lock:
+            return [run for run, ended in self._ended.items() if not ended.is_set()]
 
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
@@ -139,23 +144,24 @@ class BarrieredListener(StreamingQueryListener):
 
     def onQueryTerminated(self, event: Any) -> None:
         self._between_batches(event.id, tick=False, when="at query termination")
-        self.terminated.add(str(event.id))
-        self._ended_event(event.id).set()
+        self._ended_event(event.runId).set()
 
-    def _ended_event(self, query_id: Any) -> threading.Event:
+    def _ended_event(self, run_id: Any) -> threading.Event:
         with self._ended_lock:
-            return self._ended.setdefault(str(query_id), threading.Event())
+            return self._ended.setdefault(str(run_id), threading.Event())
 
-    def wait_ended(self, query_id: Any, timeout: float | None) -> bool:
-        """Wait until this listener has handled the end of query ``query_id``.
+    def wait_ended(self, run_id: Any, timeout: float | None) -> bool:
+        """Wait until this listener has handled the end of run ``run_id`` of a query.
 
         Spark delivers listener events asynchronously, so ``awaitTermination`` may
         return before the coordinator has seen the last batches; once this returns
-        True, every checkpoint the query finished is in ``_checkpoints``.
+        True, every checkpoint the run finished is in ``_checkpoints``. Runs, not
+        queries: a query restarted on its checkpoint location keeps its id, and the end
+        of its previous run says nothing about this one.
 
         Returns
         -------
         bool
             False when ``timeout`` seconds passed first.
         """
-        return self._ended_event(query_id).wait(timeout)
+        return self._ended_event(run_id).wait(timeout)
