@@ -4,19 +4,20 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 JAR    := python/barriered/jars/barriered-shim.jar
+KAFKA  := build/kafka/.installed
 
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: install jar demo test test-full test-fast lint bench docs
+.PHONY: install jar kafka demo test test-full test-fast lint bench docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,plot]"
+	$(PY) -m pip install --quiet -e ".[test,plot,kafka]"
 	touch $(STAMP)
 
-install: $(STAMP) $(JAR)
+install: $(STAMP) $(JAR) $(KAFKA)
 
 # The JVM state store provider (jvm-shim/), compiled with javac against the installed
 # pyspark's jars; it ships inside the package (barriered/jars/).
@@ -25,18 +26,29 @@ $(JAR): $(STAMP) jvm-shim/build.sh $(wildcard jvm-shim/src/io/barriered/shim/*.j
 
 jar: $(JAR)
 
+# The Apache Kafka broker that the tests start (tests/kafka_broker.py): its jars and their
+# runtime dependencies, from Maven Central through tests/kafka/pom.xml (cached in ~/.m2),
+# copied into build/kafka/ (git ignores build/).
+$(KAFKA): tests/kafka/pom.xml
+	@command -v mvn >/dev/null || { echo "make: mvn (Maven) is required to fetch the Kafka broker"; exit 1; }
+	rm -rf build/kafka
+	mvn -q -B -Dstyle.color=never -f tests/kafka/pom.xml package
+	touch $(KAFKA)
+
+kafka: $(KAFKA)
+
 demo: $(STAMP) $(JAR)  ## the main job: a local demo on real Spark
 	$(PY) -m barriered demo --out $(or $(OUT),out/demo) --duration $(or $(DURATION),40)
 
-test: $(STAMP) $(JAR)  ## lint, types, unit, and one representative Spark case per capability
+test: install  ## lint, types, unit, and one representative Spark case per capability
 	$(VENV)/bin/ruff check python tests benchmarks
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -m "not full" --durations=15
 
-test-full: $(STAMP) $(JAR)  ## everything: every mode x crash point x operator, soaks, cluster, Connect
+test-full: install  ## everything: every mode x crash point x operator, soaks, cluster, Connect
 	$(PY) -m pytest -q
 
-test-fast: $(STAMP) $(JAR)  ## pure-Python tests only (no Spark)
+test-fast: install  ## pure-Python tests only (no Spark)
 	$(PY) -m pytest -q -m "not spark"
 
 lint: $(STAMP) $(JAR)
