@@ -6,6 +6,9 @@ process's JVM on a classic session of its own, so it cannot start while the clas
 ``spark`` fixture's session (or the standalone cluster's) runs. Tests marked ``connect``
 therefore run last (see :func:`pytest_collection_modifyitems`); the first of them stops
 the classic session and starts the server, which serves every other Connect test.
+
+Tests marked ``kafka`` share one local Apache Kafka broker (``kafka_broker``), started on
+first use and stopped at the end of the session.
 """
 
 from __future__ import annotations
@@ -15,9 +18,12 @@ import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from kafka_broker import KafkaBroker
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
@@ -32,6 +38,9 @@ _CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.memory": "2g",
 }
+
+
+_BROKERS: list[KafkaBroker] = []  # the session's broker, for the closing summary
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -138,3 +147,27 @@ def session(request: pytest.FixtureRequest) -> Iterator[Any]:
         if key.startswith(PREFIX):
             spark.conf.unset(key)
     spark.conf.set("spark.sql.shuffle.partitions", "2")
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[KafkaBroker]:
+    """One KRaft Kafka broker on free localhost ports for the whole test session
+    (``tests/kafka_broker.py``), started on first use and stopped by pid at the end.
+    Skipped only when Java is missing; missing jars (``make install``) are an error."""
+    from kafka_broker import KafkaBroker, java
+
+    if java() is None:
+        pytest.skip("the Kafka tests start a local Kafka broker, which needs java (Java 17+)")
+    broker = KafkaBroker().start()
+    _BROKERS.append(broker)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for broker in _BROKERS:
+        terminalreporter.write_line(
+            f"Kafka broker (KRaft, build/kafka/) started in {broker.started_in:.1f} s"
+        )

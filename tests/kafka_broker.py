@@ -1,0 +1,523 @@
+"""One local Apache Kafka broker for the tests: KRaft, combined broker and controller.
+
+``make install`` puts the broker's jars in ``build/kafka/`` (``tests/kafka/pom.xml``).
+:class:`KafkaBroker` writes a ``server.properties`` in a folder of its own, formats the
+log directory (``kafka.tools.StorageTool format``), runs ``kafka.Kafka`` as a child process
+on two free ports of 127.0.0.1 (clients, controller), waits until it answers, and stops it
+by pid. The helpers use confluent-kafka: create, grow and delete topics, produce (plain or
+in a committed or aborted transaction), read what a ``read_committed`` consumer sees, and
+delete records (what retention does to records nobody read yet).
+
+The broker is a child of this process: it gets SIGTERM when this process dies, however it
+dies (``PR_SET_PDEATHSIG``), and :meth:`KafkaBroker.stop` runs at exit too.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import ctypes.util
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+LOG = logging.getLogger(__name__)
+ROOT = Path(__file__).resolve().parents[1]
+JARS = ROOT / "build" / "kafka"
+START_TIMEOUT = 60.0
+STOP_GRACE = 15.0
+HEAP = "-Xmx384m"
+TIMEOUT = 30.0  # one admin, produce or read call
+
+Key = bytes | str | None
+Headers = Sequence[tuple[str, bytes | str | None]]
+Produced = tuple[Key, Key] | tuple[Key, Key, Headers]
+
+_LOG4J2 = """<?xml version="1.0" encoding="UTF-8"?>
+<Configuration status="WARN">
+  <Appenders>
+    <File name="file" fileName="{log}">
+      <PatternLayout pattern="[%d] %p %m (%c)%n"/>
+    </File>
+  </Appenders>
+  <Loggers>
+    <Root level="WARN"><AppenderRef ref="file"/></Root>
+  </Loggers>
+</Configuration>
+"""
+
+
+class Record(NamedTuple):
+    """One record as a consumer reads it (key and value as bytes, headers as pairs)."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+class KafkaBrokerError(RuntimeError):
+    """The broker did not start, or a call to it failed."""
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> Any:
+    """A ``preexec_fn`` that has the kernel send SIGTERM to the child when this process
+    dies (Linux ``prctl(PR_SET_PDEATHSIG)``); ``None`` elsewhere. The libc handle is
+    loaded here, before the fork."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).prctl
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+    return preexec
+
+
+def java() -> str | None:
+    """The ``java`` that will run the broker (``JAVA_HOME`` first), or ``None``."""
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").is_file():
+        return str(Path(home) / "bin" / "java")
+    return shutil.which("java")
+
+
+class KafkaBroker:
+    """A single-node KRaft Kafka broker in a temporary folder, on free localhost ports.
+
+    Use :meth:`start` (or ``with KafkaBroker() as broker``), then :attr:`bootstrap` for
+    clients; :meth:`stop` ends the process (SIGTERM, SIGKILL after a grace period) and
+    removes the folder.
+    """
+
+    def __init__(self, jars: Path = JARS) -> None:
+        self.jars = jars
+        self.folder: Path | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self.controller_port = 0
+        self.started_in = 0.0  # seconds from launch until it answered
+        self._admin: Any = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    @property
+    def bootstrap(self) -> str:
+        """The ``host:port`` clients connect to."""
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> KafkaBroker:
+        """Format a log directory, launch the broker, and wait until it answers."""
+        java_bin = java()
+        if java_bin is None:
+            raise KafkaBrokerError("java is not on the PATH (the Kafka broker needs Java 17+)")
+        if not any(self.jars.glob("kafka_2.13-*.jar")):
+            raise KafkaBrokerError(f"no Kafka jars in {self.jars}: run `make install`")
+        self.folder = Path(tempfile.mkdtemp(prefix="barriered-kafka-"))
+        self.port, self.controller_port = _free_port(), _free_port()
+        while self.controller_port == self.port:
+            self.controller_port = _free_port()
+        properties = self.folder / "server.properties"
+        properties.write_text(self._properties())
+        log4j2 = self.folder / "log4j2.xml"
+        log4j2.write_text(_LOG4J2.format(log=self.folder / "broker.log"))
+        command = [
+            java_bin,
+            HEAP,
+            "-Xss1m",
+            "-XX:+UseSerialGC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={log4j2}",
+            f"-Dkafka.logs.dir={self.folder}",
+            "-cp",
+            str(self.jars / "*"),
+        ]
+        cluster_id = self._cluster_id()
+        formatted = subprocess.run(
+            [
+                *command,
+                "kafka.tools.StorageTool",
+                "format",
+                "--config",
+                str(properties),
+                "--cluster-id",
+                cluster_id,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=START_TIMEOUT,
+            check=False,
+        )
+        if formatted.returncode != 0:
+            self._remove_folder()
+            raise KafkaBrokerError(
+                f"kafka-storage format failed ({formatted.returncode}):\n"
+                f"{formatted.stdout}{formatted.stderr}"
+            )
+        launched = time.monotonic()
+        with (self.folder / "stdout.log").open("wb") as out:
+            self.process = subprocess.Popen(
+                [*command, "kafka.Kafka", str(properties)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.folder,
+                preexec_fn=_die_with_parent(),  # only calls prctl in the child
+            )
+        atexit.register(self.stop)
+        try:
+            self._wait_until_it_answers(launched)
+        except BaseException:
+            self.stop(keep_folder_on_error=True)
+            raise
+        self.started_in = time.monotonic() - launched
+        LOG.info("Kafka broker %s up in %.1f s (%s)", self.bootstrap, self.started_in, self.folder)
+        return self
+
+    def stop(self, keep_folder_on_error: bool = False) -> None:
+        """SIGTERM the broker, SIGKILL it after :data:`STOP_GRACE` seconds, wait for it,
+        and remove its folder. Safe to call twice."""
+        process, self.process = self.process, None
+        self._admin = None
+        if process is not None:
+            atexit.unregister(self.stop)
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(STOP_GRACE)
+                except subprocess.TimeoutExpired:
+                    LOG.warning("Kafka broker pid %d ignored SIGTERM: SIGKILL", process.pid)
+                    process.kill()
+                    process.wait()
+        if not keep_folder_on_error:
+            self._remove_folder()
+
+    def __enter__(self) -> KafkaBroker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of the broker's log and of its stdout (for failure messages)."""
+        if self.folder is None:
+            return ""
+        parts = []
+        for name in ("broker.log", "stdout.log"):
+            path = self.folder / name
+            if path.exists():
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+                parts.append(f"--- {path}\n" + "\n".join(tail))
+        return "\n".join(parts)
+
+    def _properties(self) -> str:
+        assert self.folder is not None
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "listeners": (
+                f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
+            ),
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(self.folder / "data"),
+            "auto.create.topics.enable": "false",
+            "num.partitions": "1",
+            "default.replication.factor": "1",
+            "min.insync.replicas": "1",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            # retention acts within a second or two of a topic's retention.ms / segment.ms
+            "log.retention.check.interval.ms": "1000",
+            "log.segment.bytes": str(1024 * 1024),
+            "log.segment.delete.delay.ms": "0",
+            "log.cleaner.dedupe.buffer.size": str(4 * 1024 * 1024),
+            "num.network.threads": "2",
+            "num.io.threads": "2",
+            "num.recovery.threads.per.data.dir": "1",
+            "background.threads": "2",
+        }
+        return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+    @staticmethod
+    def _cluster_id() -> str:
+        """A random Kafka cluster id (16 bytes, URL-safe base64, no padding), never
+        starting with ``-`` (a command-line option to the storage tool)."""
+        import base64
+
+        while True:
+            text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            if not text.startswith("-"):
+                return text
+
+    def _wait_until_it_answers(self, launched: float) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient(self._client_config())
+        last: Exception | None = None
+        while time.monotonic() - launched < START_TIMEOUT:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise KafkaBrokerError(
+                    f"the Kafka broker exited with {self.process.returncode} while starting\n"
+                    + self.log_tail()
+                )
+            try:
+                metadata = admin.list_topics(timeout=2)
+                if metadata.brokers:
+                    self._admin = admin
+                    return
+            except Exception as exc:  # KafkaException until the listener is up
+                last = exc
+            time.sleep(0.2)
+        raise KafkaBrokerError(
+            f"the Kafka broker did not answer on {self.bootstrap} within {START_TIMEOUT:.0f} s"
+            f" ({last})\n" + self.log_tail()
+        )
+
+    def _remove_folder(self) -> None:
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+
+    # -- clients ------------------------------------------------------------------------
+
+    def _client_config(self, **extra: Any) -> dict[str, Any]:
+        return {"bootstrap.servers": self.bootstrap, "logger": LOG, **extra}
+
+    @property
+    def admin(self) -> Any:
+        """A confluent-kafka ``AdminClient`` on this broker."""
+        if self.process is None:
+            raise KafkaBrokerError("the Kafka broker is not running")
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            self._admin = AdminClient(self._client_config())
+        return self._admin
+
+    def partitions(self, topic: str) -> list[int]:
+        """The topic's partition ids, sorted."""
+        metadata = self.admin.list_topics(topic, timeout=TIMEOUT).topics[topic]
+        if metadata.error is not None:
+            raise KafkaBrokerError(f"topic {topic!r}: {metadata.error}")
+        return sorted(metadata.partitions)
+
+    def _wait_for(self, topic: str, partitions: int | None) -> None:
+        """Until the metadata shows ``partitions`` partitions of ``topic``, each with a
+        leader (``None``: until the topic is gone)."""
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            metadata = self.admin.list_topics(timeout=TIMEOUT).topics.get(topic)
+            if partitions is None and metadata is None:
+                return
+            if (
+                partitions is not None
+                and metadata is not None
+                and metadata.error is None
+                and len(metadata.partitions) == partitions
+                and all(p.leader >= 0 for p in metadata.partitions.values())
+            ):
+                return
+            time.sleep(0.1)
+        raise KafkaBrokerError(f"topic {topic!r} did not reach {partitions} partitions in time")
+
+    def create_topic(
+        self, name: str, partitions: int, config: dict[str, str] | None = None
+    ) -> None:
+        """Create a topic (replication factor 1) with optional topic configs, e.g.
+        ``{"retention.ms": "1000", "segment.ms": "500"}``; returns once every partition
+        has a leader."""
+        from confluent_kafka.admin import NewTopic
+
+        topic = NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})
+        self.admin.create_topics([topic], operation_timeout=TIMEOUT)[name].result(TIMEOUT)
+        self._wait_for(name, partitions)
+
+    def add_partitions(self, topic: str, total: int) -> None:
+        """Grow ``topic`` to ``total`` partitions."""
+        from confluent_kafka.admin import NewPartitions
+
+        futures = self.admin.create_partitions(
+            [NewPartitions(topic, total)], operation_timeout=TIMEOUT
+        )
+        futures[topic].result(TIMEOUT)
+        self._wait_for(topic, total)
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic; returns once the metadata no longer shows it."""
+        self.admin.delete_topics([name], operation_timeout=TIMEOUT)[name].result(TIMEOUT)
+        self._wait_for(name, None)
+
+    def produce(
+        self,
+        topic: str,
+        records: Iterable[Produced],
+        partition: int | None = None,
+        transactional: bool | Literal["abort"] = False,
+    ) -> list[tuple[int, int]]:
+        """Write ``(key, value[, headers])`` records, to ``partition`` or by key hash.
+
+        ``transactional=True`` writes them in one committed transaction, ``"abort"`` in
+        one aborted transaction; otherwise with an idempotent producer. Returns each
+        record's ``(partition, offset)`` in order once every record is acknowledged.
+        """
+        from confluent_kafka import KafkaException, Producer
+
+        config = self._client_config(**{"enable.idempotence": True, "linger.ms": 0})
+        if transactional:
+            config["transactional.id"] = f"barriered-tests-{uuid.uuid4().hex}"
+        producer = Producer(config)
+        delivered: list[tuple[int, int] | None] = []
+        errors: list[str] = []
+
+        def on_delivery(index: int) -> Any:
+            def report(err: Any, msg: Any) -> None:
+                if err is not None:
+                    errors.append(f"record {index}: {err}")
+                else:
+                    delivered[index] = (msg.partition(), msg.offset())
+
+            return report
+
+        try:
+            if transactional:
+                producer.init_transactions(TIMEOUT)
+                producer.begin_transaction()
+            for index, record in enumerate(records):
+                key, value, *rest = record
+                delivered.append(None)
+                extra: dict[str, Any] = {} if partition is None else {"partition": partition}
+                if rest:
+                    extra["headers"] = list(rest[0])
+                producer.produce(
+                    topic, value=value, key=key, on_delivery=on_delivery(index), **extra
+                )
+                producer.poll(0)
+            # acknowledged first, so an aborted transaction's records are in the log too
+            if producer.flush(TIMEOUT) != 0:
+                raise KafkaBrokerError(f"records to {topic!r} still unacknowledged")
+            if transactional == "abort":
+                producer.abort_transaction(TIMEOUT)
+            elif transactional:
+                producer.commit_transaction(TIMEOUT)
+        except KafkaException as exc:
+            raise KafkaBrokerError(f"producing to {topic!r} failed: {exc}") from exc
+        if errors:
+            raise KafkaBrokerError(f"producing to {topic!r} failed: " + "; ".join(errors))
+        missing = [i for i, at in enumerate(delivered) if at is None]
+        if missing:
+            raise KafkaBrokerError(f"records {missing} to {topic!r} were not acknowledged")
+        return [at for at in delivered if at is not None]
+
+    def _offsets(self, topic: str, spec: Any, read_committed: bool) -> dict[int, int]:
+        from confluent_kafka import IsolationLevel, TopicPartition
+
+        level = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
+        request = {TopicPartition(topic, p): spec for p in self.partitions(topic)}
+        futures = self.admin.list_offsets(request, isolation_level=level, request_timeout=TIMEOUT)
+        return {tp.partition: future.result(TIMEOUT).offset for tp, future in futures.items()}
+
+    def end_offsets(self, topic: str, read_committed: bool = True) -> dict[int, int]:
+        """Per partition, the offset after the last record a consumer can read: the last
+        stable offset with ``read_committed`` (no open transaction below it), the high
+        watermark otherwise."""
+        from confluent_kafka.admin import OffsetSpec
+
+        return self._offsets(topic, OffsetSpec.latest(), read_committed)
+
+    def start_offsets(self, topic: str) -> dict[int, int]:
+        """Per partition, the low watermark: the first offset not deleted."""
+        from confluent_kafka.admin import OffsetSpec
+
+        return self._offsets(topic, OffsetSpec.earliest(), read_committed=False)
+
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        """Delete the partition's records below ``before_offset``, as retention does;
+        returns the new low watermark."""
+        from confluent_kafka import TopicPartition
+
+        request = TopicPartition(topic, partition, before_offset)
+        futures = self.admin.delete_records([request], operation_timeout=TIMEOUT)
+        (future,) = futures.values()
+        return int(future.result(TIMEOUT).low_watermark)
+
+    def read_committed(self, topic: str) -> list[Record]:
+        """Every record a ``read_committed`` consumer sees in ``topic``, from each
+        partition's low watermark up to its current end offset, ordered by partition and
+        offset (assigned partitions, no consumer group, nothing committed)."""
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+        ends = self.end_offsets(topic)
+        starts = self.start_offsets(topic)
+        pending = {p for p, end in ends.items() if end > starts[p]}
+        records: list[Record] = []
+        if not pending:
+            return records
+        consumer = Consumer(
+            self._client_config(
+                **{
+                    "group.id": f"barriered-tests-{uuid.uuid4().hex}",  # never joined
+                    "isolation.level": "read_committed",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "auto.offset.reset": "earliest",
+                }
+            )
+        )
+        try:
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(pending)])
+            deadline = time.monotonic() + TIMEOUT
+            while pending:
+                if time.monotonic() > deadline:
+                    raise KafkaBrokerError(
+                        f"reading {topic!r}: partitions {sorted(pending)} did not reach "
+                        f"their end offsets {ends} in {TIMEOUT:.0f} s"
+                    )
+                msg = consumer.poll(0.5)
+                if msg is None:
+                    continue
+                error = msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        if msg.offset() >= ends[msg.partition()]:
+                            pending.discard(msg.partition())
+                        continue
+                    raise KafkaBrokerError(f"reading {topic!r}: {error}")
+                if msg.offset() < ends[msg.partition()]:
+                    headers = tuple((name, value) for name, value in msg.headers() or ())
+                    records.append(
+                        Record(msg.partition(), msg.offset(), msg.key(), msg.value(), headers)
+                    )
+                if msg.offset() + 1 >= ends[msg.partition()]:
+                    pending.discard(msg.partition())
+        finally:
+            consumer.close()
+        return sorted(records)
