@@ -58,6 +58,12 @@ class StateLayoutError(RestoreError):
     refused, never misread (``barriered convert-state`` writes a typed copy)."""
 
 
+class UpstreamError(BarrieredError, RuntimeError):
+    """An upstream cannot deliver the records a batch planned: deleted before they were
+    read, a topic recreated or repartitioned under the stream, a broker out of reach (the
+    message names the topic, partition and offsets)."""
+
+
 class InjectedFault(BarrieredError, RuntimeError):
     """A crash injected on purpose by :mod:`barriered.testing.faults` (recovery tests)."""
 

@@ -50,12 +50,12 @@ def output_schema(user: pa.Schema) -> pa.Schema:
     return pa.schema([*fields, *META_FIELDS])
 
 
-def data_batch(user_rows: pa.Table, channel: int, start: int) -> pa.Table:
-    """Append the meta columns to records ``start..`` of ``channel``."""
+def data_batch(user_rows: pa.Table, channel: int, positions: pa.Array) -> pa.Table:
+    """Append the meta columns to records of ``channel`` at ``positions``."""
     n = user_rows.num_rows
     return (
         user_rows.append_column(META_FIELDS[0], pa.array([channel] * n, pa.int32()))
-        .append_column(META_FIELDS[1], pa.array(range(start, start + n), pa.int64()))
+        .append_column(META_FIELDS[1], positions)
         .append_column(META_FIELDS[2], pa.nulls(n, pa.int64()))
         .append_column(META_FIELDS[3], pa.nulls(n, pa.string()))
     )

@@ -28,7 +28,7 @@ SESSION_EXTENSIONS = "spark.sql.extensions"
 
 #: The source's own options (lower case, as PySpark passes them) and their docs.
 SOURCE_OPTIONS: dict[str, str] = {
-    "upstream": "Where records come from: rate (default), files or delta.",
+    "upstream": "Where records come from: rate (default), files, delta or kafka.",
     "maxrowsperchannel": "Admission control: most rows one micro-batch takes from a "
     "channel (default: no limit). A channel whose upstream grows faster lags.",
     "rowsperpartition": "Largest range of one channel read by one Spark task (default 100000).",
@@ -36,11 +36,29 @@ SOURCE_OPTIONS: dict[str, str] = {
     "from a savepoint folder; use a new checkpointLocation (see statestore/README.md).",
 }
 
-#: Options of each upstream (lower case); ``storageoptions.*`` is a prefix.
+#: Options of each upstream (lower case).
 UPSTREAM_OPTIONS: dict[str, frozenset[str]] = {
     "rate": frozenset({"channels", "rowspersecond", "rowsperchannel", "keys", "skew"}),
     "files": frozenset({"path", "format", "channels", "channelby", "schema", "archiveto"}),
     "delta": frozenset({"path", "channels", "channelby", "startingversion"}),
+    "kafka": frozenset(
+        {
+            "subscribe",
+            "subscribepattern",
+            "assign",
+            "startingoffsets",
+            "startingtimestamp",
+            "failondataloss",
+            "includeheaders",
+            "kafkaconsumer.polltimeoutms",
+        }
+    ),
+}
+#: Prefixes of options passed on to an upstream's client (lower case).
+UPSTREAM_PREFIXES: dict[str, str] = {
+    "files": "storageoptions.",
+    "delta": "storageoptions.",
+    "kafka": "kafka.",
 }
 
 
@@ -98,7 +116,8 @@ def parse_source_options(options: Mapping[str, str]) -> SourceSettings:
             f"option 'upstream' must be one of {sorted(UPSTREAM_OPTIONS)}, got {upstream!r}"
         )
     known = set(SOURCE_OPTIONS) | UPSTREAM_OPTIONS[upstream]
-    unknown = [k for k in rest if k not in known and not k.startswith("storageoptions.")]
+    prefix = UPSTREAM_PREFIXES.get(upstream)
+    unknown = [k for k in rest if k not in known and not (prefix and k.startswith(prefix))]
     if unknown:
         hints = [f"{name!r}{_did_you_mean(name, known)}" for name in sorted(unknown)]
         raise ConfigError(

@@ -194,7 +194,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def _initial_offset(self) -> dict[str, Any]:
         point = self.restore
         if point is None:
-            return SourceOffset(positions=(0,) * self.channels).to_dict()
+            return SourceOffset(positions=tuple(self.upstream.start_positions())).to_dict()
         start = point.start_positions
         return SourceOffset(
             positions=start,
@@ -395,10 +395,12 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, RangePartition):
             table = self.upstream.read(partition.channel, partition.start, partition.end)
-            yield from data_batch(table, partition.channel, partition.start).to_batches()
+            positions = self.upstream.positions(table, partition.start)
+            yield from data_batch(table, partition.channel, positions).to_batches()
         elif isinstance(partition, ReplayPartition):
-            table = _read_replay(partition, self.user_schema)
-            yield from data_batch(table, partition.channel, partition.start).to_batches()
+            dense = self.upstream.position_column is None
+            table, positions = _read_replay(partition, self.user_schema, dense)
+            yield from data_batch(table, partition.channel, positions).to_batches()
         elif isinstance(partition, MarkerPartition):
             table = marker_batch(
                 self.user_schema,
@@ -446,8 +448,13 @@ def _replay(point: RestorePoint) -> Replay | None:
     )
 
 
-def _read_replay(partition: ReplayPartition, schema: pa.Schema) -> pa.Table:
-    """Read records ``[start, end)`` of a channel from in-flight files, in ``_seq`` order."""
+def _read_replay(
+    partition: ReplayPartition, schema: pa.Schema, dense: bool
+) -> tuple[pa.Table, pa.Array]:
+    """Read records ``[start, end)`` of a channel from in-flight files, in ``_seq`` order,
+    with their positions. With ``dense`` positions the range must be whole; an upstream
+    whose positions have gaps (Kafka offsets) holds up to ``end - start`` records there,
+    each once."""
     pieces = []
     for path in partition.files:
         fs, local = filesystem(path)
@@ -462,11 +469,14 @@ def _read_replay(partition: ReplayPartition, schema: pa.Schema) -> pa.Table:
             ),
         )
         table = table.filter(keep).sort_by(SEQ)
-    if table.num_rows != partition.end - partition.start:
+    width = partition.end - partition.start
+    seqs = table[SEQ].combine_chunks() if table.num_rows else pa.array([], pa.int64())
+    whole = table.num_rows == width if dense else len(pc.unique(seqs)) == table.num_rows
+    if not whole or table.num_rows > width:
         raise RestoreError(
             f"in-flight files {list(partition.files)} hold {table.num_rows} records of channel "
             f"{partition.channel} in [{partition.start}, {partition.end}), expected "
-            f"{partition.end - partition.start}; the restored checkpoint's in-flight data is "
-            "incomplete"
+            f"{width if dense else f'at most {width}, each once'}; the restored checkpoint's "
+            "in-flight data is incomplete"
         )
-    return table.select(schema.names).cast(schema)
+    return table.select(schema.names).cast(schema), seqs.cast(pa.int64())

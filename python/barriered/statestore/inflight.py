@@ -53,9 +53,12 @@ def capture(
         The epoch of the run (its acknowledgement carries it).
     """
     files: tuple[DataFile, ...] = ()
+    captured = end - start  # by reference: the range (fewer records where positions have gaps)
     if mode == "value" and end > start:
-        table = data_batch(upstream.read(channel, start, end), channel, start)
+        rows = upstream.read(channel, start, end)
+        table = data_batch(rows, channel, upstream.positions(rows, start))
         table = table.select([*upstream.schema().names, "_channel", "_seq"])
+        captured = table.num_rows
         files = (
             write_data_file(
                 layout.inflight_table,
@@ -72,7 +75,7 @@ def capture(
         participant,
         changed=True,
         files=files,
-        rows=end - start,
+        rows=captured,
         bytes=sum(f.size for f in files),
         extra={"channel": channel, "start": start, "end": end, "capture": mode},
         epoch=epoch,

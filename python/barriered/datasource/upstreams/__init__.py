@@ -12,7 +12,7 @@ from barriered.errors import ConfigError
 def make_upstream(
     options: Mapping[str, str], state_dir: str, required_by: str | None = None
 ) -> Upstream:
-    """Create the upstream named by option ``upstream`` (rate, files or delta).
+    """Create the upstream named by option ``upstream`` (rate, files, delta or kafka).
 
     Nothing is written: an upstream that keeps a manifest writes it when the query
     starts (:meth:`Upstream.persist`) or when it first finds records.
@@ -43,7 +43,13 @@ def make_upstream(
         from barriered.datasource.upstreams.delta import DeltaUpstream
 
         return DeltaUpstream.from_options(options, state_dir, required_by)
-    raise ConfigError(f"option 'upstream' must be one of 'rate', 'files', 'delta', got {name!r}")
+    if name == "kafka":
+        from barriered.datasource.upstreams.kafka import KafkaUpstream
+
+        return KafkaUpstream.from_options(options, state_dir, required_by)
+    raise ConfigError(
+        f"option 'upstream' must be one of 'rate', 'files', 'delta', 'kafka', got {name!r}"
+    )
 
 
 def manifest_name(upstream: str) -> str | None:

@@ -1,8 +1,10 @@
 """The upstream protocol: what the "barriered" source needs from a data producer.
 
 An upstream is split into *channels* (a file group, a table partition, a generator
-lane). Each channel is an ordered sequence of records addressed by a *position* (the
-0-based index of a record within its channel) that only grows. The source planner, on
+lane, a Kafka topic-partition). Each channel is an ordered sequence of records addressed
+by a *position* that only grows: the 0-based index of a record within its channel, or,
+for an upstream with a :attr:`Upstream.position_column` (Kafka's offsets), a number
+with gaps that the record carries. The source planner, on
 the driver, asks :meth:`Upstream.available` how far each channel reaches right now; the
 readers, on executors, ask :meth:`Upstream.read` for a range of positions. Reads must be
 deterministic: the same range always returns the same records, so a checkpoint can be
@@ -27,6 +29,10 @@ class Upstream(ABC):
 
     #: Name used in ``.option("upstream", NAME)``.
     name: str = ""
+    #: The user column holding each record's position, for an upstream whose positions
+    #: have gaps (a read of ``[start, end)`` may return fewer rows); None: positions are
+    #: dense, the records of ``[start, end)`` are ``end - start`` rows in order.
+    position_column: str | None = None
 
     @abstractmethod
     def schema(self) -> pa.Schema:
@@ -35,6 +41,16 @@ class Upstream(ABC):
     @abstractmethod
     def channel_count(self) -> int:
         """Return the number of channels (fixed for the life of a snapshot path)."""
+
+    def start_positions(self) -> list[int]:
+        """Return, per channel, the position a new stream starts at (default 0)."""
+        return [0] * self.channel_count()
+
+    def positions(self, rows: pa.Table, start: int) -> pa.Array:
+        """Return the positions of ``rows``, the result of ``read(channel, start, ...)``."""
+        if self.position_column is not None:
+            return rows[self.position_column].combine_chunks().cast(pa.int64())
+        return pa.array(range(start, start + rows.num_rows), pa.int64())
 
     @abstractmethod
     def available(self) -> list[int]:
@@ -48,7 +64,9 @@ class Upstream(ABC):
     def read(self, channel: int, start: int, end: int) -> pa.Table:
         """Return the records of ``channel`` at positions ``[start, end)`` in order.
 
-        Runs on executors. The table has exactly :meth:`schema` and ``end - start`` rows.
+        Runs on executors. The table has exactly :meth:`schema`, and ``end - start`` rows
+        unless the upstream has a :attr:`position_column` (then the records whose
+        position lies in the range).
         """
 
     def is_finite(self) -> bool:

@@ -1,0 +1,541 @@
+"""The ``kafka`` upstream: one channel per topic-partition, positions are Kafka offsets.
+
+A channel's barrier position is the partition's next offset, as in Flink's Kafka source
+(one split per partition, its offset in the checkpoint). The channels and where each
+starts are fixed when the stream first starts and kept in ``kafka_manifest.json`` under
+the upstream's state folder, with each topic's id: a restarted query reads the same
+partitions from its checkpoint's offsets, and a topic deleted or recreated under the same
+name is refused (never read again from offset 0).
+
+Offsets have gaps (transaction markers, aborted records, compaction), so a read of
+``[start, end)`` may return fewer records than ``end - start``; each record's position is
+its ``offset`` column (:attr:`KafkaUpstream.position_column`). The driver plans up to the
+partition's last stable offset (``isolation.level=read_committed``, the default: records
+of aborted or open transactions never appear) or its high watermark (read_uncommitted),
+so a range, once planned, always reads the same records. Readers run on executors with
+confluent-kafka's consumer, created inside :meth:`KafkaUpstream.read` (its client is not
+fork-safe), assigned and sought (no consumer group), and stop at the range's end offset.
+
+Records that retention deleted before they were read fail the read naming topic,
+partition and offsets (``failOnDataLoss=true``, the default), or are skipped with a
+warning. Partitions added to a topic while the query runs fail the query (they are not
+read yet: a new snapshot path picks them up).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from barriered.datasource.upstreams.base import Upstream
+from barriered.datasource.upstreams.options import choice_option, int_option, prefixed_options
+from barriered.errors import ConfigError, SnapshotStoreError, UpstreamError
+from barriered.statestore.fileio import read_json, write_json
+
+log = logging.getLogger(__name__)
+
+MANIFEST_NAME = "kafka_manifest.json"
+CLIENT_PREFIX = "kafka."
+#: Client settings the upstream sets itself (Spark's Kafka source refuses the same).
+_MANAGED = {
+    "group.id": "the upstream reads by assign and seek, without a consumer group",
+    "auto.offset.reset": "use the option startingOffsets",
+    "enable.auto.commit": "offsets live in the barriered checkpoint",
+    "enable.partition.eof": "the reader needs it",
+}
+_EARLIEST, _LATEST = -2, -1
+
+KEY_VALUE = [
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+    pa.field("timestampType", pa.int32()),
+]
+HEADERS = pa.field(
+    "headers",
+    pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])),
+)
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One topic-partition and the offset the stream started it at."""
+
+    topic: str
+    partition: int
+    start: int
+
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+def _admin(client: Mapping[str, str]) -> Any:
+    """A new admin client (keep it while its futures run: they fail once it is gone)."""
+    try:
+        from confluent_kafka.admin import AdminClient
+    except ImportError:
+        raise ConfigError(
+            "upstream 'kafka' needs the Python package confluent-kafka on the driver and "
+            "the executors: pip install 'spark-barriered[kafka]'"
+        ) from None
+    return AdminClient(dict(client))
+
+
+def _spec(which: str, timestamp_ms: int = 0) -> Any:
+    """confluent-kafka's ``OffsetSpec`` (``earliest``, ``latest`` or ``for_timestamp``);
+    its stubs leave the class unexported and the constructors untyped."""
+    from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+    spec: Any = OffsetSpec
+    if which == "for_timestamp":
+        return spec.for_timestamp(timestamp_ms)
+    return spec.earliest() if which == "earliest" else spec.latest()
+
+
+def _result(futures: Mapping[Any, Any], what: str, timeout_s: float) -> dict[Any, Any]:
+    """Wait for an admin call's futures; a failure names what was asked."""
+    out = {}
+    for key, future in futures.items():
+        try:
+            out[key] = future.result(timeout=timeout_s)
+        except Exception as exc:
+            raise UpstreamError(f"kafka upstream: {what} failed for {key}: {exc}") from exc
+    return out
+
+
+class KafkaUpstream(Upstream):
+    """Records of Kafka topic-partitions (see the module docstring).
+
+    Parameters
+    ----------
+    client : Mapping[str, str]
+        The ``kafka.*`` options without their prefix (``bootstrap.servers`` and any
+        other librdkafka client setting, credentials included: never written or logged).
+    subscription : Mapping[str, str]
+        The one option of ``subscribe``, ``subscribePattern`` and ``assign`` given.
+    channels : list of Channel
+        The topic-partitions, in channel order, with their starting offsets.
+    topic_ids : Mapping[str, str]
+        Each topic's id when the stream started.
+    fail_on_data_loss : bool
+        Fail a read whose records retention deleted (else skip them with a warning).
+    include_headers : bool
+        Add the ``headers`` column.
+    poll_timeout_ms : int
+        How long a reader waits for records it knows exist before it fails.
+    manifest_path : str
+        Where the channels are kept.
+    """
+
+    name = "kafka"
+    position_column = "offset"
+
+    def __init__(
+        self,
+        client: Mapping[str, str],
+        subscription: Mapping[str, str],
+        channels: list[Channel],
+        topic_ids: Mapping[str, str],
+        fail_on_data_loss: bool,
+        include_headers: bool,
+        poll_timeout_ms: int,
+        manifest_path: str,
+    ) -> None:
+        self.client = dict(client)
+        self.subscription = dict(subscription)
+        self.channels = list(channels)
+        self.topic_ids = dict(topic_ids)
+        self.fail_on_data_loss = fail_on_data_loss
+        self.include_headers = include_headers
+        self.poll_timeout_ms = poll_timeout_ms
+        self.manifest_path = manifest_path
+        self.isolation = self.client.get("isolation.level", "read_committed")
+        self._admin_client: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # pickled to the executors: the admin client is created again where it is needed
+        return {**self.__dict__, "_admin_client": None}
+
+    def _admin(self) -> Any:
+        if self._admin_client is None:
+            self._admin_client = _admin(self.client)
+        return self._admin_client
+
+    # -- options and manifest ------------------------------------------------------------
+
+    @classmethod
+    def from_options(
+        cls, options: Mapping[str, str], state_dir: str, required_by: str | None = None
+    ) -> KafkaUpstream:
+        """Build from the source options; the channels come from the manifest of a
+        stream that started before, else from the subscription (nothing is written:
+        :meth:`persist` writes the manifest).
+
+        Raises
+        ------
+        ConfigError
+            For a missing ``kafka.bootstrap.servers``, not exactly one of ``subscribe``,
+            ``subscribePattern`` and ``assign``, a bad ``startingOffsets``, a client
+            setting the upstream manages, or a subscription other than the manifest's.
+        SnapshotStoreError
+            When the manifest is missing although ``required_by`` refers to positions.
+        """
+        client = prefixed_options(options, CLIENT_PREFIX)
+        if not client.get("bootstrap.servers"):
+            raise ConfigError(
+                "upstream 'kafka' needs the option kafka.bootstrap.servers "
+                "(e.g. .option('kafka.bootstrap.servers', 'host1:9092,host2:9092'))"
+            )
+        for setting, why in _MANAGED.items():
+            if setting in client:
+                raise ConfigError(f"option 'kafka.{setting}' is not supported: {why}")
+        isolation = client.setdefault("isolation.level", "read_committed")
+        if isolation not in ("read_committed", "read_uncommitted"):
+            raise ConfigError(
+                "option 'kafka.isolation.level' must be read_committed or read_uncommitted, "
+                f"got {isolation!r}"
+            )
+        subscription = {
+            k: options[k] for k in ("subscribe", "subscribePattern", "assign") if k in options
+        }
+        if len(subscription) != 1:
+            raise ConfigError(
+                "upstream 'kafka' needs exactly one of the options subscribe (topics, comma "
+                "separated), subscribePattern (a regular expression) or assign (JSON "
+                f'{{"topic": [0, 1]}}), got {sorted(subscription) or "none"}'
+            )
+        fail_on_data_loss = choice_option(options, "failOnDataLoss", ("true", "false")) != "false"
+        include_headers = choice_option(options, "includeHeaders", ("true", "false")) == "true"
+        poll_timeout_ms = int_option(options, "kafkaConsumer.pollTimeoutMs", 120_000, minimum=1)
+        manifest_path = f"{state_dir.rstrip('/')}/{MANIFEST_NAME}"
+        saved = read_json(manifest_path, default=None)
+        common = (fail_on_data_loss, include_headers, poll_timeout_ms, manifest_path)
+        if saved is not None:
+            if saved.get("subscription") != subscription:
+                raise ConfigError(
+                    f"the kafka upstream's subscription is {subscription} but this stream "
+                    f"started with {saved.get('subscription')} (manifest {manifest_path!r}); "
+                    "its channels are fixed for the life of the snapshot path: subscribe as "
+                    "before, or start the stream on a new snapshot path"
+                )
+            channels = [Channel(**c) for c in saved["channels"]]
+            upstream = cls(client, subscription, channels, saved["topic_ids"], *common)
+            upstream._check_topics()
+            return upstream
+        if required_by is not None:
+            raise SnapshotStoreError(
+                f"kafka upstream manifest {manifest_path!r} is missing, but {required_by} "
+                "refers to offsets of the topic-partitions it lists, in its channel order. "
+                "Nothing was written. Put the manifest back (from a backup or a savepoint's "
+                "_source folder), or start the stream on a new snapshot path"
+            )
+        admin = _admin(client)
+        topics = _resolve(admin, subscription)
+        starts = _starting_offsets(admin, topics, options)
+        channels = [Channel(t, p, starts[(t, p)]) for t, p in sorted(starts)]
+        ids = {t: info["id"] for t, info in topics.items()}
+        return cls(client, subscription, channels, ids, *common)
+
+    def persist(self) -> None:
+        write_json(
+            self.manifest_path,
+            {
+                "subscription": self.subscription,
+                "channels": [c.__dict__ for c in self.channels],
+                "topic_ids": self.topic_ids,
+            },
+        )
+        log.info(
+            "kafka upstream: %d channels (%s)",
+            len(self.channels),
+            ", ".join(c.name() for c in self.channels),
+        )
+
+    # -- the upstream protocol -------------------------------------------------------------
+
+    def schema(self) -> pa.Schema:
+        return pa.schema([*KEY_VALUE, HEADERS] if self.include_headers else KEY_VALUE)
+
+    def channel_count(self) -> int:
+        return len(self.channels)
+
+    def start_positions(self) -> list[int]:
+        return [c.start for c in self.channels]
+
+    def available(self) -> list[int]:
+        """Per channel, the last stable offset (read_committed) or high watermark."""
+        from confluent_kafka import IsolationLevel, TopicPartition
+
+        self._check_topics()
+        level = (
+            IsolationLevel.READ_COMMITTED
+            if self.isolation == "read_committed"
+            else IsolationLevel.READ_UNCOMMITTED
+        )
+        asked = {TopicPartition(c.topic, c.partition): _spec("latest") for c in self.channels}
+        got = _result(
+            self._admin().list_offsets(asked, isolation_level=level),
+            "listing end offsets",
+            30,
+        )
+        ends = {(tp.topic, tp.partition): info.offset for tp, info in got.items()}
+        return [max(c.start, int(ends[(c.topic, c.partition)])) for c in self.channels]
+
+    def read(self, channel: int, start: int, end: int) -> pa.Table:
+        """The records of channel ``channel`` at offsets ``[start, end)``, in order."""
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        ch = self.channels[channel]
+        if end <= start:
+            return self.schema().empty_table()
+        consumer = Consumer(
+            {
+                # the range ends where the partition ended at planning: a fetch there
+                # waits for new records, which only ends the read later
+                "fetch.wait.max.ms": 10,
+                **self.client,
+                "group.id": f"barriered-reader-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "error",
+            }
+        )
+        try:
+            low, _ = consumer.get_watermark_offsets(
+                TopicPartition(ch.topic, ch.partition), timeout=30
+            )
+            first = start
+            if start < low:
+                self._lost(ch, start, min(low, end))
+                first = min(low, end)
+            if first >= end:
+                return self.schema().empty_table()
+            consumer.assign([TopicPartition(ch.topic, ch.partition, first)])
+            rows: list[Any] = []
+            deadline = time.monotonic() + self.poll_timeout_ms / 1000
+            done = False
+            while not done:
+                if time.monotonic() > deadline:
+                    raise UpstreamError(
+                        f"kafka upstream: reading {ch.name()} offsets [{start}, {end}) got "
+                        f"{len(rows)} records and no more within kafkaConsumer.pollTimeoutMs="
+                        f"{self.poll_timeout_ms}; is the broker reachable from the executors?"
+                    )
+                # At most the offsets left, so a range without gaps returns at once; a
+                # short wait, so a gap (a transaction marker) costs little.
+                wanted = min(10_000, max(1, end - (rows[-1].offset() + 1 if rows else first)))
+                for message in consumer.consume(num_messages=wanted, timeout=0.1):
+                    error, offset = message.error(), message.offset() or 0
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            done = done or offset >= end
+                            continue
+                        raise UpstreamError(
+                            f"kafka upstream: reading {ch.name()} offsets [{start}, {end}) "
+                            f"failed: {error}"
+                        )
+                    if offset >= end:
+                        done = True
+                        break
+                    rows.append(message)
+                    done = offset == end - 1
+        finally:
+            consumer.close()
+        return self._table(rows)
+
+    def _lost(self, ch: Channel, start: int, end: int) -> None:
+        """Records ``[start, end)`` of ``ch`` were deleted before they were read."""
+        what = (
+            f"kafka upstream: offsets [{start}, {end}) of {ch.name()} were deleted (by "
+            "retention or deleteRecords) before the query read them"
+        )
+        if self.fail_on_data_loss:
+            raise UpstreamError(
+                f"{what}. Nothing of them can be read again. Set failOnDataLoss=false to skip "
+                "such records (they are lost), or restore from a checkpoint whose offsets "
+                "the topic still holds"
+            )
+        log.warning("%s; skipped (failOnDataLoss=false)", what)
+
+    def _table(self, messages: list[Any]) -> pa.Table:
+        columns: dict[str, list[Any]] = {f.name: [] for f in self.schema()}
+        for m in messages:
+            kind, ts = m.timestamp()
+            columns["key"].append(m.key())
+            columns["value"].append(m.value())
+            columns["topic"].append(m.topic())
+            columns["partition"].append(m.partition())
+            columns["offset"].append(m.offset())
+            columns["timestamp"].append(ts * 1000 if ts is not None and ts >= 0 else None)
+            columns["timestampType"].append(max(kind - 1, 0))
+            if self.include_headers:
+                headers = m.headers() or []
+                columns["headers"].append([{"key": k, "value": v} for k, v in headers])
+        schema = self.schema()
+        arrays = [
+            pa.array(columns[f.name], pa.int64()).cast(f.type)
+            if f.name == "timestamp"
+            else pa.array(columns[f.name], f.type)
+            for f in schema
+        ]
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+    def _check_topics(self) -> None:
+        """Refuse a topic that was deleted, recreated or given more partitions."""
+        from confluent_kafka import TopicCollection
+
+        topics = sorted(self.topic_ids)
+        described = _result(
+            self._admin().describe_topics(TopicCollection(topics)), "describing", 30
+        )
+        for topic in topics:
+            info = described[topic]
+            now = str(info.topic_id)
+            if now != self.topic_ids[topic]:
+                raise UpstreamError(
+                    f"kafka upstream: topic {topic!r} was deleted and recreated (its id was "
+                    f"{self.topic_ids[topic]}, now {now}); its offsets now name other records, "
+                    "so it is not read again from the start. Start the stream on a new "
+                    "snapshot path"
+                )
+            known = sum(1 for c in self.channels if c.topic == topic)
+            if len(info.partitions) > known:
+                raise UpstreamError(
+                    f"kafka upstream: topic {topic!r} now has {len(info.partitions)} "
+                    f"partitions, the stream reads the {known} it started with; the new "
+                    "partitions would not be read. Start the stream on a new snapshot path "
+                    "(restoring a savepoint does not add channels either)"
+                )
+
+    def describe(self) -> Mapping[str, object]:
+        return {
+            "upstream": self.name,
+            "channels": len(self.channels),
+            "bootstrap.servers": self.client["bootstrap.servers"],
+            "topicPartitions": [c.name() for c in self.channels],
+            "isolation.level": self.isolation,
+        }
+
+    def channel_names(self) -> list[str]:
+        """``topic-partition`` of every channel, in channel order."""
+        return [c.name() for c in self.channels]
+
+
+def _resolve(admin: Any, subscription: Mapping[str, str]) -> dict[str, Any]:
+    """Topic -> {"id", "partitions"} of the subscription, as the cluster has them now."""
+    from confluent_kafka import TopicCollection
+
+    ((kind, raw),) = subscription.items()
+    assigned: dict[str, list[int]] | None = None
+    if kind == "assign":
+        try:
+            parsed = json.loads(raw)
+            assigned = {str(t): [int(p) for p in ps] for t, ps in parsed.items()}
+        except (ValueError, TypeError, AttributeError):
+            raise ConfigError(
+                f"option 'assign' must be JSON like {{\"topic\": [0, 1]}}, got {raw!r}"
+            ) from None
+        names = sorted(assigned)
+    else:
+        listed = sorted(t for t in admin.list_topics(timeout=30).topics if not t.startswith("__"))
+        if kind == "subscribe":
+            names = [t.strip() for t in raw.split(",") if t.strip()]
+        else:
+            try:
+                pattern = re.compile(raw)
+            except re.error as exc:
+                raise ConfigError(f"option 'subscribePattern' {raw!r}: {exc}") from None
+            names = [t for t in listed if pattern.fullmatch(t)]
+        missing = [t for t in names if t not in listed]
+        if missing or not names:
+            raise ConfigError(
+                f"kafka upstream: option {kind!r}={raw!r} names no existing topic "
+                f"{missing or ''} (topics on the cluster: {listed})"
+            )
+    described = _result(admin.describe_topics(TopicCollection(names)), "describing", 30)
+    out: dict[str, Any] = {}
+    for topic in names:
+        info = described[topic]
+        partitions = [p.id for p in info.partitions]
+        if assigned is not None:
+            unknown = sorted(set(assigned[topic]) - set(partitions))
+            if unknown:
+                raise ConfigError(
+                    f"option 'assign' names partitions {unknown} of topic {topic!r}, which "
+                    f"has {len(partitions)}"
+                )
+            partitions = sorted(assigned[topic])
+        out[topic] = {"id": str(info.topic_id), "partitions": partitions}
+    return out
+
+
+def _starting_offsets(
+    admin: Any, topics: Mapping[str, Any], options: Mapping[str, str]
+) -> dict[tuple[str, int], int]:
+    """The offset each topic-partition starts at (``startingOffsets`` or
+    ``startingTimestamp``; default ``latest``, as Spark's Kafka source)."""
+    from confluent_kafka import TopicPartition
+
+    raw_offsets = options.get("startingOffsets")
+    raw_time = options.get("startingTimestamp")
+    if raw_offsets and raw_time:
+        raise ConfigError("set one of the options startingOffsets and startingTimestamp, not both")
+    wanted: dict[tuple[str, int], Any] = {}
+    partitions = [(t, p) for t, info in topics.items() for p in info["partitions"]]
+    if raw_time:
+        stamp = int_option(options, "startingTimestamp", 0, minimum=0)
+        wanted = {tp: _spec("for_timestamp", stamp) for tp in partitions}
+    else:
+        spec = (raw_offsets or "latest").strip()
+        if spec.lower() in ("earliest", "latest"):
+            wanted = {tp: _spec(spec.lower()) for tp in partitions}
+        else:
+            try:
+                given = {
+                    (str(t), int(p)): int(o)
+                    for t, ps in json.loads(spec).items()
+                    for p, o in ps.items()
+                }
+            except (ValueError, TypeError, AttributeError):
+                raise ConfigError(
+                    "option 'startingOffsets' must be earliest, latest or JSON like "
+                    f'{{"topic": {{"0": 23, "1": -2}}}} (-2 earliest, -1 latest), got {spec!r}'
+                ) from None
+            missing = sorted(set(partitions) - set(given))
+            if missing:
+                raise ConfigError(
+                    f"option 'startingOffsets' has no offset for {missing}; give every "
+                    "subscribed topic-partition one (-2 earliest, -1 latest)"
+                )
+            for tp in partitions:
+                o = given[tp]
+                named = {_EARLIEST: "earliest", _LATEST: "latest"}.get(o)
+                wanted[tp] = o if named is None else _spec(named)
+    exact = {tp: o for tp, o in wanted.items() if isinstance(o, int)}
+    asked = {TopicPartition(t, p): s for (t, p), s in wanted.items() if not isinstance(s, int)}
+    got = _result(admin.list_offsets(asked), "listing offsets", 30) if asked else {}
+    latest = None
+    out = dict(exact)
+    for tp, info in got.items():
+        offset = int(info.offset)
+        if offset < 0:  # startingTimestamp after the partition's last record: its end
+            if latest is None:
+                latest = _result(
+                    admin.list_offsets({t: _spec("latest") for t in got}),
+                    "listing end offsets",
+                    30,
+                )
+            offset = int(latest[tp].offset)
+        out[(tp.topic, tp.partition)] = offset
+    return out

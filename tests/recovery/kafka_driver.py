@@ -1,0 +1,55 @@
+"""One Spark driver of tests/recovery/test_kafka_recovery.py, run as its own process.
+
+``python kafka_driver.py SNAP CHECKPOINT BOOTSTRAP TOPIC MODE`` keeps a running total per
+key (``barriered.keyed`` with ``RunningTotals``) of the Kafka topic's records (key: the
+user, value: the amount as text), with the checkpoint settings of ``runs.MODES[MODE]``
+(its own local[2] session, 2 shuffle partitions, at most 20 offsets per partition and
+micro-batch, so the busy partition lags). It runs until the test SIGKILLs it; it prints
+``STARTED`` when the query runs.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from pyspark.sql import SparkSession
+
+import barriered
+from kafka_queries import kafka_totals
+from runs import MODES, PREFIX
+
+
+def main() -> int:
+    snap, checkpoint, bootstrap, topic, mode = sys.argv[1:6]
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("kafka-driver")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    barriered.install(spark)
+    for key, value in {
+        "snapshotPath": snap,
+        "checkpointInterval": "10ms",
+        "maxParallelism": "8",
+        "bufferPerChannel": "100",
+        "retainedCheckpoints": "100",
+        **MODES[mode],
+    }.items():
+        spark.conf.set(PREFIX + key, value)
+    query = (
+        kafka_totals(spark, bootstrap, topic)
+        .writeStream.format("noop")
+        .option("checkpointLocation", checkpoint)
+        .start()
+    )
+    print("STARTED", flush=True)
+    query.awaitTermination()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
