@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_broker import START_TIMEOUT, KafkaBroker, KafkaBrokerError, Record
+from kafka_broker import START_TIMEOUT, KafkaBroker, KafkaBrokerError, Produced, Record
 
 pytestmark = pytest.mark.kafka
 
@@ -21,7 +21,7 @@ def test_read_committed_sees_plain_and_committed_records_only(kafka_broker: Kafk
     for p in range(3):
         plain = [(f"k{p}{i}", f"v{p}{i}") for i in range(3)]
         assert broker.produce(topic, plain, partition=p) == [(p, 0), (p, 1), (p, 2)]
-    committed = [(b"c1", b"one", [("h", b"x")]), (b"c2", b"two")]
+    committed: list[Produced] = [(b"c1", b"one", [("h", b"x")]), (b"c2", b"two")]
     assert broker.produce(topic, committed, partition=1, transactional=True) == [(1, 3), (1, 4)]
     aborted = [(b"a1", b"gone"), (b"a2", b"gone")]
     assert broker.produce(topic, aborted, partition=2, transactional="abort") == [(2, 3), (2, 4)]
