@@ -188,6 +188,7 @@ class KafkaBroker:
         self.controller_port = 0
         self.started_in = 0.0  # seconds from launch until it answered
         self._admin: Any = None
+        self._producers: dict[bool, Producer] = {}
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -261,6 +262,7 @@ class KafkaBroker:
         and remove its folder. Safe to call twice."""
         process, self.process = self.process, None
         self._admin = None
+        self._producers.clear()
         if process is not None:
             atexit.unregister(self.stop)
             if process.poll() is None:
@@ -372,6 +374,19 @@ class KafkaBroker:
         self.admin.delete_topics([name], operation_timeout=TIMEOUT)[name].result(TIMEOUT)
         self._wait_for(name, None)
 
+    def _producer(self, transactional: bool) -> Producer:
+        """This broker's idempotent producer, or its transactional one (initialized once:
+        a new producer costs half a second to get its producer id)."""
+        if transactional not in self._producers:
+            config = self._client_config(**{"enable.idempotence": True, "linger.ms": 0})
+            if transactional:
+                config["transactional.id"] = f"barriered-tests-{uuid.uuid4().hex}"
+            producer = Producer(config)
+            if transactional:
+                producer.init_transactions(TIMEOUT)
+            self._producers[transactional] = producer
+        return self._producers[transactional]
+
     def produce(
         self,
         topic: str,
@@ -385,10 +400,7 @@ class KafkaBroker:
         one aborted transaction; otherwise with an idempotent producer. Returns each
         record's ``(partition, offset)`` in order once every record is acknowledged.
         """
-        config = self._client_config(**{"enable.idempotence": True, "linger.ms": 0})
-        if transactional:
-            config["transactional.id"] = f"barriered-tests-{uuid.uuid4().hex}"
-        producer = Producer(config)
+        producer = self._producer(bool(transactional))
         delivered: list[tuple[int, int] | None] = []
         errors: list[str] = []
 
@@ -399,8 +411,8 @@ class KafkaBroker:
                 delivered[index] = (msg.partition(), msg.offset())
 
         try:
+            producer.list_topics(topic, timeout=TIMEOUT)  # partitions added since its last call
             if transactional:
-                producer.init_transactions(TIMEOUT)
                 producer.begin_transaction()
             for index, record in enumerate(records):
                 key, value, *rest = record
@@ -419,7 +431,8 @@ class KafkaBroker:
                 producer.abort_transaction(TIMEOUT)
             elif transactional:
                 producer.commit_transaction(TIMEOUT)
-        except KafkaException as exc:
+        except (KafkaException, KafkaBrokerError) as exc:
+            self._producers.pop(bool(transactional), None)  # a new one for the next call
             raise KafkaBrokerError(f"producing to {topic!r} failed: {exc}") from exc
         errors += [f"record {i}: not acknowledged" for i, at in enumerate(delivered) if not at]
         if errors:
@@ -470,6 +483,7 @@ class KafkaBroker:
                     "enable.auto.commit": False,
                     "enable.partition.eof": True,
                     "auto.offset.reset": "earliest",
+                    "fetch.wait.max.ms": 50,
                 }
             )
         )
