@@ -94,6 +94,7 @@ share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 log.retention.check.interval.ms=1000
+log.initial.task.delay.ms=0
 log.segment.bytes=1048576
 log.segment.delete.delay.ms=0
 log.cleaner.dedupe.buffer.size=4194304
@@ -144,11 +145,25 @@ def _remove_dead_brokers_folders() -> None:
     SIGKILL of the test process: the broker itself died with it)."""
     for pid_file in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*/{PID_FILE}"):
         try:
-            os.kill(int(pid_file.read_text()), 0)
-        except ProcessLookupError:
-            shutil.rmtree(pid_file.parent, ignore_errors=True)
+            pid = int(pid_file.read_text())
         except (OSError, ValueError):
             continue
+        if not running(pid):
+            shutil.rmtree(pid_file.parent, ignore_errors=True)
+
+
+def running(pid: int) -> bool:
+    """Whether the process runs: a zombie (dead, its parent gone and no reaper) does not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # Linux: the state after the command's parenthesis
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _cluster_id() -> str:
