@@ -169,5 +169,6 @@ def kafka_broker() -> Iterator[KafkaBroker]:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     for broker in _BROKERS:
         terminalreporter.write_line(
-            f"Kafka broker (KRaft, build/kafka/) started in {broker.started_in:.1f} s"
+            f"Kafka broker (KRaft, build/kafka/): log directory formatted in "
+            f"{broker.formatted_in:.1f} s, broker answered {broker.started_in:.1f} s after launch"
         )

@@ -52,6 +52,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 LOG = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[1]
 JARS = ROOT / "build" / "kafka"
+CONFIG = Path(__file__).resolve().parent / "kafka"  # server.properties, log4j2.xml
 START_TIMEOUT = 60.0
 STOP_GRACE = 15.0
 JVM = ("-Xmx384m", "-Xss1m", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
@@ -62,47 +63,6 @@ PID_FILE = "broker.pid"
 Key = bytes | str | None
 Headers = Sequence[tuple[str, bytes | str | None]]
 Produced = tuple[Key, Key] | tuple[Key, Key, Headers]
-
-_LOG4J2 = """<Configuration status="WARN">
-  <Appenders><File name="file" fileName="{log}"><PatternLayout pattern="[%d] %p %m (%c)%n"/>
-  </File></Appenders>
-  <Loggers><Root level="WARN"><AppenderRef ref="file"/></Root></Loggers>
-</Configuration>
-"""
-# Combined broker and controller, every internal topic with one replica; retention acts
-# within a second or two of a topic's retention.ms / segment.ms; small thread pools and
-# cleaner buffer for a 2-core machine and a small heap.
-_PROPERTIES = """process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:{controller}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
-controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
-log.dirs={data}
-auto.create.topics.enable=false
-num.partitions=1
-default.replication.factor=1
-min.insync.replicas=1
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-transaction.state.log.num.partitions=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-group.initial.rebalance.delay.ms=0
-log.retention.check.interval.ms=1000
-log.initial.task.delay.ms=0
-log.segment.bytes=1048576
-log.segment.delete.delay.ms=0
-log.cleaner.dedupe.buffer.size=4194304
-num.network.threads=2
-num.io.threads=2
-num.recovery.threads.per.data.dir=1
-background.threads=2
-"""
 
 
 class Record(NamedTuple):
@@ -201,6 +161,7 @@ class KafkaBroker:
         self.process: subprocess.Popen[bytes] | None = None
         self.port = 0
         self.controller_port = 0
+        self.formatted_in = 0.0  # seconds the storage tool took to format the log directory
         self.started_in = 0.0  # seconds from launch until it answered
         self._admin: Any = None
         self._producers: dict[bool, Producer] = {}
@@ -225,16 +186,16 @@ class KafkaBroker:
         while self.controller_port == self.port:
             self.controller_port = _free_port()
         properties = self.folder / "server.properties"
+        template = (CONFIG / "server.properties").read_text()
+        data = self.folder / "data"
         properties.write_text(
-            _PROPERTIES.format(
-                port=self.port, controller=self.controller_port, data=self.folder / "data"
-            )
+            template.format(port=self.port, controller=self.controller_port, data=data)
         )
-        log4j2 = self.folder / "log4j2.xml"
-        log4j2.write_text(_LOG4J2.format(log=self.folder / "broker.log"))
-        command = [java_bin, *JVM, f"-Dlog4j2.configurationFile={log4j2}"]
+        command = [java_bin, *JVM, f"-Dlog4j2.configurationFile={CONFIG / 'log4j2.xml'}"]
+        command += [f"-Dbarriered.kafka.log={self.folder / 'broker.log'}"]
         command += ["-cp", str(self.jars / "*")]
         storage = ["kafka.tools.StorageTool", "format", "--config", str(properties)]
+        formatting = time.monotonic()
         formatted = subprocess.run(
             [*command, *storage, "--cluster-id", _cluster_id()],
             capture_output=True,
@@ -249,6 +210,7 @@ class KafkaBroker:
                 f"{formatted.stdout}{formatted.stderr}"
             )
         launched = time.monotonic()
+        self.formatted_in = launched - formatting
         with (self.folder / "stdout.log").open("wb") as out:
             self.process = subprocess.Popen(
                 [*command, "kafka.Kafka", str(properties)],
