@@ -85,10 +85,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _die_with_parent() -> Any:
-    """A ``preexec_fn`` that has the kernel send SIGTERM to the child when this process
-    dies (Linux ``prctl(PR_SET_PDEATHSIG)``); ``None`` elsewhere. The libc handle is
-    loaded here, before the fork."""
+def die_with_parent() -> Any:
+    """A function that has the kernel send SIGTERM to the process calling it when that
+    process's parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``): a ``preexec_fn`` for a
+    child; ``None`` elsewhere. The libc handle is loaded here, before any fork."""
     if not sys.platform.startswith("linux"):
         return None
     prctl = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).prctl
@@ -102,14 +102,21 @@ def _die_with_parent() -> Any:
 
 def _remove_dead_brokers_folders() -> None:
     """Remove the folders of brokers whose run was killed before it could (SIGTERM or
-    SIGKILL of the test process: the broker itself died with it)."""
-    for pid_file in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*/{PID_FILE}"):
+    SIGKILL of the test process: the broker itself died with it): a dead pid in its pid
+    file, or no pid file long after the storage tool's time."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*"):
         try:
-            pid = int(pid_file.read_text())
+            pid = int((folder / PID_FILE).read_text())
+        except FileNotFoundError:
+            pid = 0
         except (OSError, ValueError):
             continue
-        if not running(pid):
-            shutil.rmtree(pid_file.parent, ignore_errors=True)
+        try:
+            dead = not running(pid) if pid else time.time() - folder.stat().st_mtime > 600
+        except OSError:
+            continue
+        if dead:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def running(pid: int) -> bool:
@@ -218,7 +225,7 @@ class KafkaBroker:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=self.folder,
-                preexec_fn=_die_with_parent(),  # only calls prctl in the child
+                preexec_fn=die_with_parent(),  # only calls prctl in the child
             )
         (self.folder / PID_FILE).write_text(str(self.process.pid))
         atexit.register(self.stop)

@@ -88,7 +88,8 @@ def test_retention_deletes_records_nobody_read(kafka_broker: KafkaBroker) -> Non
 _CHILD = """
 import sys, time
 sys.path.insert(0, {tests!r})
-from kafka_broker import KafkaBroker
+from kafka_broker import KafkaBroker, die_with_parent
+die_with_parent()()  # this child too, should the test's own process be killed
 broker = KafkaBroker().start()
 print(broker.process.pid, broker.folder, flush=True)
 time.sleep(600)
@@ -104,12 +105,16 @@ def test_a_broker_dies_with_the_process_that_started_it(how: signal.Signals) -> 
     child = subprocess.Popen(
         [sys.executable, "-c", _CHILD.format(tests=tests)], stdout=subprocess.PIPE, text=True
     )
-    assert child.stdout is not None
-    pid_text, folder_text = child.stdout.readline().split()
-    pid, folder = int(pid_text), Path(folder_text)
-    assert Path(f"/proc/{pid}").exists()
-    child.send_signal(how)
-    child.wait(30)
+    try:
+        assert child.stdout is not None
+        pid_text, folder_text = child.stdout.readline().split()
+        pid, folder = int(pid_text), Path(folder_text)
+        assert running(pid)
+        child.send_signal(how)
+        child.wait(30)
+    finally:
+        child.kill()
+        child.wait()
     deadline = time.monotonic() + 30
     while running(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
