@@ -157,9 +157,8 @@ def java() -> str | None:
 class KafkaBroker:
     """A single-node KRaft Kafka broker in a temporary folder, on free localhost ports.
 
-    Use :meth:`start`, then :attr:`bootstrap` for
-    clients; :meth:`stop` ends the process (SIGTERM, SIGKILL after a grace period) and
-    removes the folder.
+    :meth:`start` it, give clients :attr:`bootstrap`; :meth:`stop` ends the process
+    (SIGTERM, SIGKILL after a grace period) and removes the folder.
     """
 
     def __init__(self, jars: Path = JARS) -> None:
