@@ -32,7 +32,7 @@ jar: $(JAR)
 $(KAFKA): tests/kafka/pom.xml
 	@command -v mvn >/dev/null || { echo "make: mvn (Maven) is required to fetch the Kafka broker"; exit 1; }
 	rm -rf build/kafka
-	mvn -q -B -Dstyle.color=never -f tests/kafka/pom.xml package
+	mvn -q -B -f tests/kafka/pom.xml package
 	touch $(KAFKA)
 
 kafka: $(KAFKA)

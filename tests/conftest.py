@@ -154,8 +154,10 @@ def kafka_broker() -> Iterator[KafkaBroker]:
     """One KRaft Kafka broker on free localhost ports for the whole test session
     (``tests/kafka_broker.py``), started on first use and stopped by pid at the end.
     Skipped only when Java is missing; missing jars (``make install``) are an error."""
-    from kafka_broker import KafkaBroker, java
-
+    try:
+        from kafka_broker import KafkaBroker, java
+    except ModuleNotFoundError as exc:  # confluent-kafka: the kafka extra
+        raise RuntimeError(f"{exc}: run `make install` (installs .[test,plot,kafka])") from exc
     if java() is None:
         pytest.skip("the Kafka tests start a local Kafka broker, which needs java (Java 17+)")
     broker = KafkaBroker().start()
@@ -169,5 +171,6 @@ def kafka_broker() -> Iterator[KafkaBroker]:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     for broker in _BROKERS:
         terminalreporter.write_line(
-            f"Kafka broker (KRaft, build/kafka/) started in {broker.started_in:.1f} s"
+            f"Kafka broker (KRaft, build/kafka/): log directory formatted in "
+            f"{broker.formatted_in:.1f} s, broker answered {broker.started_in:.1f} s after launch"
         )

@@ -15,8 +15,10 @@ dies (``PR_SET_PDEATHSIG``), and :meth:`KafkaBroker.stop` runs at exit too.
 from __future__ import annotations
 
 import atexit
+import base64
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 import shutil
@@ -31,30 +33,36 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    NewPartitions,
+    NewTopic,
+    OffsetSpec,
+)
+
 LOG = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[1]
 JARS = ROOT / "build" / "kafka"
+CONFIG = Path(__file__).resolve().parent / "kafka"  # server.properties, log4j2.xml
 START_TIMEOUT = 60.0
 STOP_GRACE = 15.0
-HEAP = "-Xmx384m"
+JVM = ("-Xmx384m", "-Xss1m", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
 TIMEOUT = 30.0  # one admin, produce or read call
+FOLDER_PREFIX = "barriered-kafka-"
+PID_FILE = "broker.pid"
 
 Key = bytes | str | None
 Headers = Sequence[tuple[str, bytes | str | None]]
 Produced = tuple[Key, Key] | tuple[Key, Key, Headers]
-
-_LOG4J2 = """<?xml version="1.0" encoding="UTF-8"?>
-<Configuration status="WARN">
-  <Appenders>
-    <File name="file" fileName="{log}">
-      <PatternLayout pattern="[%d] %p %m (%c)%n"/>
-    </File>
-  </Appenders>
-  <Loggers>
-    <Root level="WARN"><AppenderRef ref="file"/></Root>
-  </Loggers>
-</Configuration>
-"""
 
 
 class Record(NamedTuple):
@@ -77,10 +85,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _die_with_parent() -> Any:
-    """A ``preexec_fn`` that has the kernel send SIGTERM to the child when this process
-    dies (Linux ``prctl(PR_SET_PDEATHSIG)``); ``None`` elsewhere. The libc handle is
-    loaded here, before the fork."""
+def die_with_parent() -> Any:
+    """A function that has the kernel send SIGTERM to the process calling it when that
+    process's parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``): a ``preexec_fn`` for a
+    child; ``None`` elsewhere. The libc handle is loaded here, before any fork."""
     if not sys.platform.startswith("linux"):
         return None
     prctl = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).prctl
@@ -90,6 +98,52 @@ def _die_with_parent() -> Any:
         prctl(pr_set_pdeathsig, signal.SIGTERM)
 
     return preexec
+
+
+def _remove_dead_brokers_folders() -> None:
+    """Remove the folders of brokers whose run was killed before it could (SIGTERM or
+    SIGKILL of the test process: the broker itself died with it): a dead pid in its pid
+    file, or no pid file long after the storage tool's time."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*"):
+        try:
+            pid = int((folder / PID_FILE).read_text())
+        except FileNotFoundError:
+            pid = 0
+        except (OSError, ValueError):
+            continue
+        try:
+            dead = not running(pid) if pid else time.time() - folder.stat().st_mtime > 600
+        except OSError:
+            continue
+        if dead:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def running(pid: int) -> bool:
+    """Whether the process runs: a zombie (dead, its parent gone and no reaper) does not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # Linux: the state after the command's parenthesis
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _cluster_id() -> str:
+    """A random Kafka cluster id (16 bytes, URL-safe base64 without padding), never
+    starting with ``-`` (which the storage tool would take for an option)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
+def _bytes(value: str | bytes | None) -> bytes | None:
+    return value.encode() if isinstance(value, str) else value
 
 
 def java() -> str | None:
@@ -103,9 +157,8 @@ def java() -> str | None:
 class KafkaBroker:
     """A single-node KRaft Kafka broker in a temporary folder, on free localhost ports.
 
-    Use :meth:`start` (or ``with KafkaBroker() as broker``), then :attr:`bootstrap` for
-    clients; :meth:`stop` ends the process (SIGTERM, SIGKILL after a grace period) and
-    removes the folder.
+    :meth:`start` it, give clients :attr:`bootstrap`; :meth:`stop` ends the process
+    (SIGTERM, SIGKILL after a grace period) and removes the folder.
     """
 
     def __init__(self, jars: Path = JARS) -> None:
@@ -114,8 +167,10 @@ class KafkaBroker:
         self.process: subprocess.Popen[bytes] | None = None
         self.port = 0
         self.controller_port = 0
+        self.formatted_in = 0.0  # seconds the storage tool took to format the log directory
         self.started_in = 0.0  # seconds from launch until it answered
         self._admin: Any = None
+        self._producers: dict[bool, Producer] = {}
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -131,36 +186,24 @@ class KafkaBroker:
             raise KafkaBrokerError("java is not on the PATH (the Kafka broker needs Java 17+)")
         if not any(self.jars.glob("kafka_2.13-*.jar")):
             raise KafkaBrokerError(f"no Kafka jars in {self.jars}: run `make install`")
-        self.folder = Path(tempfile.mkdtemp(prefix="barriered-kafka-"))
+        _remove_dead_brokers_folders()
+        self.folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))
         self.port, self.controller_port = _free_port(), _free_port()
         while self.controller_port == self.port:
             self.controller_port = _free_port()
         properties = self.folder / "server.properties"
-        properties.write_text(self._properties())
-        log4j2 = self.folder / "log4j2.xml"
-        log4j2.write_text(_LOG4J2.format(log=self.folder / "broker.log"))
-        command = [
-            java_bin,
-            HEAP,
-            "-Xss1m",
-            "-XX:+UseSerialGC",
-            "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={log4j2}",
-            f"-Dkafka.logs.dir={self.folder}",
-            "-cp",
-            str(self.jars / "*"),
-        ]
-        cluster_id = self._cluster_id()
+        template = (CONFIG / "server.properties").read_text()
+        data = self.folder / "data"
+        properties.write_text(
+            template.format(port=self.port, controller=self.controller_port, data=data)
+        )
+        command = [java_bin, *JVM, f"-Dlog4j2.configurationFile={CONFIG / 'log4j2.xml'}"]
+        command += [f"-Dbarriered.kafka.log={self.folder / 'broker.log'}"]
+        command += ["-cp", str(self.jars / "*")]
+        storage = ["kafka.tools.StorageTool", "format", "--config", str(properties)]
+        formatting = time.monotonic()
         formatted = subprocess.run(
-            [
-                *command,
-                "kafka.tools.StorageTool",
-                "format",
-                "--config",
-                str(properties),
-                "--cluster-id",
-                cluster_id,
-            ],
+            [*command, *storage, "--cluster-id", _cluster_id()],
             capture_output=True,
             text=True,
             timeout=START_TIMEOUT,
@@ -173,6 +216,7 @@ class KafkaBroker:
                 f"{formatted.stdout}{formatted.stderr}"
             )
         launched = time.monotonic()
+        self.formatted_in = launched - formatting
         with (self.folder / "stdout.log").open("wb") as out:
             self.process = subprocess.Popen(
                 [*command, "kafka.Kafka", str(properties)],
@@ -180,23 +224,28 @@ class KafkaBroker:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=self.folder,
-                preexec_fn=_die_with_parent(),  # only calls prctl in the child
+                preexec_fn=die_with_parent(),  # only calls prctl in the child
             )
+        (self.folder / PID_FILE).write_text(str(self.process.pid))
         atexit.register(self.stop)
         try:
             self._wait_until_it_answers(launched)
+        except KafkaBrokerError:
+            self.stop(keep_folder=True)  # its logs, named in the error
+            raise
         except BaseException:
-            self.stop(keep_folder_on_error=True)
+            self.stop()
             raise
         self.started_in = time.monotonic() - launched
         LOG.info("Kafka broker %s up in %.1f s (%s)", self.bootstrap, self.started_in, self.folder)
         return self
 
-    def stop(self, keep_folder_on_error: bool = False) -> None:
+    def stop(self, keep_folder: bool = False) -> None:
         """SIGTERM the broker, SIGKILL it after :data:`STOP_GRACE` seconds, wait for it,
         and remove its folder. Safe to call twice."""
         process, self.process = self.process, None
         self._admin = None
+        self._producers.clear()
         if process is not None:
             atexit.unregister(self.stop)
             if process.poll() is None:
@@ -207,14 +256,8 @@ class KafkaBroker:
                     LOG.warning("Kafka broker pid %d ignored SIGTERM: SIGKILL", process.pid)
                     process.kill()
                     process.wait()
-        if not keep_folder_on_error:
+        if not keep_folder:
             self._remove_folder()
-
-    def __enter__(self) -> KafkaBroker:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def log_tail(self, lines: int = 40) -> str:
         """The last lines of the broker's log and of its stdout (for failure messages)."""
@@ -228,58 +271,7 @@ class KafkaBroker:
                 parts.append(f"--- {path}\n" + "\n".join(tail))
         return "\n".join(parts)
 
-    def _properties(self) -> str:
-        assert self.folder is not None
-        settings = {
-            "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
-            "listeners": (
-                f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
-            ),
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            "log.dirs": str(self.folder / "data"),
-            "auto.create.topics.enable": "false",
-            "num.partitions": "1",
-            "default.replication.factor": "1",
-            "min.insync.replicas": "1",
-            "offsets.topic.replication.factor": "1",
-            "offsets.topic.num.partitions": "1",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "transaction.state.log.num.partitions": "1",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
-            "group.initial.rebalance.delay.ms": "0",
-            # retention acts within a second or two of a topic's retention.ms / segment.ms
-            "log.retention.check.interval.ms": "1000",
-            "log.segment.bytes": str(1024 * 1024),
-            "log.segment.delete.delay.ms": "0",
-            "log.cleaner.dedupe.buffer.size": str(4 * 1024 * 1024),
-            "num.network.threads": "2",
-            "num.io.threads": "2",
-            "num.recovery.threads.per.data.dir": "1",
-            "background.threads": "2",
-        }
-        return "".join(f"{key}={value}\n" for key, value in settings.items())
-
-    @staticmethod
-    def _cluster_id() -> str:
-        """A random Kafka cluster id (16 bytes, URL-safe base64, no padding), never
-        starting with ``-`` (a command-line option to the storage tool)."""
-        import base64
-
-        while True:
-            text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-            if not text.startswith("-"):
-                return text
-
     def _wait_until_it_answers(self, launched: float) -> None:
-        from confluent_kafka.admin import AdminClient
-
         admin = AdminClient(self._client_config())
         last: Exception | None = None
         while time.monotonic() - launched < START_TIMEOUT:
@@ -318,8 +310,6 @@ class KafkaBroker:
         if self.process is None:
             raise KafkaBrokerError("the Kafka broker is not running")
         if self._admin is None:
-            from confluent_kafka.admin import AdminClient
-
             self._admin = AdminClient(self._client_config())
         return self._admin
 
@@ -335,16 +325,11 @@ class KafkaBroker:
         leader (``None``: until the topic is gone)."""
         deadline = time.monotonic() + TIMEOUT
         while time.monotonic() < deadline:
-            metadata = self.admin.list_topics(timeout=TIMEOUT).topics.get(topic)
-            if partitions is None and metadata is None:
+            found = self.admin.list_topics(timeout=TIMEOUT).topics.get(topic)
+            if found is None and partitions is None:
                 return
-            if (
-                partitions is not None
-                and metadata is not None
-                and metadata.error is None
-                and len(metadata.partitions) == partitions
-                and all(p.leader >= 0 for p in metadata.partitions.values())
-            ):
+            leaders = [p.leader for p in found.partitions.values()] if found else []
+            if found and not found.error and len(leaders) == partitions and min(leaders) >= 0:
                 return
             time.sleep(0.1)
         raise KafkaBrokerError(f"topic {topic!r} did not reach {partitions} partitions in time")
@@ -355,16 +340,12 @@ class KafkaBroker:
         """Create a topic (replication factor 1) with optional topic configs, e.g.
         ``{"retention.ms": "1000", "segment.ms": "500"}``; returns once every partition
         has a leader."""
-        from confluent_kafka.admin import NewTopic
-
         topic = NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})
         self.admin.create_topics([topic], operation_timeout=TIMEOUT)[name].result(TIMEOUT)
         self._wait_for(name, partitions)
 
     def add_partitions(self, topic: str, total: int) -> None:
         """Grow ``topic`` to ``total`` partitions."""
-        from confluent_kafka.admin import NewPartitions
-
         futures = self.admin.create_partitions(
             [NewPartitions(topic, total)], operation_timeout=TIMEOUT
         )
@@ -375,6 +356,19 @@ class KafkaBroker:
         """Delete a topic; returns once the metadata no longer shows it."""
         self.admin.delete_topics([name], operation_timeout=TIMEOUT)[name].result(TIMEOUT)
         self._wait_for(name, None)
+
+    def _producer(self, transactional: bool) -> Producer:
+        """This broker's idempotent producer, or its transactional one (initialized once:
+        a new producer costs half a second to get its producer id)."""
+        if transactional not in self._producers:
+            config = self._client_config(**{"enable.idempotence": True, "linger.ms": 0})
+            if transactional:
+                config["transactional.id"] = f"barriered-tests-{uuid.uuid4().hex}"
+            producer = Producer(config)
+            if transactional:
+                producer.init_transactions(TIMEOUT)
+            self._producers[transactional] = producer
+        return self._producers[transactional]
 
     def produce(
         self,
@@ -389,37 +383,29 @@ class KafkaBroker:
         one aborted transaction; otherwise with an idempotent producer. Returns each
         record's ``(partition, offset)`` in order once every record is acknowledged.
         """
-        from confluent_kafka import KafkaException, Producer
-
-        config = self._client_config(**{"enable.idempotence": True, "linger.ms": 0})
-        if transactional:
-            config["transactional.id"] = f"barriered-tests-{uuid.uuid4().hex}"
-        producer = Producer(config)
+        producer = self._producer(bool(transactional))
         delivered: list[tuple[int, int] | None] = []
         errors: list[str] = []
 
-        def on_delivery(index: int) -> Any:
-            def report(err: Any, msg: Any) -> None:
-                if err is not None:
-                    errors.append(f"record {index}: {err}")
-                else:
-                    delivered[index] = (msg.partition(), msg.offset())
-
-            return report
+        def on_delivery(index: int, err: Any, msg: Any) -> None:
+            if err is not None:
+                errors.append(f"record {index}: {err}")
+            else:
+                delivered[index] = (msg.partition(), msg.offset())
 
         try:
+            producer.list_topics(topic, timeout=TIMEOUT)  # partitions added since its last call
             if transactional:
-                producer.init_transactions(TIMEOUT)
                 producer.begin_transaction()
             for index, record in enumerate(records):
                 key, value, *rest = record
                 delivered.append(None)
-                extra: dict[str, Any] = {} if partition is None else {"partition": partition}
+                extra: dict[str, Any] = {"on_delivery": functools.partial(on_delivery, index)}
+                if partition is not None:
+                    extra["partition"] = partition
                 if rest:
                     extra["headers"] = list(rest[0])
-                producer.produce(
-                    topic, value=value, key=key, on_delivery=on_delivery(index), **extra
-                )
+                producer.produce(topic, value=value, key=key, **extra)
                 producer.poll(0)
             # acknowledged first, so an aborted transaction's records are in the log too
             if producer.flush(TIMEOUT) != 0:
@@ -428,18 +414,15 @@ class KafkaBroker:
                 producer.abort_transaction(TIMEOUT)
             elif transactional:
                 producer.commit_transaction(TIMEOUT)
-        except KafkaException as exc:
+        except (KafkaException, KafkaBrokerError) as exc:
+            self._producers.pop(bool(transactional), None)  # a new one for the next call
             raise KafkaBrokerError(f"producing to {topic!r} failed: {exc}") from exc
+        errors += [f"record {i}: not acknowledged" for i, at in enumerate(delivered) if not at]
         if errors:
             raise KafkaBrokerError(f"producing to {topic!r} failed: " + "; ".join(errors))
-        missing = [i for i, at in enumerate(delivered) if at is None]
-        if missing:
-            raise KafkaBrokerError(f"records {missing} to {topic!r} were not acknowledged")
         return [at for at in delivered if at is not None]
 
     def _offsets(self, topic: str, spec: Any, read_committed: bool) -> dict[int, int]:
-        from confluent_kafka import IsolationLevel, TopicPartition
-
         level = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
         request = {TopicPartition(topic, p): spec for p in self.partitions(topic)}
         futures = self.admin.list_offsets(request, isolation_level=level, request_timeout=TIMEOUT)
@@ -449,21 +432,17 @@ class KafkaBroker:
         """Per partition, the offset after the last record a consumer can read: the last
         stable offset with ``read_committed`` (no open transaction below it), the high
         watermark otherwise."""
-        from confluent_kafka.admin import OffsetSpec
-
-        return self._offsets(topic, OffsetSpec.latest(), read_committed)
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        return self._offsets(topic, latest, read_committed)
 
     def start_offsets(self, topic: str) -> dict[int, int]:
         """Per partition, the low watermark: the first offset not deleted."""
-        from confluent_kafka.admin import OffsetSpec
-
-        return self._offsets(topic, OffsetSpec.earliest(), read_committed=False)
+        earliest = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+        return self._offsets(topic, earliest, read_committed=False)
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
         """Delete the partition's records below ``before_offset``, as retention does;
         returns the new low watermark."""
-        from confluent_kafka import TopicPartition
-
         request = TopicPartition(topic, partition, before_offset)
         futures = self.admin.delete_records([request], operation_timeout=TIMEOUT)
         (future,) = futures.values()
@@ -473,8 +452,6 @@ class KafkaBroker:
         """Every record a ``read_committed`` consumer sees in ``topic``, from each
         partition's low watermark up to its current end offset, ordered by partition and
         offset (assigned partitions, no consumer group, nothing committed)."""
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-
         ends = self.end_offsets(topic)
         starts = self.start_offsets(topic)
         pending = {p for p, end in ends.items() if end > starts[p]}
@@ -489,6 +466,7 @@ class KafkaBroker:
                     "enable.auto.commit": False,
                     "enable.partition.eof": True,
                     "auto.offset.reset": "earliest",
+                    "fetch.wait.max.ms": 50,
                 }
             )
         )
@@ -504,20 +482,19 @@ class KafkaBroker:
                 msg = consumer.poll(0.5)
                 if msg is None:
                     continue
-                error = msg.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        if msg.offset() >= ends[msg.partition()]:
-                            pending.discard(msg.partition())
-                        continue
+                error, partition, offset = msg.error(), msg.partition(), msg.offset()
+                assert partition is not None and offset is not None
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
                     raise KafkaBrokerError(f"reading {topic!r}: {error}")
-                if msg.offset() < ends[msg.partition()]:
-                    headers = tuple((name, value) for name, value in msg.headers() or ())
-                    records.append(
-                        Record(msg.partition(), msg.offset(), msg.key(), msg.value(), headers)
-                    )
-                if msg.offset() + 1 >= ends[msg.partition()]:
-                    pending.discard(msg.partition())
+                if error is None and offset < ends[partition]:
+                    raw = msg.headers() or []  # a list from a consumer, typed as list or dict
+                    pairs = raw.items() if isinstance(raw, dict) else raw
+                    headers = tuple((name, _bytes(value)) for name, value in pairs)
+                    key, value = _bytes(msg.key()), _bytes(msg.value())
+                    records.append(Record(partition, offset, key, value, headers))
+                # done at the end offset: a record's is one below it, an EOF event's is it
+                if offset + (error is None) >= ends[partition]:
+                    pending.discard(partition)
         finally:
             consumer.close()
         return sorted(records)
