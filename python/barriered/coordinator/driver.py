@@ -307,7 +307,11 @@ class QueryCoordinator:
                 pending=pending,
             )
         starts = [self._needs_upstream_from[c] for c in keep if c in self._needs_upstream_from]
-        release = [min(column) for column in zip(*starts, strict=True)] if starts else None
+        # A checkpoint taken before channels joined (new Kafka partitions) reads them
+        # from their start when restored: it needs all of them (0).
+        width = max((len(s) for s in starts), default=0)
+        padded = [[*s, *[0] * (width - len(s))] for s in starts]
+        release = [min(column) for column in zip(*padded, strict=True)] if starts else None
         TriggerLog.read(self.layout.triggers_file).with_completed(
             done.checkpoint_id, release
         ).write(self.layout.triggers_file)

@@ -10,6 +10,7 @@ driver plans exactly as before. The format is documented in datasource/README.md
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -204,6 +205,17 @@ class SourceOffset:
             restore=d.get("restore"),
             replay=None if d.get("replay") is None else Replay.from_dict(d["replay"]),
         )
+
+    def grown(self, starts: Sequence[int]) -> SourceOffset:
+        """Return this offset with the channels ``len(positions)`` and up of ``starts``
+        added at their start positions (an upstream that :attr:`grows`): nothing of them
+        is delivered, nor in the last cut. Only between checkpoints (none aligning)."""
+        tail = tuple(starts[len(self.positions) :])
+        if not tail:
+            return self
+        assert self.active is None, "channels join between checkpoints"
+        last_cut = None if self.last_cut is None else (*self.last_cut, *tail)
+        return replace(self, positions=(*self.positions, *tail), last_cut=last_cut)
 
     def carried(self) -> SourceOffset:
         """Return the state carried into the next batch (per-batch events dropped)."""

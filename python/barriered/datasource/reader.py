@@ -196,13 +196,17 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if point is None:
             return SourceOffset(positions=tuple(self.upstream.start_positions())).to_dict()
         start = point.start_positions
-        return SourceOffset(
-            positions=start,
-            last_id=max(point.checkpoint_id, highest_checkpoint_id(self.layout)),
-            last_cut=None if point.inflight else start,
-            restore=self._restore_entry(point),
-            replay=_replay(point),
-        ).to_dict()
+        return (
+            SourceOffset(
+                positions=start,
+                last_id=max(point.checkpoint_id, highest_checkpoint_id(self.layout)),
+                last_cut=None if point.inflight else start,
+                restore=self._restore_entry(point),
+                replay=_replay(point),
+            )
+            .grown(self.upstream.start_positions())  # channels that joined after the cut
+            .to_dict()
+        )
 
     def _restore_entry(self, point: RestorePoint) -> dict[str, Any]:
         """What every offset of a restored query says it was restored from; with Spark
@@ -245,6 +249,9 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return ReadMaxRows(per_channel * self.channels)
 
     def prepareForTriggerAvailableNow(self) -> None:
+        self._own()
+        if self._lease is not None:  # the planning instance: channels gained count too
+            self.upstream.discover()
         self._target = list(self.upstream.available())
         log.info("availableNow run: ends at positions %s", self._target)
 
@@ -269,13 +276,14 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def _plan(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """The leader's planning of the next batch from ``start``."""
         begin = SourceOffset.from_dict(start)
-        available = self.upstream.available()
+        assert self._lease is not None
+        self._lease.renew()  # fails a fenced run (a newer run took the path over)
+        self.upstream.discover()
+        begin, available = self._grow(begin, self.upstream.available())
         if isinstance(limit, ReadAllAvailable) or self.settings.max_rows_per_channel is None:
             admission: list[int | None] = [None] * self.channels
         else:
             admission = [self.settings.max_rows_per_channel] * self.channels
-        assert self._lease is not None
-        self._lease.renew()  # fails a fenced run (a newer run took the path over)
         triggers = TriggerLog.read(self.layout.triggers_file)
         if triggers.fatal:
             fatal = triggers.fatal
@@ -289,7 +297,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             PlanInput(
                 available=available,
                 admission=admission,
-                target=self._target,
+                target=self._grown_target(),
                 requests=triggers.requests,
                 cancelled=triggers.cancelled,
                 last_completed=triggers.last_completed,
@@ -321,16 +329,40 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             )
         return offset
 
+    def _grow(self, begin: SourceOffset, available: list[int]) -> tuple[SourceOffset, list[int]]:
+        """Add the channels an upstream that grows gained (new Kafka partitions) to the
+        batch's start, from their start positions; while a checkpoint aligns they wait,
+        so that every checkpoint has one set of channels from its trigger to its cut."""
+        known = len(begin.positions)
+        if len(available) <= known:
+            return begin, available
+        if begin.active is not None:
+            return begin, available[:known]
+        grown = begin.grown(self.upstream.start_positions())
+        self.channels = len(grown.positions)
+        log.info("channels %d..%d join the stream", known, self.channels - 1)
+        return grown, available[: self.channels]
+
+    def _grown_target(self) -> list[int] | None:
+        """An availableNow run's end positions: channels that joined after it started
+        end where they start (the run reads what was there when it started)."""
+        if self._target is None or len(self._target) >= self.channels:
+            return self._target
+        starts = self.upstream.start_positions()
+        return [*self._target, *starts[len(self._target) : self.channels]]
+
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._report
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin, stop = SourceOffset.from_dict(start), SourceOffset.from_dict(end)
+        if len(begin.positions) < len(stop.positions):  # channels joined in this batch
+            begin = begin.grown(self.upstream.start_positions())
         self._manifest_for(begin)
         parts: list[InputPartition] = []
         step = self.settings.rows_per_partition
         replayed = {c: (a, b) for c, a, b in begin.replay.ranges} if begin.replay else {}
-        for c in range(self.channels):
+        for c in range(len(stop.positions)):
             lo, hi = begin.positions[c], stop.positions[c]
             if c in replayed and lo < replayed[c][1]:
                 assert begin.replay is not None

@@ -81,7 +81,7 @@ class BarrieredDataSource(DataSource):
                 source_dir = point.origin.source_dir
         upstream = _upstream(settings, source_dir, required_by)
         if point is not None:
-            point.check_upstream(upstream.channel_count(), upstream.name)
+            point.check_upstream(upstream.channel_count(), upstream.name, upstream.grows)
         return settings, upstream, layout, point
 
     def schema(self) -> StructType:
@@ -116,7 +116,9 @@ class BarrieredDataSource(DataSource):
         previous = read_json(layout.config_file, default=None)
         if previous is not None:
             check_restore_compatible(previous.get("conf", {}), settings.conf)
-            if int(previous.get("channels", upstream.channel_count())) != upstream.channel_count():
+            recorded = int(previous.get("channels", upstream.channel_count()))
+            grown = upstream.grows and upstream.channel_count() > recorded
+            if recorded != upstream.channel_count() and not grown:
                 raise ConfigError(
                     f"the snapshot path {layout.root!r} was written by a source with "
                     f"{previous['channels']} channels, this one has "

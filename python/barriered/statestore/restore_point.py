@@ -196,16 +196,17 @@ class RestorePoint:
         """
         check_restore_compatible(self.config.get("conf", {}), conf)
 
-    def check_upstream(self, channels: int, upstream: str) -> None:
-        """Refuse a source with another channel count or upstream than the snapshot's.
+    def check_upstream(self, channels: int, upstream: str, grows: bool = False) -> None:
+        """Refuse a source with another channel count or upstream than the snapshot's
+        (more channels are fine for an upstream that ``grows``: they joined later).
 
         Raises
         ------
         RestoreError
             Naming both values.
         """
-        recorded = int(self.config.get("channels", channels))
-        if recorded != channels:
+        recorded = len(self.barrier) or int(self.config.get("channels", channels))
+        if recorded != channels and not (grows and channels > recorded):
             raise RestoreError(
                 f"cannot restore {self.describe()}: it was taken from {recorded} channels, "
                 f"this source has {channels}. Channels are fixed for the life of a snapshot; "
@@ -362,7 +363,8 @@ def resolve(target: SnapshotLayout, restore_from: str) -> RestorePoint:
         )
     barrier = json.loads(meta.get("barriered.barrier") or "{}")
     inflight = json.loads(meta.get("barriered.inflight") or "{}")
-    channels = int(config.get("channels", len(barrier)))
+    # the checkpoint's own channels: an upstream that grows had fewer when it started
+    channels = len(barrier) or int(config.get("channels", 0))
     point = RestorePoint(
         origin=origin,
         checkpoint_id=wanted,

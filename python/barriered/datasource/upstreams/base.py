@@ -33,6 +33,10 @@ class Upstream(ABC):
     #: have gaps (a read of ``[start, end)`` may return fewer rows); None: positions are
     #: dense, the records of ``[start, end)`` are ``end - start`` rows in order.
     position_column: str | None = None
+    #: Whether channels may be added while the stream runs (new Kafka partitions): the
+    #: source then reads them from their :meth:`start_positions` once no checkpoint is
+    #: aligning, and a checkpoint of fewer channels restores into more. Never removed.
+    grows: bool = False
 
     @abstractmethod
     def schema(self) -> pa.Schema:
@@ -40,7 +44,8 @@ class Upstream(ABC):
 
     @abstractmethod
     def channel_count(self) -> int:
-        """Return the number of channels (fixed for the life of a snapshot path)."""
+        """Return the number of channels (fixed for the life of a snapshot path, unless
+        the upstream :attr:`grows`)."""
 
     def start_positions(self) -> list[int]:
         """Return, per channel, the position a new stream starts at (default 0)."""
@@ -57,7 +62,8 @@ class Upstream(ABC):
         """Return, per channel, the end (exclusive) of the positions that exist now.
 
         Called on the driver before every micro-batch: it must be cheap, and it must never
-        return a smaller value for a channel than an earlier call did.
+        return a smaller value for a channel than an earlier call did (nor fewer channels;
+        more only if the upstream :attr:`grows`).
         """
 
     @abstractmethod
@@ -72,6 +78,13 @@ class Upstream(ABC):
     def is_finite(self) -> bool:
         """Return True when the channels will never grow past :meth:`available`."""
         return False
+
+    def discover(self) -> None:  # noqa: B027 - optional hook
+        """Add the channels an upstream that :attr:`grows` gained, and record them.
+
+        Called by the source before planning each micro-batch, once its run owns the
+        snapshot path; :meth:`available` then covers them. The default adds none.
+        """
 
     def persist(self) -> None:  # noqa: B027 - optional hook
         """Write what the upstream keeps for the life of the stream (e.g. a manifest).

@@ -140,6 +140,7 @@ class KafkaUpstream(Upstream):
 
     name = "kafka"
     position_column = "offset"
+    grows = True
 
     def __init__(
         self,
@@ -230,9 +231,7 @@ class KafkaUpstream(Upstream):
                     "before, or start the stream on a new snapshot path"
                 )
             channels = [Channel(**c) for c in saved["channels"]]
-            upstream = cls(client, subscription, channels, saved["topic_ids"], *common)
-            upstream._check_topics()
-            return upstream
+            return cls(client, subscription, channels, saved["topic_ids"], *common)
         if required_by is not None:
             raise SnapshotStoreError(
                 f"kafka upstream manifest {manifest_path!r} is missing, but {required_by} "
@@ -271,13 +270,13 @@ class KafkaUpstream(Upstream):
         return len(self.channels)
 
     def start_positions(self) -> list[int]:
+        self._reload()
         return [c.start for c in self.channels]
 
     def available(self) -> list[int]:
         """Per channel, the last stable offset (read_committed) or high watermark."""
         from confluent_kafka import IsolationLevel, TopicPartition
 
-        self._check_topics()
         level = (
             IsolationLevel.READ_COMMITTED
             if self.isolation == "read_committed"
@@ -296,6 +295,8 @@ class KafkaUpstream(Upstream):
         """The records of channel ``channel`` at offsets ``[start, end)``, in order."""
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+        if channel >= len(self.channels):
+            self._reload()
         ch = self.channels[channel]
         if end <= start:
             return self.schema().empty_table()
@@ -391,32 +392,84 @@ class KafkaUpstream(Upstream):
         ]
         return pa.Table.from_arrays(arrays, schema=schema)
 
-    def _check_topics(self) -> None:
-        """Refuse a topic that was deleted, recreated or given more partitions."""
-        from confluent_kafka import TopicCollection
+    def discover(self) -> None:
+        """Read the partitions the subscription gained as new channels (see
+        :meth:`_gained`), recorded in the manifest first."""
+        added = self._gained()
+        if added:
+            self.channels += added
+            self.persist()
+            log.info(
+                "kafka upstream: new partitions %s read as channels %d..%d, from their "
+                "earliest offsets",
+                [c.name() for c in added],
+                len(self.channels) - len(added),
+                len(self.channels) - 1,
+            )
+
+    def _gained(self) -> list[Channel]:
+        """The partitions the subscription gained since the stream started (new
+        partitions of its topics; with ``subscribePattern``, also of new matching
+        topics), each starting at its earliest offset, as Spark's Kafka source does.
+
+        Raises
+        ------
+        UpstreamError
+            For a topic that was deleted, or deleted and recreated (its id changed).
+        """
+        from confluent_kafka import TopicCollection, TopicPartition
 
         topics = sorted(self.topic_ids)
-        described = _result(
-            self._admin().describe_topics(TopicCollection(topics)), "describing", 30
-        )
+        if "subscribePattern" in self.subscription:
+            admin = self._admin()
+            pattern = re.compile(self.subscription["subscribePattern"])
+            topics = sorted(
+                {
+                    *topics,
+                    *(t for t in admin.list_topics(timeout=30).topics if pattern.fullmatch(t)),
+                }
+            )
+        futures = self._admin().describe_topics(TopicCollection(topics))
+        known = {(c.topic, c.partition) for c in self.channels}
+        found: list[tuple[str, int]] = []
         for topic in topics:
-            info = described[topic]
+            try:
+                info = futures[topic].result(timeout=30)
+            except Exception as exc:
+                if topic not in self.topic_ids:
+                    continue  # a new matching topic that is gone again
+                raise UpstreamError(
+                    f"kafka upstream: topic {topic!r} of this stream cannot be described "
+                    f"({exc}); was it deleted? Its records are not read again from a new "
+                    "topic of the same name: start the stream on a new snapshot path"
+                ) from exc
             now = str(info.topic_id)
-            if now != self.topic_ids[topic]:
+            if self.topic_ids.setdefault(topic, now) != now:
                 raise UpstreamError(
                     f"kafka upstream: topic {topic!r} was deleted and recreated (its id was "
                     f"{self.topic_ids[topic]}, now {now}); its offsets now name other records, "
                     "so it is not read again from the start. Start the stream on a new "
                     "snapshot path"
                 )
-            known = sum(1 for c in self.channels if c.topic == topic)
-            if len(info.partitions) > known:
-                raise UpstreamError(
-                    f"kafka upstream: topic {topic!r} now has {len(info.partitions)} "
-                    f"partitions, the stream reads the {known} it started with; the new "
-                    "partitions would not be read. Start the stream on a new snapshot path "
-                    "(restoring a savepoint does not add channels either)"
-                )
+            if "assign" not in self.subscription:
+                found += [(topic, p.id) for p in info.partitions if (topic, p.id) not in known]
+        if not found:
+            return []
+        asked = {TopicPartition(t, p): _spec("earliest") for t, p in found}
+        earliest = _result(self._admin().list_offsets(asked), "listing start offsets", 30)
+        return [
+            Channel(tp.topic, tp.partition, int(o.offset))
+            for tp, o in sorted(
+                earliest.items(), key=lambda item: (item[0].topic, item[0].partition)
+            )
+        ]
+
+    def _reload(self) -> None:
+        """Adopt the channels another process added (the manifest only grows)."""
+        saved = read_json(self.manifest_path, default=None)
+        if saved is not None and len(saved["channels"]) > len(self.channels):
+            self.channels = [Channel(**c) for c in saved["channels"]]
+            self.topic_ids = dict(saved["topic_ids"])
 
     def describe(self) -> Mapping[str, object]:
         return {

@@ -1,0 +1,128 @@
+"""The ``kafka`` upstream on real Spark against a real broker: partitions added while a
+stream runs, records deleted before they were read, a topic recreated under the stream.
+
+Each case runs ``availableNow`` runs of the running-totals query of
+``tests/kafka_queries.py`` on the shared session and checks the state against a recount
+of the topic (every committed record, each once).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.errors import StreamingQueryException
+
+import barriered
+from barriered.statestore import checkpoints_table
+from barriered.statestore.layout import SnapshotLayout
+from kafka_queries import kafka_totals, records, recount, state_totals
+from runs import PREFIX
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+
+def new_topic(broker: Any, partitions: int) -> str:
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, partitions)
+    return topic
+
+
+def run(session: Any, broker: Any, topic: str, snap: Path, ck: Path, **options: str) -> None:
+    """One availableNow run of the running totals into ``snap``."""
+    session.conf.set(PREFIX + "snapshotPath", str(snap))
+    query = (
+        kafka_totals(session, broker.bootstrap, topic, **options)
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(ck))
+        .trigger(availableNow=True)
+        .start()
+    )
+    barriered.await_termination(query, timeout=300)
+
+
+def channels_of_checkpoints(snap: Path) -> list[int]:
+    """How many channels each completed checkpoint has barrier positions for."""
+    rows = checkpoints_table.read_rows(SnapshotLayout.at(str(snap)))
+    return [len(json.loads(r["barrier_positions"])) for r in rows if r["status"] == "completed"]
+
+
+def test_partitions_added_mid_stream_are_read_checkpointed_and_restored(
+    session: Any, kafka_broker: Any, tmp_path: Path
+) -> None:
+    topic = new_topic(kafka_broker, 2)
+    snap = tmp_path / "snap"
+    for p in (0, 1):
+        kafka_broker.produce(topic, records(30, 100 * p), partition=p)
+    run(session, kafka_broker, topic, snap, tmp_path / "ck")
+    assert state_totals(session, str(snap)) == recount(kafka_broker, topic)
+
+    kafka_broker.add_partitions(topic, 4)
+    for p in (2, 3):
+        kafka_broker.produce(topic, records(25, 100 * p), partition=p)
+    run(session, kafka_broker, topic, snap, tmp_path / "ck")  # the same query, continued
+    assert state_totals(session, str(snap)) == recount(kafka_broker, topic)
+    assert channels_of_checkpoints(snap)[0] == 2 and channels_of_checkpoints(snap)[-1] == 4
+
+    for p in range(4):
+        kafka_broker.produce(topic, records(10, 1000 + 100 * p), partition=p)
+    session.conf.set("spark.sql.shuffle.partitions", "3")
+    run(session, kafka_broker, topic, snap, tmp_path / "ck-restored", restoreFrom="latest")
+    assert state_totals(session, str(snap)) == recount(kafka_broker, topic)
+
+
+def lose_records(session: Any, broker: Any, tmp_path: Path, **options: str) -> tuple[str, Path]:
+    """A first run reads offsets [0, 40) of a 1-partition topic; then offsets 40..79
+    arrive and 40..59 are deleted (as retention would) before the next run reads them."""
+    topic = new_topic(broker, 1)
+    snap = tmp_path / "snap"
+    broker.produce(topic, records(40), partition=0)
+    run(session, broker, topic, snap, tmp_path / "ck", **options)
+    broker.produce(topic, records(40, 40), partition=0)
+    assert broker.delete_records(topic, 0, 60) == 60
+    return topic, snap
+
+
+def test_records_deleted_before_they_were_read_fail_the_query(
+    session: Any, kafka_broker: Any, tmp_path: Path
+) -> None:
+    topic, snap = lose_records(session, kafka_broker, tmp_path)
+    before = state_totals(session, str(snap))
+    with pytest.raises(
+        StreamingQueryException, match=rf"offsets \[40, 60\) of {topic}-0 were deleted"
+    ):
+        run(session, kafka_broker, topic, snap, tmp_path / "ck")
+    assert state_totals(session, str(snap)) == before
+
+
+@pytest.mark.full
+def test_records_deleted_before_they_were_read_are_skipped_when_allowed(
+    session: Any, kafka_broker: Any, tmp_path: Path
+) -> None:
+    topic, snap = lose_records(session, kafka_broker, tmp_path, failOnDataLoss="false")
+    run(session, kafka_broker, topic, snap, tmp_path / "ck", failOnDataLoss="false")
+    expected: Counter[str] = Counter()
+    for key, value in records(40) + records(20, 60):  # offsets 40..59 are lost
+        expected[key.decode()] += int(value.decode())
+    assert state_totals(session, str(snap)) == dict(expected)
+
+
+@pytest.mark.full
+def test_a_recreated_topic_is_refused_not_read_again(
+    session: Any, kafka_broker: Any, tmp_path: Path
+) -> None:
+    topic = new_topic(kafka_broker, 1)
+    snap = tmp_path / "snap"
+    kafka_broker.produce(topic, records(30), partition=0)
+    run(session, kafka_broker, topic, snap, tmp_path / "ck")
+    before = state_totals(session, str(snap))
+    kafka_broker.delete_topic(topic)
+    kafka_broker.create_topic(topic, 1)
+    kafka_broker.produce(topic, records(30, 500), partition=0)
+    with pytest.raises(StreamingQueryException, match=f"topic '{topic}' was deleted and recreated"):
+        run(session, kafka_broker, topic, snap, tmp_path / "ck")
+    assert state_totals(session, str(snap)) == before
