@@ -7,9 +7,7 @@ declared, naming the field."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +16,23 @@ import pyarrow as pa
 import pytest
 
 from barriered.errors import ConfigError, ProcessorError
-from barriered.examples import RunningTotals
 from barriered.statestore.acks import read_acks
 from barriered.statestore.keyed import KeyedOperator, OperatorSpec, RestoredFiles, from_blob
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.state_schema import columns_schema, struct_schema
 from file_tree import tree
+from typed_processors import (
+    EVERY_TYPE,
+    VALUES,
+    DropsTotal,
+    KeepsEveryType,
+    KeepsEveryTypeBatch,
+    KeepsKeysTwice,
+    PerKeyForgetsCount,
+    PerKeyReturnsDict,
+    ReturnsNone,
+    TextTotals,
+)
 
 COLUMNS = ("user_id", "amount", "_channel", "_seq", "_barrier", "_barrier_meta", "_key_group")
 
@@ -96,43 +105,6 @@ def refused(processor: Any, tmp_path: Path, operator_spec: OperatorSpec = TOTALS
     return str(error.value)
 
 
-class ReturnsNone(RunningTotals):
-    def process_batch(self, rows: pd.DataFrame, state: pd.DataFrame) -> Any:
-        super().process_batch(rows, state)
-
-
-class DropsTotal(RunningTotals):
-    def process_batch(self, rows: pd.DataFrame, state: pd.DataFrame) -> Any:
-        output, new = super().process_batch(rows, state)
-        return output.rename(columns={"total": "totl"}), new
-
-
-class KeepsKeysTwice(RunningTotals):
-    def process_batch(self, rows: pd.DataFrame, state: pd.DataFrame) -> Any:
-        output, new = super().process_batch(rows, state)
-        return output, pd.concat([state, new], ignore_index=True)
-
-
-class TextTotals(RunningTotals):
-    def process_batch(self, rows: pd.DataFrame, state: pd.DataFrame) -> Any:
-        output, new = super().process_batch(rows, state)
-        return output, new.assign(total="many")
-
-
-class PerKeyReturnsDict:
-    state_schema = "total long, count long"
-    output_schema = "user_id string, total long"
-
-    def process(self, key: tuple[Any, ...], rows: pd.DataFrame, state: Any) -> Any:
-        state.update({"total": 1, "count": 1})
-        return {"user_id": key[0], "total": 1}
-
-
-class PerKeyForgetsCount(PerKeyReturnsDict):
-    def process(self, key: tuple[Any, ...], rows: pd.DataFrame, state: Any) -> Any:
-        state.update({"total": 1})
-
-
 CONTRACT = "The contract: process_batch(rows, state) returns a tuple (output, new_state)"
 PER_KEY_CONTRACT = "The contract: process(key, rows, state) returns None or a DataFrame"
 
@@ -199,69 +171,24 @@ def test_per_key_process_breaking_the_contract_is_refused(tmp_path: Path) -> Non
     )
 
 
-#: One state field of every type Spark SQL offers that Delta stores, with a value.
-EVERY_TYPE: list[tuple[str, Any, Any]] = [
-    ("i", "integer", 7),
-    ("b", "boolean", True),
-    ("f", "double", 1.5),
-    ("s", "string", "text"),
-    ("bin", "binary", b"\x00\x01"),
-    ("d", "date", dt.date(2026, 1, 2)),
-    ("ts", "timestamp", dt.datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=dt.timezone.utc)),
-    ("ntz", "timestamp_ntz", dt.datetime(2026, 1, 2, 3, 4, 5, 6)),
-    ("dec", "decimal(12,3)", Decimal("123456789.125")),
-    ("arr", {"type": "array", "elementType": "long", "containsNull": True}, [1, 2, 3]),
-    (
-        "m",
-        {"type": "map", "keyType": "string", "valueType": "long", "valueContainsNull": True},
-        {"x": 1, "y": 2},
-    ),
-    (
-        "st",
-        {
-            "type": "struct",
-            "fields": [
-                {"name": "n", "type": "long", "nullable": True, "metadata": {}},
-                {
-                    "name": "tags",
-                    "type": {"type": "array", "elementType": "string", "containsNull": True},
-                    "nullable": True,
-                    "metadata": {},
-                },
-            ],
+def _spark_type(ddl: str) -> Any:
+    """The JSON form of the few DDL types of EVERY_TYPE that are not JSON names."""
+    nested = {
+        "int": "integer",
+        "array<bigint>": {"type": "array", "elementType": "long", "containsNull": True},
+        "map<string,bigint>": {
+            "type": "map", "keyType": "string", "valueType": "long", "valueContainsNull": True
         },
-        {"n": 4, "tags": ["p", "q"]},
-    ),
-]
-ALL_TYPES = spec([(n, t) for n, t, _ in EVERY_TYPE], output=("user_id", "seen"))
-VALUES = {n: v for n, _, v in EVERY_TYPE}
+        "struct<n:bigint,tags:array<string>>": {"type": "struct", "fields": [
+            {"name": "n", "type": "long", "nullable": True, "metadata": {}},
+            {"name": "tags", "nullable": True, "metadata": {},
+             "type": {"type": "array", "elementType": "string", "containsNull": True}},
+        ]},
+    }  # fmt: skip
+    return nested.get(ddl, ddl)
 
 
-class KeepsEveryType:
-    """Per key: stores VALUES the first time, then emits whether its state equals them."""
-
-    state_schema = "(every type)"
-    output_schema = "user_id string, seen boolean"
-
-    def process(self, key: tuple[Any, ...], rows: pd.DataFrame, state: Any) -> pd.DataFrame:
-        seen = state.get()
-        state.update(VALUES if seen is None else seen)
-        return pd.DataFrame({"user_id": [key[0]], "seen": [seen == VALUES]})
-
-
-class KeepsEveryTypeBatch:
-    """The vectorized form: hands the state it is given back unchanged (VALUES if none)."""
-
-    state_schema = "(every type)"
-    output_schema = "user_id string, seen boolean"
-
-    def process_batch(self, rows: pd.DataFrame, state: pd.DataFrame) -> Any:
-        keys = pd.DataFrame({"user_id": rows["user_id"].unique()})
-        new = keys.merge(state, on="user_id", how="left")
-        fresh = ~new["user_id"].isin(state["user_id"])
-        for name, value in VALUES.items():
-            new[name] = [value if f else v for f, v in zip(fresh, new[name], strict=True)]
-        return keys.assign(seen=~fresh.to_numpy()), new
+ALL_TYPES = spec([(n, _spark_type(t)) for n, t, _ in EVERY_TYPE], output=("user_id", "seen"))
 
 
 @pytest.mark.parametrize("processor", [KeepsEveryType(), KeepsEveryTypeBatch()])
