@@ -110,6 +110,30 @@ def test_a_changed_max_parallelism_is_refused(session: Any, copy: Path) -> None:
     assert "maxParallelism=8" in message
 
 
+def test_a_restart_with_another_max_parallelism_is_refused_writing_nothing(
+    session: Any, copy: Path
+) -> None:
+    """Without restoreFrom too: refused at load(), before keyed() registers the operator
+    (its _coordinator/operators file kept maxParallelism=8, as its state)."""
+    session.conf.set(PREFIX + "maxParallelism", "16")
+    before = tree(copy)
+    with pytest.raises(ConfigError) as changed:
+        events = (
+            session.readStream.format("barriered")
+            .options(**SOURCE)
+            .option("snapshotPath", str(copy))
+            .load()
+        )
+        barriered.keyed(events, "user_id").process(RunningTotals())
+    assert str(changed.value).startswith(
+        "maxParallelism is fixed for the life of the snapshot path: the snapshot was taken "
+        "with maxParallelism=8, this query has spark.sql.streaming.barriered.maxParallelism=16"
+    )
+    assert tree(copy) == before
+    registered = json.loads((copy / "_coordinator/operators/running_totals.json").read_text())
+    assert registered["max_parallelism"] == 8
+
+
 def test_other_key_columns_are_refused(session: Any, copy: Path) -> None:
     message = attempt(session, copy, "latest", keys=("amount",))
     assert "cannot restore operator 'running_totals'" in message
