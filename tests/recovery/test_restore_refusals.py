@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.errors import StreamingQueryException
 
 import barriered
 from barriered import cli
@@ -132,6 +133,42 @@ def test_a_restart_with_another_max_parallelism_is_refused_writing_nothing(
     assert tree(copy) == before
     registered = json.loads((copy / "_coordinator/operators/running_totals.json").read_text())
     assert registered["max_parallelism"] == 8
+
+
+def test_restore_from_into_a_checkpoint_location_with_offsets_is_refused(
+    session: Any, snapshot: Path, copy: Path
+) -> None:
+    """Spark resumes from its own offsets: restoreFrom would be silently ignored."""
+    checkpoint = copy.parent / "ck-resumed"
+    shutil.copytree(snapshot.parent / "ck", checkpoint)  # the fixture run's offsets
+    before = tree(copy)
+    events = (
+        session.readStream.format("barriered")
+        .options(**SOURCE)
+        .option("snapshotPath", str(copy))
+        .option("restoreFrom", "latest")
+        .load()
+    )
+    query = (
+        barriered.keyed(events, "user_id")
+        .process(RunningTotals())
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(StreamingQueryException) as error:
+        query.awaitTermination(60)
+    latest = max(commit_metadata(SnapshotLayout.at(str(copy))))
+    assert (
+        f"RestoreError: option 'restoreFrom'='latest' names checkpoint {latest} of snapshot "
+        f"path '{copy}', but the query's checkpointLocation already holds offsets (of a run "
+        "that was not restored, delivered up to [640, 160, 160]): Spark resumes a query from "
+        "its checkpointLocation and would ignore restoreFrom. Nothing was written. To "
+        "restore, start the query with a new, empty checkpointLocation; to resume where the "
+        "query stopped, remove restoreFrom"
+    ) in str(error.value)
+    assert tree(copy) == before
 
 
 def test_other_key_columns_are_refused(session: Any, copy: Path) -> None:

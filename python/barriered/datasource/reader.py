@@ -249,6 +249,8 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         log.info("availableNow run: ends at positions %s", self._target)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        if self._lease is None and self._follower is None:  # this run's first planning call
+            self._check_resumed_restore(SourceOffset.from_dict(start))
         self._own()
         if self._follower is not None:
             mirrored = self._follower.latest(start)
@@ -265,6 +267,43 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         assert self._leader is not None
         self._leader.decided(start, offset)
         return offset
+
+    def _check_resumed_restore(self, begin: SourceOffset) -> None:
+        """Refuse ``restoreFrom`` when Spark resumes the query from offsets of its own
+        checkpoint location that do not start from this restore point: Spark would resume
+        there and ``restoreFrom`` would be ignored. (A restored query restarted on its
+        checkpoint location resumes: its offsets carry the same restore point.) Runs
+        before the run takes the snapshot path, so nothing is written.
+
+        Raises
+        ------
+        RestoreError
+            Naming the restore point, what the offsets continue and what to do.
+        """
+        point = self.restore
+        if point is None:
+            return
+        entry = begin.restore or {}
+        same = (
+            entry.get("from") == point.origin.root
+            and entry.get("checkpoint_id") is not None
+            and int(entry["checkpoint_id"]) == point.checkpoint_id
+        )
+        if same:
+            return
+        resumed = (
+            f"a run restored from checkpoint {entry.get('checkpoint_id')} of {entry.get('from')!r}"
+            if entry
+            else "a run that was not restored"
+        )
+        raise RestoreError(
+            f"option 'restoreFrom'={self.settings.restore_from!r} names {point.describe()}, "
+            "but the query's checkpointLocation already holds offsets (of "
+            f"{resumed}, delivered up to {list(begin.positions)}): Spark resumes a query "
+            "from its checkpointLocation and would ignore restoreFrom. Nothing was written. "
+            "To restore, start the query with a new, empty checkpointLocation; to resume "
+            "where the query stopped, remove restoreFrom"
+        )
 
     def _plan(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """The leader's planning of the next batch from ``start``."""
@@ -326,6 +365,8 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin, stop = SourceOffset.from_dict(start), SourceOffset.from_dict(end)
+        if self._lease is None and self._follower is None:  # a batch Spark runs again
+            self._check_resumed_restore(begin)
         self._manifest_for(begin)
         parts: list[InputPartition] = []
         step = self.settings.rows_per_partition
