@@ -127,10 +127,12 @@ class Contract:
                     f"values as declared ({type(exc).__name__}: {exc})"
                 ) from None
         table = pa.Table.from_arrays(arrays, schema=self.state)
-        if len(new) > 1:
-            twice = new.duplicated(list(self.keys), keep=False)
+        keys = list(self.keys)
+        index = pd.Index(new[keys[0]]) if len(keys) == 1 else pd.MultiIndex.from_frame(new[keys])
+        if not index.is_unique:  # the fast check; the details only for the message
+            twice = new.duplicated(keys, keep=False)
             if twice.any():
-                first = new.loc[twice[twice].index[0], list(self.keys)]
+                first = new.loc[twice[twice].index[0], keys]
                 key = dict(zip(self.keys, (_plain(v) for v in first), strict=True))
                 raise self.error(
                     f"returned a new_state that holds the key {key} {int(twice.sum())} times "

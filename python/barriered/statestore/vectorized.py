@@ -66,7 +66,8 @@ class BatchProcessor(Protocol):
     def process_batch(
         self, rows: pd.DataFrame, state: pd.DataFrame
     ) -> tuple[pd.DataFrame | None, pd.DataFrame]:
-        """Return the output rows and the new state of the keys of ``rows``."""
+        """Return the output rows and the new state of the keys of ``rows`` (the
+        contract: this module's docstring; a breach is a ``ProcessorError``)."""
         ...
 
 
