@@ -13,6 +13,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
 import barriered
+from barriered.errors import ConfigError
 from barriered.statestore import checkpoints_table
 from barriered.statestore.fileio import exists
 from barriered.statestore.layout import SnapshotLayout
@@ -87,3 +88,29 @@ def test_a_processor_breaking_its_contract_fails_the_query_naming_it(
     assert checkpoints_table.completed(layout) == []
     assert not exists(layout.state_table)
     assert tree(data) == before
+
+
+class WaitsPerKey(KeepsEveryType):
+    """Declares a state field of a type the keyed state cannot hold."""
+
+    state_schema = "total bigint, waited interval day to second"
+
+
+def test_a_state_field_of_an_unsupported_type_is_refused_at_process(
+    session: Any, tmp_path: Path
+) -> None:
+    write_files(tmp_path / "data", {"ch0": 3})
+    before = tree(tmp_path)
+    events = (
+        session.readStream.format("barriered")
+        .options(**{**FILES_SOURCE, "path": str(tmp_path / "data")})
+        .option("snapshotPath", str(tmp_path / "snap"))
+        .load()
+    )
+    with pytest.raises(ConfigError) as error:
+        barriered.keyed(events, "user_id").process(WaitsPerKey())
+    assert str(error.value).startswith(
+        "processor WaitsPerKey (operator 'waits_per_key'): state_schema field 'waited': keyed "
+        "state cannot hold the Spark type 'interval day to second'"
+    )
+    assert tree(tmp_path) == before

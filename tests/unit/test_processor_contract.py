@@ -17,6 +17,7 @@ import pytest
 
 from barriered.errors import ConfigError, ProcessorError
 from barriered.statestore.acks import read_acks
+from barriered.statestore.contract import Contract
 from barriered.statestore.keyed import KeyedOperator, OperatorSpec, RestoredFiles, from_blob
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.state_schema import columns_schema, struct_schema
@@ -230,3 +231,13 @@ def test_a_state_field_of_a_type_the_state_cannot_hold_is_named(kind: Any, named
         struct_schema({"type": "struct", "fields": fields})
     assert str(error.value).startswith(named)
     assert pa.schema([]) == struct_schema({"type": "struct", "fields": []})
+
+
+def test_a_composite_key_held_twice_is_named_with_every_key_column() -> None:
+    schema = pa.schema([("region", pa.string()), ("day", pa.int32()), ("total", pa.int64())])
+    contract = Contract("Sales", "sales", "process_batch", ("region", "day"), schema)
+    new = pd.DataFrame({"region": ["eu", "eu", "us"], "day": [1, 2, 1], "total": [1, 2, 3]})
+    assert contract.new_state(new).num_rows == 3  # ("eu", 1) and ("eu", 2) differ
+    with pytest.raises(ProcessorError) as error:
+        contract.new_state(pd.concat([new, new.iloc[[1]]], ignore_index=True))
+    assert "holds the key {'region': 'eu', 'day': 2} 2 times" in str(error.value)
