@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from typing import Any
+from typing import Any, cast
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -30,7 +30,7 @@ from barriered.statestore.keyed import LIVE_STATE_DDL, KeyedOperator, OperatorSp
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restored_state import restored_files
 from barriered.statestore.savepoints import Savepoint, export
-from barriered.statestore.state_schema import check_typed, table_schema
+from barriered.statestore.state_schema import check_typed, struct_schema, table_schema
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,12 @@ class KeyedStream:
             ``process_batch(rows, state) -> (output, new_state)`` (one call per key
             group and micro-batch, all DataFrames: see
             :mod:`barriered.statestore.vectorized`) or ``process(key, rows, state)``
-            (one call per key; ``state`` has ``get``/``update``/``clear``).
+            (one call per key; ``state`` has ``get``/``update``/``clear``). State fields
+            may be of any type Delta stores (arrays, maps, structs included). What they
+            return is checked on every call (output columns, state columns and types,
+            each key once): a breach fails the query with a
+            :class:`~barriered.errors.ProcessorError` naming the processor, the method
+            and the contract.
         name : str, optional
             The operator id on the snapshot path (default: the class name in
             snake_case). It must stay the same across restores.
@@ -94,7 +99,8 @@ class KeyedStream:
         Raises
         ------
         ConfigError
-            When the processor lacks an attribute, or its columns clash with another
+            When the processor lacks an attribute, its state schema has a field of a
+            type keyed state cannot hold (named), or its columns clash with another
             operator's on the snapshot path.
         StateLayoutError
             When the snapshot path (or the restored one) holds state in the JSON layout
@@ -107,6 +113,7 @@ class KeyedStream:
             raise ConfigError(f"processor {processor!r} has neither 'process_batch' nor 'process'")
         operator = name or _snake(type(processor).__name__)
         key_fields = [self.df.schema[c] for c in self.key_columns]
+        output_type = cast(StructType, _parse_datatype_string(processor.output_schema))
         spec = OperatorSpec(
             operator=operator,
             key_columns=self.key_columns,
@@ -117,7 +124,15 @@ class KeyedStream:
             key_type=StructType(key_fields).json(),
             state_type=_parse_datatype_string(processor.state_schema).json(),
             input_columns=(*self.df.columns, KEY_GROUP),
+            output_columns=tuple(output_type.names),
         )
+        try:
+            struct_schema(spec.to_dict()["state_type"])
+        except ConfigError as exc:
+            raise ConfigError(
+                f"processor {type(processor).__name__} (operator {operator!r}): state_schema "
+                f"{exc}; nothing was written"
+            ) from None
         layout = SnapshotLayout.at(self.snapshot_path)
         check_typed(layout)
         others = [r for name, r in layout.registrations().items() if name != operator]

@@ -18,9 +18,11 @@ Commands:
 Each command is a function ``cmd_<name>(args) -> exit code`` registered by
 :func:`build_parser`; the work itself lives in :mod:`barriered.tools`. Long work shows
 a progress bar on a terminal and plain lines on stderr otherwise. An error is one line
-``barriered: error: ...`` on stderr and exit code 1 (2 for a bad command line), never a
-traceback unless ``--traceback`` is given. The process ends through :func:`exit_process`,
-so its exit code is the command's even when native threads of delta-rs are still running.
+``barriered: error: ...`` on stderr and exit code 1, never a traceback unless
+``--traceback`` is given; a bad command line (an unknown option, a missing argument, an
+option that does not apply) is argparse's usage message and exit code 2. The process
+ends through :func:`exit_process`, so its exit code is the command's even when native
+threads of delta-rs are still running.
 """
 
 from __future__ import annotations
@@ -75,6 +77,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     ``--key`` where one key lives (key group, partition) and its state rows."""
     from barriered.tools.contents import format_contents, inspect_checkpoint
 
+    alone = [f"--{name}" for name in ("partitions", "operator") if getattr(args, name) is not None]
+    if alone and not args.key:
+        verb = "apply" if len(alone) > 1 else "applies"
+        args.usage(f"{' and '.join(alone)} only {verb} with --key (where one key lives)")
     if args.key:
         from barriered.tools.key_lookup import format_location, locate_key
 
@@ -119,7 +125,7 @@ def cmd_savepoint(args: argparse.Namespace) -> int:
     from barriered.statestore.layout import SnapshotLayout
     from barriered.statestore.savepoints import export
 
-    saved = export(SnapshotLayout.configured(args.path), args.checkpoint, args.out)
+    saved = export(SnapshotLayout.existing(args.path), args.checkpoint, args.out)
     print(
         f"savepoint of checkpoint {saved.checkpoint_id} written to {saved.path} "
         f"({saved.state_files} state files, {saved.state_bytes} bytes, "
@@ -134,7 +140,7 @@ def cmd_convert_state(args: argparse.Namespace) -> int:
     from barriered.statestore.layout import SnapshotLayout
     from barriered.statestore.savepoints import export
 
-    saved = export(SnapshotLayout.configured(args.path), args.checkpoint, args.out, convert=True)
+    saved = export(SnapshotLayout.existing(args.path), args.checkpoint, args.out, convert=True)
     print(
         f"state of checkpoint {saved.checkpoint_id} converted to typed columns in "
         f"{saved.path} ({saved.state_files} state files, {saved.state_bytes} bytes); "
@@ -149,7 +155,11 @@ def cmd_restore_plan(args: argparse.Namespace) -> int:
     from barriered.statestore.layout import SnapshotLayout
     from barriered.statestore.restore_point import resolve
 
-    point = resolve(SnapshotLayout.configured(args.path), args.source)
+    own = args.source.strip().lower() == "latest" or args.source.strip().isdigit()
+    # A savepoint is planned into any path (a new one, usually); its own checkpoints
+    # only into an existing snapshot path.
+    layout = (SnapshotLayout.existing if own else SnapshotLayout.configured)(args.path)
+    point = resolve(layout, args.source, f"restore-plan --from {args.source!r}")
     point.check_files()
     state = point.state_files()
     inflight = {c: (a, b) for c, a, b in point.inflight}
@@ -234,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="with --key: the Spark shuffle partition of the key for N partitions",
     )
-    ins.set_defaults(run=cmd_inspect)
+    ins.set_defaults(run=cmd_inspect, usage=ins.error)
 
     plot = sub.add_parser("plot", help="plot durations, alignment and sizes per checkpoint")
     plot.add_argument("path", help="the snapshot path")
@@ -281,18 +291,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         The arguments. Given: the exit code is returned (for callers and tests). None
         (the console script and ``python -m barriered``): the process ends with the
         exit code through :func:`exit_process`, so it is exactly the command's.
+
+    Returns
+    -------
+    int
+        0: done; 1: an error (one line on stderr); 2: a bad command line (argparse's
+        usage error, the Unix convention); 130: interrupted.
     """
+    code = _run(argv)
     if argv is not None:
-        return _run(argv)
-    try:
-        code = _run(None)
-    except SystemExit as exc:  # argparse: --help (0) and a bad command line (2)
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        return code
     exit_process(code)
 
 
 def _run(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        return _command(build_parser().parse_args(argv))
+    except SystemExit as exc:  # argparse printed --help (0) or the usage error (2)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+
+
+def _command(args: argparse.Namespace) -> int:
     try:
         code: int = args.run(args)
         return code

@@ -64,6 +64,14 @@ class UpstreamError(BarrieredError, RuntimeError):
     message names the topic, partition and offsets)."""
 
 
+class ProcessorError(BarrieredError, ValueError):
+    """A keyed processor broke its contract: ``process_batch`` or ``process`` returned
+    something other than what :mod:`barriered.statestore.vectorized` describes (no tuple,
+    a missing or extra output column, a new state without a key column or state field, a
+    value its declared type cannot hold, or one key twice). The message names the
+    processor, its operator, the method and the contract; nothing of the batch is kept."""
+
+
 class InjectedFault(BarrieredError, RuntimeError):
     """A crash injected on purpose by :mod:`barriered.testing.faults` (recovery tests)."""
 

@@ -12,9 +12,11 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from barriered.api import snapshot_path
@@ -118,7 +120,7 @@ def _store_table(
     df = None if version is None else _read_with_spark_delta(spark, uri, int(version))
     if df is None and version is not None:
         table = DeltaTable(uri, version=int(version), storage_options=dict(layout.storage_options))
-        df = spark.createDataFrame(table.to_pyarrow_table())
+        df = _arrow_frame(spark, table.to_pyarrow_table())
     if df is None:  # the store never held a row: its schema, no rows
         key = StructType.fromJson(json.loads(stores[operator]["key_schema"]))
         value = StructType.fromJson(json.loads(stores[operator]["value_schema"]))
@@ -193,10 +195,16 @@ def state_table(
             raise SnapshotStoreError(
                 f"cannot read {layout.state_table!r} at version {version}: {exc}"
             ) from exc
-        df = spark.createDataFrame(table)
+        df = _arrow_frame(spark, table)
     if operator is None:
         return df
     return df.where(F.col("operator") == operator).select(*(columns or []))
+
+
+def _arrow_frame(spark: SparkSession, table: pa.Table) -> DataFrame:
+    """A Delta table read by delta-rs as a DataFrame of its own types (a timestamp
+    without time zone stays ``timestamp_ntz``; Spark's default makes it ``timestamp``)."""
+    return spark.createDataFrame(table, schema=from_arrow_schema(table.schema))
 
 
 def _read_with_spark_delta(spark: SparkSession, uri: str, version: int) -> DataFrame | None:

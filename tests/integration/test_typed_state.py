@@ -76,7 +76,7 @@ def test_a_json_layout_snapshot_path_is_refused_at_process_writing_nothing(
     session: Any, tmp_path: Path
 ) -> None:
     layout = json_layout_path(tmp_path / "old", {"user-1": 5})
-    for key, value in MODES["aligned"].items():
+    for key, value in {**MODES["aligned"], "maxParallelism": "4"}.items():  # the path's
         session.conf.set(PREFIX + key, value)
     before = tree(tmp_path)
     events = (

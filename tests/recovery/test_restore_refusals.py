@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.errors import StreamingQueryException
 
 import barriered
 from barriered import cli
@@ -108,6 +109,66 @@ def test_a_changed_max_parallelism_is_refused(session: Any, copy: Path) -> None:
     message = attempt(session, copy, "latest")
     assert "maxParallelism is fixed for the life of the snapshot path" in message
     assert "maxParallelism=8" in message
+
+
+def test_a_restart_with_another_max_parallelism_is_refused_writing_nothing(
+    session: Any, copy: Path
+) -> None:
+    """Without restoreFrom too: refused at load(), before keyed() registers the operator
+    (its _coordinator/operators file kept maxParallelism=8, as its state)."""
+    session.conf.set(PREFIX + "maxParallelism", "16")
+    before = tree(copy)
+    with pytest.raises(ConfigError) as changed:
+        events = (
+            session.readStream.format("barriered")
+            .options(**SOURCE)
+            .option("snapshotPath", str(copy))
+            .load()
+        )
+        barriered.keyed(events, "user_id").process(RunningTotals())
+    assert str(changed.value).startswith(
+        "maxParallelism is fixed for the life of the snapshot path: the snapshot was taken "
+        "with maxParallelism=8, this query has spark.sql.streaming.barriered.maxParallelism=16"
+    )
+    assert tree(copy) == before
+    registered = json.loads((copy / "_coordinator/operators/running_totals.json").read_text())
+    assert registered["max_parallelism"] == 8
+
+
+def test_restore_from_into_a_checkpoint_location_with_offsets_is_refused(
+    session: Any, snapshot: Path, copy: Path
+) -> None:
+    """Spark resumes from its own offsets: restoreFrom would be silently ignored."""
+    checkpoint = copy.parent / "ck-resumed"
+    shutil.copytree(snapshot.parent / "ck", checkpoint)  # the fixture run's offsets
+    before = tree(copy)
+    events = (
+        session.readStream.format("barriered")
+        .options(**SOURCE)
+        .option("snapshotPath", str(copy))
+        .option("restoreFrom", "latest")
+        .load()
+    )
+    query = (
+        barriered.keyed(events, "user_id")
+        .process(RunningTotals())
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(StreamingQueryException) as error:
+        query.awaitTermination(60)
+    latest = max(commit_metadata(SnapshotLayout.at(str(copy))))
+    assert (
+        f"RestoreError: option 'restoreFrom'='latest' names checkpoint {latest} of snapshot "
+        f"path '{copy}', but the query's checkpointLocation already holds offsets (of a run "
+        "that was not restored, delivered up to [640, 160, 160]): Spark resumes a query from "
+        "its checkpointLocation and would ignore restoreFrom. Nothing was written. To "
+        "restore, start the query with a new, empty checkpointLocation; to resume where the "
+        "query stopped, remove restoreFrom"
+    ) in str(error.value)
+    assert tree(copy) == before
 
 
 def test_other_key_columns_are_refused(session: Any, copy: Path) -> None:

@@ -20,6 +20,7 @@ from barriered.tools.history import format_history, retained_ids, select_checkpo
 from barriered.tools.plot import ABORTED_STYLE, STYLES, checkpoint_figure, save_checkpoint_plot
 from barriered.tools.progress import Progress, RichProgress, reporting
 from barriered.tools.text import human_bytes, human_ms, text_table
+from file_tree import tree
 
 
 def row(cid: int, status: str = "completed", mode: str = "aligned", **extra: Any) -> dict[str, Any]:
@@ -150,12 +151,27 @@ def test_rich_progress_on_a_terminal() -> None:
     assert "checkpoint 1 completed" in text and "phase two" in text
 
 
-def test_bad_command_lines_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_command_lines_exit_2_with_the_usage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's promise: 0 done, 1 an error, 2 a bad command line (argparse's)."""
     for argv in (["inspect", "x", "--checkpoint", "0"], ["plot", "x"], ["nope"]):
-        with pytest.raises(SystemExit) as exit_:
-            cli.main(argv)
-        assert exit_.value.code == 2
+        assert cli.main(argv) == 2
     assert "checkpoint ids start at 1" in capsys.readouterr().err
+    assert cli.main(["--help"]) == 0
+    capsys.readouterr()
+    # An option that only applies with --key is refused, not silently ignored.
+    before = tree(tmp_path)
+    assert cli.main(["inspect", str(tmp_path), "--partitions", "8"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "barriered inspect: error: --partitions only applies with --key (where one key lives)"
+    )
+    assert cli.main(["inspect", str(tmp_path), "--partitions", "8", "--operator", "op"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "barriered inspect: error: --partitions and --operator only apply with --key (where "
+        "one key lives)"
+    )
+    assert tree(tmp_path) == before
 
 
 def test_history_shows_how_far_an_aligned_with_timeout_alignment_overshot(

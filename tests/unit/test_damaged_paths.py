@@ -73,7 +73,7 @@ def test_a_lost_latest_state_commit_is_named_and_never_a_silent_fallback(
         resolve(layout, "latest")
     code, out, err = run_cli(["restore-plan", layout.root], capsys)
     assert (code, out) == (1, "")
-    assert err.startswith("barriered: error: option 'restoreFrom': the latest completed")
+    assert err.startswith("barriered: error: restore-plan --from 'latest': the latest completed")
     assert f"barriered restore-plan {layout.root} --from 2" in err
     listed = r"checkpoint 3 .* is listed as completed but cannot be restored: its state table "
     with pytest.raises(RestoreError, match=rf"{listed}commit '{lost}' is missing"):
@@ -222,5 +222,5 @@ def test_the_exit_code_is_the_commands_every_time(layout: SnapshotLayout, tmp_pa
     assert {err for _, err in calm} == {""}
     warning = "barriered: warning: checkpoint 3 is listed as completed but cannot be restored"
     assert all(err.startswith(warning) for _, err in damaged), damaged
-    refusal = "barriered: error: option 'restoreFrom': the latest completed checkpoint 3"
+    refusal = "barriered: error: restore-plan --from 'latest': the latest completed checkpoint 3"
     assert all(err.startswith(refusal) for _, err in refused), refused

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 
 from barriered.examples import RunningTotals
 from barriered.statestore.acks import read_acks
+from barriered.statestore.contract import Contract
 from barriered.statestore.keyed import KeyedOperator, OperatorSpec, RestoredFiles, from_blob
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.vectorized import PerKey, merge
@@ -27,6 +28,7 @@ COLUMNS = ("user_id", "amount", "_channel", "_seq", "_barrier", "_barrier_meta",
 SPEC = OperatorSpec(
     "totals", ("user_id",), "user_id string", "total long, count long",
     "user_id string, total long", 4, json.dumps(KEY_TYPE), json.dumps(STATE_TYPE), COLUMNS,
+    ("user_id", "total"),
 )  # fmt: skip
 
 
@@ -57,6 +59,10 @@ class Live:
         self.exists, self.get = True, value
 
 
+def contract(method: str) -> Contract:
+    return Contract("Totals", "totals", method, ("user_id",), SCHEMA, ("user_id", "total"))
+
+
 def state(rows: list[tuple[str, int, int]]) -> pa.Table:
     return pa.Table.from_pylist(
         [dict(zip(SCHEMA.names, r, strict=True)) for r in rows], schema=SCHEMA
@@ -81,7 +87,7 @@ def test_process_batch_sees_and_replaces_only_the_keys_of_its_rows() -> None:
 
     before = state([("a", 5, 1), ("b", 7, 1), ("c", 1, 1)])
     rows = pd.DataFrame({"user_id": ["b", "d", "b"], "amount": [1, 2, 3]})
-    output, after = merge(before, rows, ["user_id"], Spy())
+    output, after = merge(before, rows, Spy(), contract("process_batch"))
     assert seen == [["b"]]  # only the state of the keys present
     assert output is not None and output.to_dict("records") == [
         {"user_id": "b", "total": 11},
@@ -97,10 +103,10 @@ def test_process_batch_sees_and_replaces_only_the_keys_of_its_rows() -> None:
 
 
 def test_the_per_key_form_runs_on_the_same_merge_and_can_clear_a_key() -> None:
-    processor = PerKey(PerKeyTotals(), ["user_id"], ["total", "count"])
+    processor = PerKey(PerKeyTotals(), contract("process"))
     before = state([("a", 5, 1), ("b", 7, 1)])
     rows = pd.DataFrame({"user_id": ["b", "a", "e"], "amount": [-1, 4, 6]})
-    output, after = merge(before, rows, ["user_id"], processor)
+    output, after = merge(before, rows, processor, contract("process"))
     assert output is not None and output.to_dict("records") == [
         {"user_id": "b", "total": 0},
         {"user_id": "a", "total": 9},

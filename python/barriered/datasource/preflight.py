@@ -14,11 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from barriered.config import check_restore_compatible
 from barriered.datasource.options import SourceSettings, parse_source_options
 from barriered.errors import RestoreError
 from barriered.provider import EXTENSION_CLASS
 from barriered.sink import rewind
 from barriered.statestore import operators
+from barriered.statestore.fileio import read_json
 from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint, resolve
@@ -48,7 +50,9 @@ def checked(
     Raises
     ------
     ConfigError
-        An unknown option (with a suggestion), a bad value or no snapshot path.
+        An unknown option (with a suggestion), a bad value or no snapshot path, or a key
+        fixed for the life of the snapshot path (``maxParallelism``) that differs from
+        the value its previous run recorded.
     RestoreError
         ``restoreFrom`` names no restorable checkpoint, or one whose configuration or
         files do not fit, or one with a watermark on a session without the provider's
@@ -57,6 +61,9 @@ def checked(
     """
     settings = parse_source_options(options)
     layout = SnapshotLayout.at(settings.conf.require_snapshot_path(), settings.conf.storage_options)
+    previous = read_json(layout.config_file, default=None)
+    if previous is not None:  # a restart: refused here, before keyed() registers anything
+        check_restore_compatible(previous.get("conf", {}), settings.conf)
     point = None
     if settings.restore_from is not None:
         spec = settings.restore_from

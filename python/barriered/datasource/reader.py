@@ -249,13 +249,12 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return ReadMaxRows(per_channel * self.channels)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._own()
-        if self._lease is not None:  # the planning instance: channels gained count too
-            self.upstream.discover()
         self._target = list(self.upstream.available())
         log.info("availableNow run: ends at positions %s", self._target)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        if self._lease is None and self._follower is None:  # this run's first planning call
+            self._check_resumed_restore(SourceOffset.from_dict(start))
         self._own()
         if self._follower is not None:
             mirrored = self._follower.latest(start)
@@ -273,6 +272,43 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._leader.decided(start, offset)
         return offset
 
+    def _check_resumed_restore(self, begin: SourceOffset) -> None:
+        """Refuse ``restoreFrom`` when Spark resumes the query from offsets of its own
+        checkpoint location that do not start from this restore point: Spark would resume
+        there and ``restoreFrom`` would be ignored. (A restored query restarted on its
+        checkpoint location resumes: its offsets carry the same restore point.) Runs
+        before the run takes the snapshot path, so nothing is written.
+
+        Raises
+        ------
+        RestoreError
+            Naming the restore point, what the offsets continue and what to do.
+        """
+        point = self.restore
+        if point is None:
+            return
+        entry = begin.restore or {}
+        same = (
+            entry.get("from") == point.origin.root
+            and entry.get("checkpoint_id") is not None
+            and int(entry["checkpoint_id"]) == point.checkpoint_id
+        )
+        if same:
+            return
+        resumed = (
+            f"a run restored from checkpoint {entry.get('checkpoint_id')} of {entry.get('from')!r}"
+            if entry
+            else "a run that was not restored"
+        )
+        raise RestoreError(
+            f"option 'restoreFrom'={self.settings.restore_from!r} names {point.describe()}, "
+            "but the query's checkpointLocation already holds offsets (of "
+            f"{resumed}, delivered up to {list(begin.positions)}): Spark resumes a query "
+            "from its checkpointLocation and would ignore restoreFrom. Nothing was written. "
+            "To restore, start the query with a new, empty checkpointLocation; to resume "
+            "where the query stopped, remove restoreFrom"
+        )
+
     def _plan(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """The leader's planning of the next batch from ``start``."""
         begin = SourceOffset.from_dict(start)
@@ -280,6 +316,9 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._lease.renew()  # fails a fenced run (a newer run took the path over)
         self.upstream.discover()
         begin, available = self._grow(begin, self.upstream.available())
+        if self._target is not None and len(self._target) < len(available):
+            # an availableNow run reads a channel that joined up to where it was then
+            self._target = [*self._target, *available[len(self._target) :]]
         if isinstance(limit, ReadAllAvailable) or self.settings.max_rows_per_channel is None:
             admission: list[int | None] = [None] * self.channels
         else:
@@ -297,7 +336,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             PlanInput(
                 available=available,
                 admission=admission,
-                target=self._grown_target(),
+                target=self._target,
                 requests=triggers.requests,
                 cancelled=triggers.cancelled,
                 last_completed=triggers.last_completed,
@@ -343,19 +382,13 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         log.info("channels %d..%d join the stream", known, self.channels - 1)
         return grown, available[: self.channels]
 
-    def _grown_target(self) -> list[int] | None:
-        """An availableNow run's end positions: channels that joined after it started
-        end where they start (the run reads what was there when it started)."""
-        if self._target is None or len(self._target) >= self.channels:
-            return self._target
-        starts = self.upstream.start_positions()
-        return [*self._target, *starts[len(self._target) : self.channels]]
-
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._report
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin, stop = SourceOffset.from_dict(start), SourceOffset.from_dict(end)
+        if self._lease is None and self._follower is None:  # a batch Spark runs again
+            self._check_resumed_restore(begin)
         if len(begin.positions) < len(stop.positions):  # channels joined in this batch
             begin = begin.grown(self.upstream.start_positions())
         self._manifest_for(begin)

@@ -12,7 +12,6 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
-from barriered.config import check_restore_compatible
 from barriered.datasource import mirror, preflight
 from barriered.datasource.columns import (
     BARRIER,
@@ -113,18 +112,15 @@ class BarrieredDataSource(DataSource):
         pinned = None if barrier is None else (barrier.metadata or {}).get(META_RESTORE)
         settings, upstream, layout, point = self._setup(pinned)
         _check_schema(schema, upstream)
-        previous = read_json(layout.config_file, default=None)
-        if previous is not None:
-            check_restore_compatible(previous.get("conf", {}), settings.conf)
-            recorded = int(previous.get("channels", upstream.channel_count()))
-            grown = upstream.grows and upstream.channel_count() > recorded
-            if recorded != upstream.channel_count() and not grown:
-                raise ConfigError(
-                    f"the snapshot path {layout.root!r} was written by a source with "
-                    f"{previous['channels']} channels, this one has "
-                    f"{upstream.channel_count()}; channels are fixed for the life of a "
-                    "snapshot path (use a new snapshotPath)"
-                )
+        previous = read_json(layout.config_file, default=None) or {}
+        channels = upstream.channel_count()
+        recorded = int(previous.get("channels", channels))
+        if recorded != channels and not (upstream.grows and channels > recorded):
+            raise ConfigError(
+                f"the snapshot path {layout.root!r} was written by a source with "
+                f"{recorded} channels, this one has {channels}; channels are fixed for the "
+                "life of a snapshot path (use a new snapshotPath)"
+            )
         return BarrieredStreamReader(
             settings,
             upstream,

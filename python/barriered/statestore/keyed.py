@@ -39,6 +39,7 @@ from barriered.statestore.acks import (
     write_ack,
     write_data_file,
 )
+from barriered.statestore.contract import Contract
 from barriered.statestore.fileio import filesystem
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.state_schema import columns_schema
@@ -66,6 +67,7 @@ class OperatorSpec:
     key_type: str  # Spark JSON of the key columns' StructType
     state_type: str  # Spark JSON of the state's StructType
     input_columns: tuple[str, ...] = ()
+    output_columns: tuple[str, ...] = ()  # the columns of output_schema
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form, as registered under ``_coordinator/operators``."""
@@ -132,13 +134,17 @@ class KeyedOperator:
         self.spec = spec
         self.restored = restored
         self.schema = columns_schema(spec.to_dict())
-        self.keys = list(spec.key_columns)
         self.user_columns = [c for c in spec.input_columns if c not in _META]
-        if hasattr(processor, "process_batch"):
-            self.processor: BatchProcessor = processor
-        else:
-            fields = self.schema.names[len(self.keys) :]
-            self.processor = PerKey(processor, self.keys, fields)
+        batch = hasattr(processor, "process_batch")
+        self.contract = Contract(
+            processor=type(processor).__name__,
+            operator=spec.operator,
+            method="process_batch" if batch else "process",
+            keys=spec.key_columns,
+            state=self.schema,
+            output=spec.output_columns,
+        )
+        self.processor: BatchProcessor = processor if batch else PerKey(processor, self.contract)
 
     def __call__(
         self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame], live: Any
@@ -165,7 +171,7 @@ class KeyedOperator:
             if (order != np.arange(len(order))).any():
                 data = data.take(order)
             rows = data[self.user_columns].reset_index(drop=True)
-            output, new = merge(table, rows, self.keys, self.processor)
+            output, new = merge(table, rows, self.processor, self.contract)
             if not new.equals(table):
                 table, blob = new, None
                 mod_count += 1

@@ -29,7 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from barriered.errors import SnapshotStoreError
-from barriered.statestore.fileio import folder_problem, join, list_names, read_json, to_local_or_uri
+from barriered.statestore.fileio import (
+    exists,
+    folder_problem,
+    join,
+    list_names,
+    read_json,
+    to_local_or_uri,
+)
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,32 @@ class SnapshotLayout:
         stored = read_json(layout.config_file, default=None) or {}
         raw = stored.get("conf", {}).get("snapshot_storage_options") or "{}"
         return cls.at(root, json.loads(raw))
+
+    @classmethod
+    def existing(cls, root: str) -> SnapshotLayout:
+        """Return the configured layout of an existing snapshot path or savepoint folder.
+
+        Raises
+        ------
+        SnapshotStoreError
+            When ``root`` does not exist, is a file (or under one), or is not a snapshot
+            path (no ``_checkpoints`` table and no ``_coordinator/config.json``: an empty
+            folder, a Delta table).
+        """
+        layout = cls.configured(root)
+        if not exists(layout.root):
+            raise SnapshotStoreError(f"{root!r} does not exist")
+        if not layout.is_snapshot_path():
+            raise SnapshotStoreError(
+                f"{root!r} is not a snapshot path: it has no _checkpoints table and no "
+                "_coordinator/config.json (give the folder set as snapshotPath)"
+            )
+        return layout
+
+    def is_snapshot_path(self) -> bool:
+        """Whether a query (or a savepoint) wrote here: a ``_checkpoints`` table or the
+        configuration file."""
+        return exists(self.checkpoints_table) or exists(self.config_file)
 
     @property
     def checkpoints_table(self) -> str:

@@ -34,6 +34,9 @@ from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)
 
+#: The default of :func:`resolve`'s ``asked_by``: the source's option.
+RESTORE_FROM = "option 'restoreFrom'"
+
 
 @dataclass(frozen=True)
 class TableFile:
@@ -306,7 +309,9 @@ def _not_restorable(found: PathIntegrity, checkpoint_id: int) -> str:
     )
 
 
-def resolve(target: SnapshotLayout, restore_from: str) -> RestorePoint:
+def resolve(
+    target: SnapshotLayout, restore_from: str, asked_by: str | None = RESTORE_FROM
+) -> RestorePoint:
     """Find the checkpoint ``restoreFrom`` names.
 
     Parameters
@@ -315,12 +320,18 @@ def resolve(target: SnapshotLayout, restore_from: str) -> RestorePoint:
         The restoring query's snapshot path (where ``latest`` and ids are looked up).
     restore_from : str
         ``latest``, a checkpoint id, or the path of a savepoint or snapshot path.
+    asked_by : str or None
+        What asks, the start of every message (default: the source's option
+        ``restoreFrom``, whose removal is the advice when nothing was completed yet;
+        None: a command that has no such option).
 
     Raises
     ------
     RestoreError
-        When there is no such completed checkpoint, or the path holds none.
+        When there is no such completed checkpoint, or the path is not a savepoint or
+        snapshot path, or holds none.
     """
+    asked = "" if asked_by is None else f"{asked_by}: "
     spec = restore_from.strip()
     wanted: int | None = None
     if spec.lower() == "latest":
@@ -331,8 +342,15 @@ def resolve(target: SnapshotLayout, restore_from: str) -> RestorePoint:
         origin = SnapshotLayout.at(spec, target.storage_options)
         if not exists(origin.root):
             raise RestoreError(
-                f"option 'restoreFrom': {spec!r} is not 'latest', a checkpoint id, or an "
-                "existing savepoint or snapshot path"
+                f"{asked}{spec!r} is not 'latest', a checkpoint id, or an existing "
+                "savepoint or snapshot path"
+            )
+        if not origin.is_snapshot_path():
+            raise RestoreError(
+                f"{asked}{spec!r} is not a savepoint or snapshot path: it has no _checkpoints "
+                "table and no _coordinator/config.json (a plain Delta table or another "
+                "folder). Give a savepoint folder (barriered.savepoint, barriered savepoint) "
+                "or the snapshotPath of a query"
             )
     marker = read_json(origin.savepoint_file, default=None)
     if marker is not None and wanted is None:
@@ -340,20 +358,23 @@ def resolve(target: SnapshotLayout, restore_from: str) -> RestorePoint:
     found = integrity.check(origin)
     if found.history_problem is not None:
         if origin.root == target.root:  # the restored query could not number its checkpoints
-            raise RestoreError(f"option 'restoreFrom': {found.history_problem}")
+            raise RestoreError(f"{asked}{found.history_problem}")
         log.warning("restore from %s: %s", origin.root, found.history_problem)
     if wanted is None:
         refusal = found.refusal() or found.state_problem
         if refusal is not None:
-            raise RestoreError(f"option 'restoreFrom': {refusal}")
+            raise RestoreError(f"{asked}{refusal}")
         if found.restore_id is None:
-            raise RestoreError(
-                f"option 'restoreFrom': no completed checkpoint under {origin.root!r} to "
-                "restore. Remove 'restoreFrom' to start from the beginning"
+            advice = (
+                " to restore. Remove 'restoreFrom' to start from the beginning"
+                if asked_by == RESTORE_FROM
+                else ". Nothing was written; a checkpoint must complete first (barriered "
+                "checkpoints PATH lists them)"
             )
+            raise RestoreError(f"{asked}no completed checkpoint under {origin.root!r}{advice}")
         wanted = found.restore_id
     if wanted not in found.committed:
-        raise RestoreError(f"option 'restoreFrom': {_not_restorable(found, wanted)}")
+        raise RestoreError(f"{asked}{_not_restorable(found, wanted)}")
     version, meta = found.committed[wanted]
     config = read_json(origin.config_file, default=None)
     if config is None:

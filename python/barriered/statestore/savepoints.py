@@ -138,7 +138,7 @@ def export(
     SnapshotStoreError
         When ``target`` is not empty or cannot be written.
     """
-    point = resolve(origin, "latest" if checkpoint_id is None else str(checkpoint_id))
+    point = resolve(origin, "latest" if checkpoint_id is None else str(checkpoint_id), None)
     source_table = open_table(origin.state_table, point.state_version, origin.storage_options)
     assert source_table is not None  # resolve() found the checkpoint in it
     state_schema = pa.schema(source_table.schema().to_arrow())

@@ -68,23 +68,46 @@ def arrow_type(spark_type: Any) -> pa.DataType:
         decimal = re.fullmatch(r"decimal\((\d+),\s*(\d+)\)", spark_type)
         if decimal:
             return pa.decimal128(int(decimal.group(1)), int(decimal.group(2)))
+        if re.fullmatch(r"(var)?char\(\d+\)", spark_type):
+            return pa.string()
     elif spark_type.get("type") == "struct":
-        return pa.struct(
-            [
-                pa.field(f["name"], arrow_type(f["type"]), f.get("nullable", True))
-                for f in spark_type["fields"]
-            ]
-        )
+        return pa.struct([_arrow_field(f) for f in spark_type["fields"]])
     elif spark_type.get("type") == "array":
         return pa.list_(arrow_type(spark_type["elementType"]))
     elif spark_type.get("type") == "map":
         return pa.map_(arrow_type(spark_type["keyType"]), arrow_type(spark_type["valueType"]))
-    raise ConfigError(f"keyed state cannot hold the Spark type {spark_type!r}")
+    raise ConfigError(
+        f"keyed state cannot hold the Spark type {spark_type!r} (it holds numbers, strings, "
+        "booleans, binary, date, timestamp, timestamp_ntz, decimal, and arrays, maps and "
+        "structs of them)"
+    )
+
+
+def _arrow_field(spark_field: Mapping[str, Any]) -> pa.Field:
+    """The Arrow field of a Spark ``StructField`` in its JSON form.
+
+    Raises
+    ------
+    ConfigError
+        Naming the field (and the struct fields it is in) and its type.
+    """
+    name = str(spark_field["name"])
+    try:
+        kind = arrow_type(spark_field["type"])
+    except ConfigError as exc:
+        raise ConfigError(f"field {name!r}: {exc}") from None
+    return pa.field(name, kind, spark_field.get("nullable", True))
 
 
 def struct_schema(spark_struct: Mapping[str, Any]) -> pa.Schema:
-    """Arrow schema of a Spark ``StructType`` in its JSON form."""
-    return pa.schema(arrow_type(dict(spark_struct)))
+    """Arrow schema of a Spark ``StructType`` in its JSON form.
+
+    Raises
+    ------
+    ConfigError
+        For a field of a type the state table cannot hold, naming the field.
+    """
+    return pa.schema([_arrow_field(f) for f in spark_struct["fields"]])
 
 
 def columns_schema(registration: Mapping[str, Any]) -> pa.Schema:

@@ -13,11 +13,25 @@ The contract of ``process_batch(rows, state) -> (output, new_state)``:
   order, with the stream's own columns (no ``_channel``/``_seq``/``_barrier`` columns);
 * ``state``: one row per key of ``rows`` that has state (key columns and state fields;
   a key without state has no row);
-* ``output``: the rows to emit (``output_schema``), or None;
+* ``output``: the rows to emit, or None: a DataFrame with exactly the columns of
+  ``output_schema`` (a missing or undeclared column is refused, not committed NULL);
 * ``new_state``: the new state of the keys of ``rows`` (key columns and state fields,
-  one row per key): it replaces theirs; a key of ``rows`` missing from it loses its
-  state; a key that is not in ``rows`` may be added too. Keys not in ``rows`` and not in
-  ``new_state`` keep their state untouched.
+  one row per key, each value of its declared type): it replaces theirs; a key of
+  ``rows`` missing from it loses its state; a key that is not in ``rows`` may be added
+  too. Keys not in ``rows`` and not in ``new_state`` keep their state untouched. A key
+  held twice is refused, naming the key.
+
+State fields may be of any type Spark SQL offers that Delta stores (numbers, strings,
+booleans, binary, date, timestamp, timestamp_ntz, decimal, arrays, maps, structs). In
+``state`` they are what pandas makes of Arrow: an array a numpy array, a map a list of
+``(key, value)`` pairs, a struct a dict, a timestamp a ``pandas.Timestamp``;
+``new_state`` may hold the same, or lists and dicts. The per-key ``process`` gets
+Python values (an array a list, a map and a struct a dict).
+
+A processor that breaks the contract (no tuple returned, a wrong column, a value its
+declared type cannot hold, a key twice) fails the query with a
+:class:`~barriered.errors.ProcessorError` naming the processor, its operator, the method
+and the contract (:mod:`barriered.statestore.contract`); nothing of the batch is kept.
 """
 
 from __future__ import annotations
@@ -25,9 +39,12 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol, cast
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from barriered.statestore.contract import Contract
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +66,8 @@ class BatchProcessor(Protocol):
     def process_batch(
         self, rows: pd.DataFrame, state: pd.DataFrame
     ) -> tuple[pd.DataFrame | None, pd.DataFrame]:
-        """Return the output rows and the new state of the keys of ``rows``."""
+        """Return the output rows and the new state of the keys of ``rows`` (the
+        contract: this module's docstring; a breach is a ``ProcessorError``)."""
         ...
 
 
@@ -69,18 +87,11 @@ def _has_key(table: pa.Table, frame: pd.DataFrame, keys: list[str]) -> pa.Chunke
     return pa.chunked_array([pa.array(index.isin(_key_index(frame, keys)))])
 
 
-def to_table(frame: pd.DataFrame, schema: pa.Schema) -> pa.Table:
-    """``frame``'s columns of ``schema`` as an Arrow table of exactly that schema."""
-    return pa.Table.from_arrays(
-        [pa.array(frame[f.name], f.type, from_pandas=True) for f in schema], schema=schema
-    )
-
-
 def merge(
     state: pa.Table,
     rows: pd.DataFrame,
-    keys: list[str],
     processor: BatchProcessor,
+    contract: Contract,
 ) -> tuple[pd.DataFrame | None, pa.Table]:
     """Run ``processor`` on one key group's ``rows`` and return its output and new state.
 
@@ -90,26 +101,33 @@ def merge(
     Parameters
     ----------
     state : pyarrow.Table
-        The key group's state (key columns, state fields; its schema is kept).
+        The key group's state (key columns, state fields: ``contract.state``).
     rows : pandas.DataFrame
         The key group's data rows of this micro-batch, in order.
-    keys : list of str
-        The key columns.
     processor : BatchProcessor
-        The user's processor.
+        The user's processor (a per-key one wrapped in :class:`PerKey`).
+    contract : Contract
+        What it must return (its key columns, state schema and output columns).
 
     Returns
     -------
     tuple
         The output frame (or None) and the new state table.
+
+    Raises
+    ------
+    ProcessorError
+        When the processor broke its contract (see the module's docstring).
     """
+    keys = list(contract.keys)
     if state.num_rows:
         present = _has_key(state, rows, keys)
         given, kept = state.filter(present), state.filter(pc.invert(present))
     else:
         given, kept = state, state
-    output, new = processor.process_batch(rows, given.to_pandas())
-    table = to_table(new, state.schema)
+    output, new = contract.result(processor.process_batch(rows, given.to_pandas()))
+    output = contract.check_output(output)
+    table = contract.new_state(new)
     if table.num_rows and kept.num_rows:
         # Keys of new_state outside rows replace their state as well.
         kept = kept.filter(pc.invert(_has_key(kept, new, keys)))
@@ -119,13 +137,13 @@ def merge(
 class KeyState:
     """The state of one key, as handed to ``process(key, rows, state)``.
 
-    ``get()`` returns a dict (field name -> value) or None, ``update(dict)`` replaces it,
-    ``clear()`` removes it.
+    ``get()`` returns a dict (field name -> value) or None, ``update(dict)`` replaces it
+    (every state field must be present), ``clear()`` removes it.
     """
 
-    def __init__(self, value: dict[str, Any] | None, fields: list[str]) -> None:
+    def __init__(self, value: dict[str, Any] | None, contract: Contract) -> None:
         self._value = value
-        self._fields = fields
+        self._contract = contract
         self.changed = False
 
     def get(self) -> dict[str, Any] | None:
@@ -134,7 +152,7 @@ class KeyState:
 
     def update(self, value: dict[str, Any]) -> None:
         """Replace this key's state with ``value`` (every state field must be present)."""
-        self._value = {f: value[f] for f in self._fields}
+        self._value = self._contract.check_state_update(value)
         self.changed = True
 
     def clear(self) -> None:
@@ -143,11 +161,23 @@ class KeyState:
         self.changed = True
 
 
-def _plain(value: Any) -> Any:
-    """A numpy/pandas scalar as a Python value (NaN/NaT as None)."""
+def python_value(value: Any, kind: pa.DataType | None = None) -> Any:
+    """A value of a pandas frame made from Arrow as a plain Python value (NaN/NaT as None;
+    with its Arrow type ``kind``, an array as a list, a map and a struct as a dict)."""
+    if kind is not None and pa.types.is_map(kind):
+        if value is None or (isinstance(value, float) and np.isnan(value)):
+            return None
+        return {python_value(k, kind.key_type): python_value(v, kind.item_type) for k, v in value}
+    if kind is not None and pa.types.is_struct(kind):
+        if not isinstance(value, dict):
+            return None
+        return {f.name: python_value(value.get(f.name), f.type) for f in kind}
+    if isinstance(value, (np.ndarray, list)):
+        inner = kind.value_type if kind is not None and pa.types.is_list(kind) else None
+        return [python_value(v, inner) for v in value]
     if value is None or (not isinstance(value, (str, bytes)) and bool(pd.isna(value))):
         return None
-    return value.item() if hasattr(value, "item") else value
+    return value.item() if isinstance(value, np.generic) else value
 
 
 class PerKey:
@@ -157,37 +187,39 @@ class PerKey:
     ``(_channel, _seq)`` order.
     """
 
-    def __init__(self, processor: Any, keys: list[str], fields: list[str]) -> None:
+    def __init__(self, processor: Any, contract: Contract) -> None:
         self.processor = processor
         self.state_schema = processor.state_schema
         self.output_schema = processor.output_schema
-        self.keys = keys
-        self.fields = fields
+        self.contract = contract
 
     def process_batch(
         self, rows: pd.DataFrame, state: pd.DataFrame
     ) -> tuple[pd.DataFrame | None, pd.DataFrame]:
         """Call ``process`` per key of ``rows``; collect outputs and new states."""
+        keys, fields = list(self.contract.keys), self.contract.fields
+        types = {f.name: f.type for f in self.contract.state}
         known: dict[tuple[Any, ...], dict[str, Any]] = {}
         for record in state.to_dict("records"):
-            known[tuple(_plain(record[k]) for k in self.keys)] = {
-                f: _plain(record[f]) for f in self.fields
+            known[tuple(python_value(record[k]) for k in keys)] = {
+                f: python_value(record[f], types[f]) for f in fields
             }
         outputs: list[pd.DataFrame] = []
         new_rows: list[dict[str, Any]] = []
-        groups = rows.groupby(self.keys, sort=False, dropna=False).indices
+        groups = rows.groupby(keys, sort=False, dropna=False).indices
         for user_key, positions in groups.items():
             key = tuple(
-                _plain(v) for v in (user_key if isinstance(user_key, tuple) else (user_key,))
+                python_value(v) for v in (user_key if isinstance(user_key, tuple) else (user_key,))
             )
-            key_state = KeyState(known.get(key), self.fields)
+            key_state = KeyState(known.get(key), self.contract)
             out = self.processor.process(
                 key, rows.iloc[positions].reset_index(drop=True), key_state
             )
+            out = self.contract.check_output(out)
             if out is not None and len(out):
                 outputs.append(out)
             value = key_state.get()
             if value is not None:
-                new_rows.append({**dict(zip(self.keys, key, strict=True)), **value})
-        new = pd.DataFrame(new_rows, columns=[*self.keys, *self.fields])
+                new_rows.append({**dict(zip(keys, key, strict=True)), **value})
+        new = pd.DataFrame(new_rows, columns=[*keys, *fields])
         return (pd.concat(outputs, ignore_index=True) if outputs else None), new

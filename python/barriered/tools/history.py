@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from barriered.config import BarrieredConf
-from barriered.errors import CheckpointError, SnapshotStoreError
+from barriered.errors import CheckpointError
 from barriered.statestore import checkpoints_table
-from barriered.statestore.fileio import exists, read_json
+from barriered.statestore.fileio import read_json
 from barriered.statestore.layout import SnapshotLayout
 from barriered.tools.text import human_bytes, human_ms, local_time, text_table
 
@@ -85,15 +85,7 @@ def open_history(path: str) -> tuple[SnapshotLayout, list[dict[str, Any]]]:
     SnapshotStoreError
         When ``path`` does not exist or is not a snapshot path.
     """
-    bare = SnapshotLayout.at(path)
-    if not exists(bare.root):
-        raise SnapshotStoreError(f"{path!r} does not exist")
-    if not exists(bare.checkpoints_table) and not exists(bare.config_file):
-        raise SnapshotStoreError(
-            f"{path!r} is not a snapshot path: it has no _checkpoints table and no "
-            "_coordinator/config.json (give the folder set as snapshotPath)"
-        )
-    layout = SnapshotLayout.configured(path)
+    layout = SnapshotLayout.existing(path)
     return layout, with_overshoot(layout, checkpoints_table.read_rows(layout))
 
 
