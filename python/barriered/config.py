@@ -583,7 +583,7 @@ SINK_OPTIONS: dict[str, ConfigKey] = {
             None,
             "Name of the sink under the snapshot path (_sink/<sinkId>/) and of its Delta "
             "app transaction; default: the output table's folder name. Give each sink of "
-            "a query its own.",
+            "a query its own, and a second query writing the same table its own.",
             field="sink_id",
         ),
         ConfigKey(

@@ -194,7 +194,9 @@ class BarrieredDeltaSink(DataSource):
 
     Options (declared in ``barriered.config.SINK_OPTIONS``): ``path`` (or
     ``start(path)``), ``snapshotPath`` (default: the session key), ``mode``
-    (``append``/``update``), ``keyColumns``, ``partitionBy``, ``sinkId``.
+    (``append``/``update``), ``keyColumns``, ``partitionBy``, ``sinkId``, ``adoptTable``.
+    The stream must come from a barriered source; the table must be the sink's own
+    (:mod:`barriered.sink.owner`) with the output's columns (:mod:`barriered.sink.schema`).
     """
 
     @classmethod
