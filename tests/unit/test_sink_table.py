@@ -5,7 +5,10 @@ store, misspelt options, and a rerun's first batch that Spark ran again."""
 
 from __future__ import annotations
 
+import datetime as dt
+from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -26,6 +29,8 @@ from test_sink import SCHEMA, rows_of, settings, stage_batch
 from barriered.errors import ConfigError, SinkError
 from barriered.sink import committer, owner, schema, staging
 from barriered.sink.participant import SinkParticipants
+from barriered.sink.staging import StagedBatch
+from barriered.sink.writer import write_files
 from barriered.statestore.layout import SnapshotLayout
 from file_tree import tree
 
@@ -215,3 +220,40 @@ def test_the_batch_a_rerun_ran_again_from_sparks_offset_log_is_its_own(tmp_path:
     with pytest.raises(SinkError, match=r"batch 0 staged under epoch 1 .*this run never ran"):
         fresh.plans(1, 1)
     assert staging.staged_ids(layout, "out", 1) == [0, 1]
+
+
+def test_mode_update_merges_rows_of_every_delta_type(tmp_path: Path) -> None:
+    typed = pa.schema(
+        [
+            ("k", pa.string()),
+            ("at", pa.timestamp("us", tz="UTC")),
+            ("local", pa.timestamp("us")),
+            ("day", pa.date32()),
+            ("price", pa.decimal128(12, 3)),
+            ("raw", pa.binary()),
+            ("tags", pa.map_(pa.string(), pa.int64())),
+            ("nested", pa.struct([("xs", pa.list_(pa.int64()))])),
+        ]
+    )
+    start = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+
+    def row(i: int, key: str) -> dict[str, Any]:
+        return {
+            "k": key,
+            "at": start + dt.timedelta(hours=i),
+            "local": dt.datetime(2024, 1, 1, i),
+            "day": dt.date(2024, 1, i + 1),
+            "price": Decimal("1.5") * i,
+            "raw": bytes([i]),
+            "tags": [("a", i)],
+            "nested": {"xs": [i, i]},
+        }
+
+    layout = SnapshotLayout.at(str(tmp_path / "snap"))
+    s = settings(tmp_path, mode="update", keyColumns="k")
+    for batch, (i, key) in enumerate([(1, "a"), (2, "b"), (3, "a")]):
+        files = write_files(s, pa.Table.from_pylist([row(i, key)], schema=typed))
+        staging.stage(layout, StagedBatch(s, 0, batch, typed, tuple(files)))
+    committer.commit(layout, 1, committer.plan(layout, 0, 2))
+    got = DeltaTable(str(tmp_path / "out")).to_pyarrow_table().to_pylist()
+    assert sorted(got, key=lambda r: r["k"]) == [row(3, "a"), row(2, "b")]
