@@ -13,6 +13,8 @@ checkpoint, state or output is written.
 from __future__ import annotations
 
 import datetime as dt
+import json
+from collections import Counter
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from pyspark.errors import StreamingQueryException
 
 import barriered
 from barriered.examples import RecordNumbers
+from barriered.sink import owner
 from barriered.statestore.layout import SnapshotLayout
 from file_tree import tree
 from runs import (
@@ -238,3 +241,27 @@ def test_a_table_with_other_columns_is_refused(session: Any, tmp_path: Path) -> 
     ) in message
     assert (tree(out), tree(data)) == before
     sink_wrote_nothing(tmp_path / "snap")
+
+
+@pytest.mark.full
+def test_a_restore_onto_a_new_snapshot_path_takes_the_table_over(
+    session: Any, tmp_path: Path
+) -> None:
+    data, out = tmp_path / "data", tmp_path / "out"
+    sizes = {"a": 60, "b": 30, "c": 30}
+    write_files(data, sizes, tag="first")
+    source, sink = {**FILES_SOURCE, "path": str(data)}, {"path": str(out)}
+    _, first = run(
+        session, tmp_path, MODES["aligned"], source, str(tmp_path / "snap-a"), (60, 30, 30),
+        processor=RecordNumbers(), sink=sink,
+    )  # fmt: skip
+    write_files(data, sizes, tag="second")
+    _, restored = run(
+        session, tmp_path, {}, {**source, "restoreFrom": first.root}, str(tmp_path / "snap-b"),
+        (120, 60, 60), "ck-b", processor=RecordNumbers(), sink=sink,
+    )  # fmt: skip
+    users = Counter(json.loads(line)["user_id"] for f in data.rglob("*.json") for line in f.open())
+    assert output_rows(str(out)) == sorted(
+        (u, n) for u, c in users.items() for n in range(1, c + 1)
+    )
+    assert owner.owners(DeltaTable(str(out))) == {"out": restored.root}
