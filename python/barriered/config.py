@@ -25,7 +25,7 @@ import dataclasses
 import difflib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -59,6 +59,7 @@ __all__ = [
     "ConfigValue",
     "ValueType",
     "check_restore_compatible",
+    "closest",
     "key",
     "resolve",
     "split_options",
@@ -582,8 +583,17 @@ SINK_OPTIONS: dict[str, ConfigKey] = {
             None,
             "Name of the sink under the snapshot path (_sink/<sinkId>/) and of its Delta "
             "app transaction; default: the output table's folder name. Give each sink of "
-            "a query its own.",
+            "a query its own, and a second query writing the same table its own.",
             field="sink_id",
+        ),
+        ConfigKey(
+            "adoptTable",
+            "bool",
+            "false",
+            "Let the sink take over an existing Delta table that no barriered-delta sink "
+            "owns (created by another writer; its columns must be the output's). The sink "
+            "then owns it: a table another query's sink owns is never taken over.",
+            field="adopt_table",
         ),
     )
 }
@@ -620,15 +630,25 @@ def key(name: str) -> ConfigKey:
     return found
 
 
+def closest(name: str, names: Iterable[str]) -> str | None:
+    """The one of ``names`` that ``name`` most likely misspells (any case), or None.
+
+    The "did you mean" of every unknown key or option (session keys, the source's and
+    the sink's options): ``names`` in their declared spelling, compared lower-cased
+    (PySpark passes option names lower-cased).
+    """
+    by_lower = {n.lower(): n for n in names}
+    lower = name.lower()
+    if lower in by_lower:
+        return by_lower[lower]
+    close = difflib.get_close_matches(lower, list(by_lower), n=1, cutoff=0.6)
+    return by_lower[close[0]] if close else None
+
+
 def _suggestion(short_name: str, *, full: bool = True) -> str:
-    lower = short_name.lower()
-    if lower in _KEYS_BY_LOWER:
-        match = _KEYS_BY_LOWER[lower].name
-    else:
-        close = difflib.get_close_matches(lower, list(_KEYS_BY_LOWER), n=1, cutoff=0.6)
-        if not close:
-            return f"; known keys: {', '.join(k.name for k in KEYS)}"
-        match = _KEYS_BY_LOWER[close[0]].name
+    match = closest(short_name, (k.name for k in KEYS))
+    if match is None:
+        return f"; known keys: {', '.join(k.name for k in KEYS)}"
     return f"; did you mean {(PREFIX + match) if full else match!r}?"
 
 

@@ -166,8 +166,12 @@ def test_a_reader_sees_only_whole_checkpoints(session: Any, tmp_path: Path) -> N
     by_version = {v: cid for cid, v in sink_versions(Path(out)).items()}
     state = commit_metadata(layout)
     assert len(seen) >= 3, f"the reader saw only versions {sorted(seen)}"
+    history = DeltaTable(out).history()
+    recorded = {int(h["version"]) for h in history if h.get("barriered.owner_recorded")}
+    assert recorded == {1}  # the sink's owner, recorded after the table's creation
     for version, rows in seen.items():
-        checkpoint = by_version[version]  # every version is one checkpoint's commit
+        # every other version is one checkpoint's commit; the owner's record changes no row
+        checkpoint = by_version[version - 1 if version in recorded else version]
         counts = state_counts(layout, int(state[checkpoint]["version"]))
         expected = sorted((user, n) for user, c in counts.items() for n in range(1, c + 1))
         assert rows == expected, f"version {version} is not checkpoint {checkpoint}'s output"

@@ -117,8 +117,11 @@ def test_staged_output_is_invisible_until_its_checkpoint_commits(tmp_path: Path)
     assert rows_of(tmp_path / "out") == [("a", "eu", 1), ("a", "eu", 2), ("b", "us", 1)]
     assert DeltaTable(str(tmp_path / "out")).transaction_version("barriered.sink.out") == 7
     assert staging.staged_ids(layout, "out", 0) == [2]  # committed records are forgotten
+    # version 1 records the sink's owner (barriered.sink.owner.out: the snapshot path)
+    owner = DeltaTable(str(tmp_path / "out")).metadata().configuration
+    assert owner == {"barriered.sink.owner.out": layout.root}
     (later,) = committer.commit(layout, 8, committer.plan(layout, 0, cut_batch=2))
-    assert later.version == 1 and rows_of(tmp_path / "out", 1)[-1] == ("c", "eu", 1)
+    assert later.version == 2 and rows_of(tmp_path / "out", 2)[-1] == ("c", "eu", 1)
 
 
 def test_a_commit_repeated_after_a_crash_changes_nothing(
@@ -139,7 +142,7 @@ def test_a_commit_repeated_after_a_crash_changes_nothing(
     assert staging.staged_ids(layout, "out", 0) == [0]  # still staged: a crash left it
     (again,) = committer.commit(layout, 3, plans)
     assert again.version == 0
-    assert DeltaTable(str(tmp_path / "out")).version() == 0
+    assert DeltaTable(str(tmp_path / "out")).version() == 1  # 1: the owner recorded
     assert rows_of(tmp_path / "out") == [("a", "eu", 1)]
     assert staging.staged_ids(layout, "out", 0) == []
 
@@ -180,7 +183,7 @@ def test_the_next_run_finishes_a_completed_checkpoints_commit(tmp_path: Path) ->
     committer.finish(layout, {4: (9, metadata)})
     assert rows_of(tmp_path / "out") == [("a", "eu", 1), ("b", "eu", 1)]
     committer.finish(layout, {4: (9, metadata)})  # once more: nothing changes
-    assert DeltaTable(str(tmp_path / "out")).version() == 0
+    assert DeltaTable(str(tmp_path / "out")).version() == 1  # 1: the owner recorded
     orphan = staging.read(layout, "out", 0, 2)
     assert orphan is not None
     assert committer.sweep(layout, epoch=1, min_age_ms=3_600_000) == 0  # too young

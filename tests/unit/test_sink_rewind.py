@@ -104,8 +104,8 @@ def test_a_restore_over_someone_elses_write_is_refused_and_writes_nothing(
             call(layout, 1, committed)
         assert isinstance(err.value, RestoreError)
         message = str(err.value)
-        assert str(tmp_path / "out") in message and "version(s) [2]" in message
-        assert "back to the output of checkpoint 1 (version 0, the table is at 2)" in message
+        assert str(tmp_path / "out") in message and "version(s) [3]" in message
+        assert "back to the output of checkpoint 1 (version 0, the table is at 3)" in message
         assert "Point the sink at a new table" in message
     assert snapshot_of(tmp_path / "out", tmp_path / "snap") == before
     # someone else's write after the latest checkpoint's output is left alone
@@ -127,4 +127,4 @@ def test_a_restored_run_finishes_only_the_checkpoints_its_restore_covers(
     # the restored run died too; a restart of it must not commit checkpoint 2 either
     SinkParticipants(layout, 2, continues=True).recover(committed, restored=None)
     assert rows_of(tmp_path / "out") == [("a", "eu", 1)]
-    assert DeltaTable(str(tmp_path / "out")).version() == 0
+    assert DeltaTable(str(tmp_path / "out")).version() == 1  # 1: the owner recorded

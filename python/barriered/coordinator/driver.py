@@ -50,6 +50,7 @@ from barriered.errors import (
     FencedError,
 )
 from barriered.sink import committer
+from barriered.sink import owner as sink_owner
 from barriered.sink.participant import SinkParticipants
 from barriered.statestore import checkpoints_table, maintenance, operators, retention
 from barriered.statestore.acks import Ack, inflight_participant, read_acks, state_participant
@@ -140,7 +141,8 @@ class QueryCoordinator:
         }
         owner = None if epoch is None else ownership.owner_of(self.layout, epoch)
         continues = owner is not None and owner.restore_from is None
-        self.sinks = SinkParticipants(self.layout, epoch, continues)
+        lineage = sink_owner.lineage(self.layout.root, restored)
+        self.sinks = SinkParticipants(self.layout, epoch, continues, lineage)
         restored_id = None  # a restore from this path: the sinks' output goes back too
         if owner is not None and owner.restore_from and (restored or {}).get("from") == layout.root:
             restored_id = int((restored or {})["checkpoint_id"])

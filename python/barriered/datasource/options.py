@@ -12,12 +12,11 @@ replaced by defaults. Any other option is an error naming it.
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from barriered.config import KEYS, BarrieredConf, resolve, split_options
+from barriered.config import KEYS, BarrieredConf, closest, resolve, split_options
 from barriered.datasource.upstreams.options import Options, int_option
 from barriered.errors import ConfigError
 
@@ -80,12 +79,12 @@ def _did_you_mean(name: str, known: set[str]) -> str:
     """`` (did you mean ...?)`` for an unknown option close to a source option or to a
     ``spark.sql.streaming.barriered.*`` key (which is also a source option), else ``""``."""
     keys = {k.name.lower(): k for k in KEYS}
-    close = difflib.get_close_matches(name, sorted(known | set(keys)), n=1)
-    if not close:
+    match = closest(name, sorted(known | set(keys)))
+    if match is None:
         return ""
-    config_key = keys.get(close[0])
+    config_key = keys.get(match)
     if config_key is None:
-        return f" (did you mean {close[0]!r}?)"
+        return f" (did you mean {match!r}?)"
     return f" (did you mean {config_key.name!r}, or the session key {config_key.key!r}?)"
 
 

@@ -12,6 +12,10 @@ Flink's two-phase commit, in micro-batch terms:
    carrying the app transaction ``(barriered.sink.<sink>, n)``
    (:mod:`barriered.sink.committer`), so a commit repeated after a crash changes nothing.
 
+The sink owns its output table (:mod:`barriered.sink.owner`): a second query's sink, a
+table no sink wrote or one with other columns (:mod:`barriered.sink.schema`) is refused
+before anything is staged or committed.
+
 A restore discards what the crashed run staged after the restored cut (retention
 deletes those files after ``retention.minAge``); a crash between a checkpoint's
 completion and its sink commit is finished by the next run.

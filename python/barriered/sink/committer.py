@@ -26,11 +26,12 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import CommitProperties, Transaction
 
 from barriered.errors import SinkError
-from barriered.sink import staging
+from barriered.sink import owner, staging
+from barriered.sink import schema as output_schema
 from barriered.sink.options import UPDATE, SinkSettings
 from barriered.sink.staging import StagedBatch
 from barriered.statestore.delta_tables import commit_files, committed_version, open_table
@@ -44,6 +45,8 @@ PLAN_KEY = "barriered.sink"
 PARTICIPANT_PREFIX = "sink/"
 #: Commit metadata of the sink's creation of an empty table (mode update).
 CREATED_KEY = "barriered.created"
+#: Row number column of mode update's last-row-per-key (not an output column).
+ROW = "__barriered_row"
 
 
 def participant(sink_id: str) -> str:
@@ -158,8 +161,9 @@ def _merge(
     """Merge ``rows`` (the last row of a key wins) into the table by the key columns;
     return the new version and how many rows were merged."""
     keys = list(settings.key_columns)
-    frame = rows.to_pandas().drop_duplicates(subset=keys, keep="last")
-    source = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
+    numbered = rows.append_column(ROW, pa.array(range(rows.num_rows), pa.int64()))
+    last = numbered.group_by(keys, use_threads=False).aggregate([(ROW, "max")])[ROW + "_max"]
+    source = rows.take(sorted(last.to_pylist())).cast(schema)
     table = open_table(settings.path)
     if table is None:
         write_deltalake(
@@ -181,13 +185,39 @@ def _merge(
     return table.version(), source.num_rows
 
 
-def _commit_one(layout: SnapshotLayout, checkpoint_id: int, p: SinkPlan) -> SinkCommit:
+def guard(
+    root: str, settings: SinkSettings, schema: pa.Schema, lineage: owner.Lineage | None = None
+) -> tuple[DeltaTable | None, bool]:
+    """The output table (None: not created yet) if the sink of snapshot path ``root`` may
+    write it, and whether the sink must record itself as its owner first.
+
+    Raises
+    ------
+    SinkError
+        When another query's sink owns the table, no sink wrote it (without
+        ``adoptTable``), or its columns or partitioning are not the output's
+        (:mod:`barriered.sink.owner`, :mod:`barriered.sink.schema`).
+    """
+    table = open_table(settings.path)
+    claim = owner.check(table, settings, root, lineage)
+    if table is not None:
+        output_schema.check_table(settings.path, table, schema, settings.partition_by)
+    return table, claim
+
+
+def _commit_one(
+    layout: SnapshotLayout, checkpoint_id: int, p: SinkPlan, lineage: owner.Lineage | None
+) -> SinkCommit:
     staged = [staging.read(layout, p.sink_id, e, b) for e, b in p.batches]
     batches = [b for b in staged if b is not None]
     if not batches:
         table = open_table(p.path)
         return SinkCommit(p.sink_id, None if table is None else table.version())
     settings, schema = batches[-1].settings, batches[-1].schema
+    table, claim = guard(layout.root, settings, schema, lineage)
+    if claim:
+        assert table is not None
+        owner.record(table, settings, layout.root)
     if len(batches) < len(staged):
         missing = [b for b, s in zip(p.batches, staged, strict=True) if s is None]
         raise SinkError(
@@ -197,7 +227,11 @@ def _commit_one(layout: SnapshotLayout, checkpoint_id: int, p: SinkPlan) -> Sink
         )
     files = [f for b in batches for f in b.files]
     rows, size = sum(b.rows for b in batches), sum(b.bytes for b in batches)
-    metadata = {"barriered.epoch": p.epoch, "barriered.snapshot_path": layout.root}
+    metadata = {
+        "barriered.epoch": p.epoch,
+        owner.SNAPSHOT_PATH_KEY: layout.root,
+        owner.SINK_ID_KEY: settings.sink_id,
+    }
     version = _already(p.path, settings.app_id, checkpoint_id, p.epoch)
     if version is not None:
         log.info("sink %s: checkpoint %d already committed", p.sink_id, checkpoint_id)
@@ -220,6 +254,10 @@ def _commit_one(layout: SnapshotLayout, checkpoint_id: int, p: SinkPlan) -> Sink
             metadata=metadata,
             app_id=settings.app_id,
         ).version
+    if table is None and version is not None:  # this commit created the table
+        created = open_table(settings.path)
+        assert created is not None
+        owner.record(created, settings, layout.root)
     _forget(layout, batches, delete_data=settings.mode == UPDATE)
     log.info(
         "sink %s: checkpoint %d committed %d batch(es), %d rows, table version %s",
@@ -233,25 +271,31 @@ def _commit_one(layout: SnapshotLayout, checkpoint_id: int, p: SinkPlan) -> Sink
 
 
 def commit(
-    layout: SnapshotLayout, checkpoint_id: int, plans: Sequence[SinkPlan]
+    layout: SnapshotLayout,
+    checkpoint_id: int,
+    plans: Sequence[SinkPlan],
+    lineage: owner.Lineage | None = None,
 ) -> list[SinkCommit]:
     """Make the output of completed checkpoint ``checkpoint_id`` visible, per sink.
 
     Idempotent: a sink whose table already holds the checkpoint's app transaction is
-    not committed again (its staged records are only cleaned up).
+    not committed again (its staged records are only cleaned up). ``lineage``: the run
+    was restored from another snapshot path (it may take that path's tables over).
 
     Raises
     ------
     SinkError
-        When a staged batch of the plan is no longer recorded.
+        When a staged batch of the plan is no longer recorded, or the table is not the
+        sink's to write (:func:`guard`).
     """
-    return [_commit_one(layout, checkpoint_id, p) for p in plans]
+    return [_commit_one(layout, checkpoint_id, p, lineage) for p in plans]
 
 
 def finish(
     layout: SnapshotLayout,
     committed: Mapping[int, tuple[int, Mapping[str, Any]]],
     superseded: Callable[[int, SinkPlan], bool] | None = None,
+    lineage: owner.Lineage | None = None,
 ) -> None:
     """Finish the sink commits of completed checkpoints a crash interrupted.
 
@@ -267,7 +311,7 @@ def finish(
             if superseded is None or not superseded(checkpoint_id, p)
         ]
         if plans:
-            commit(layout, checkpoint_id, plans)
+            commit(layout, checkpoint_id, plans, lineage)
 
 
 def _forget(layout: SnapshotLayout, batches: Sequence[StagedBatch], delete_data: bool) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from barriered.config import PREFIX, SINK_OPTIONS
+from barriered.config import PREFIX, SINK_OPTIONS, closest
 from barriered.datasource.options import SESSION_CONF_OPTION
 from barriered.errors import ConfigError
 from barriered.statestore.fileio import to_local_or_uri
@@ -40,6 +40,8 @@ class SinkSettings:
         Partition columns of the output table.
     sink_id : str
         Name under ``_sink/`` and of the app transaction.
+    adopt_table : bool
+        Take over an existing table no barriered-delta sink owns (:mod:`barriered.sink.owner`).
     """
 
     path: str
@@ -48,6 +50,7 @@ class SinkSettings:
     key_columns: tuple[str, ...] = ()
     partition_by: tuple[str, ...] = ()
     sink_id: str = ""
+    adopt_table: bool = False
 
     @property
     def app_id(self) -> str:
@@ -63,6 +66,7 @@ class SinkSettings:
             "key_columns": list(self.key_columns),
             "partition_by": list(self.partition_by),
             "sink_id": self.sink_id,
+            "adopt_table": self.adopt_table,
         }
 
     @classmethod
@@ -75,6 +79,7 @@ class SinkSettings:
             key_columns=tuple(d.get("key_columns", ())),
             partition_by=tuple(d.get("partition_by", ())),
             sink_id=str(d["sink_id"]),
+            adopt_table=bool(d.get("adopt_table", False)),
         )
 
     def check_columns(self, columns: list[str]) -> None:
@@ -102,6 +107,11 @@ class SinkSettings:
             )
 
 
+def _did_you_mean(name: str) -> str:
+    match = closest(name, SINK_OPTIONS)
+    return "" if match is None else f" (did you mean {match!r}?)"
+
+
 def parse(options: Mapping[str, str]) -> SinkSettings:
     """Parse the sink's options (case-insensitive names, as PySpark passes them).
 
@@ -123,12 +133,14 @@ def parse(options: Mapping[str, str]) -> SinkSettings:
             continue
         key = by_lower.get(name.lower())
         if key is None:
-            known = ", ".join(SINK_OPTIONS)
-            problems.append(f"unknown barriered-delta sink option {name!r} (options: {known})")
+            problems.append(f"unknown barriered-delta sink option {name!r}{_did_you_mean(name)}")
             continue
         values[key.field] = key.parse(raw, f"barriered-delta sink option {key.name!r}")
     if problems:
-        raise ConfigError("; ".join(problems))
+        raise ConfigError(
+            "; ".join(problems) + f". Options: {', '.join(SINK_OPTIONS)} (Spark hands the "
+            "sink the option names lower-cased, so they are quoted that way)"
+        )
     if values.get("snapshot_path") is None and session.get(PREFIX + "snapshotPath"):
         values["snapshot_path"] = session[PREFIX + "snapshotPath"]
     for field, what in (("path", "path (or start(path))"), ("snapshot_path", "snapshotPath")):
@@ -168,4 +180,5 @@ def parse(options: Mapping[str, str]) -> SinkSettings:
         key_columns=keys,
         partition_by=_columns(values.get("partition_by")),
         sink_id=sink_id,
+        adopt_table=bool(values.get("adopt_table", False)),
     )

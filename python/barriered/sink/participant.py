@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from barriered.errors import SinkError
-from barriered.sink import committer, rewind, staging
+from barriered.sink import committer, owner, rewind, staging
 from barriered.sink.committer import SinkCommit, SinkPlan
 from barriered.statestore.fileio import exists
 from barriered.statestore.layout import SnapshotLayout
@@ -45,11 +45,22 @@ class SinkParticipants:
         The run continues the previous one from Spark's checkpoint location (no
         ``restoreFrom``): what older runs staged below this run's first batch is carried
         into this run's first checkpoint (see :mod:`barriered.sink.committer`).
+    lineage : Lineage, optional
+        The run was restored from another snapshot path: it may take over the output
+        tables that path's sinks own (:mod:`barriered.sink.owner`).
     """
 
-    def __init__(self, layout: SnapshotLayout, epoch: int | None, continues: bool = False) -> None:
+    def __init__(
+        self,
+        layout: SnapshotLayout,
+        epoch: int | None,
+        continues: bool = False,
+        lineage: owner.Lineage | None = None,
+    ) -> None:
         self.layout = layout
         self.epoch = epoch
+        self.continues = continues
+        self.lineage = lineage
         self._cuts: dict[int, tuple[int, list[str]]] = {}
         self._done: dict[int, list[SinkCommit]] = {}
         #: Batch id -> when this run's coordinator saw its progress (ms).
@@ -78,6 +89,7 @@ class SinkParticipants:
             self.layout,
             {c: v for c, v in committed.items() if restored is None or c <= restored},
             lambda cid, p: rewind.superseded(self.layout, cid, p),
+            self.lineage,
         )
         if restored is not None:
             rewind.rewind(self.layout, restored, committed, self.epoch)
@@ -86,12 +98,19 @@ class SinkParticipants:
         """This run ran ``batch_id`` (its progress arrived, after its sink commit)."""
         self._ran[batch_id] = int(time.time() * 1000) if at_ms is None else at_ms
 
+    def _rerun(self, batch_id: int) -> bool:
+        """Whether ``batch_id`` is a batch a continuing run ran again from Spark's offset
+        log before its first reported one: Spark plans no new offset for it, so its
+        progress carries no report of the barriered source and never reaches this run's
+        coordinator (a run refused in its first batch leaves that batch planned)."""
+        return self.continues and bool(self._ran) and batch_id < min(self._ran)
+
     def _check_own(self, plans: list[SinkPlan]) -> None:
         """Refuse a plan holding a batch of this epoch another run staged."""
         for p in plans:
             for epoch, batch_id in p.batches:
                 batch = staging.read(self.layout, p.sink_id, epoch, batch_id)
-                if epoch != self.epoch or batch is None:
+                if epoch != self.epoch or batch is None or self._rerun(batch_id):
                     continue
                 seen = self._ran.get(batch_id)
                 if seen is None or batch.staged_ms > seen:
@@ -141,11 +160,17 @@ class SinkParticipants:
         self._cuts.pop(checkpoint_id, None)
         plans = committer.plan(self.layout, self.epoch, cut_batch, self.carry)
         self._check_own(plans)
+        for p in plans:  # the checkpoint does not complete with output it cannot commit
+            last = staging.read(self.layout, p.sink_id, *p.batches[-1])
+            if last is not None:
+                committer.guard(self.layout.root, last.settings, last.schema, self.lineage)
         return plans
 
     def commit(self, checkpoint_id: int, plans: list[SinkPlan]) -> None:
         """Commit the staged output of completed ``checkpoint_id`` (see :mod:`committer`)."""
-        self._done[checkpoint_id] = committer.commit(self.layout, checkpoint_id, plans)
+        self._done[checkpoint_id] = committer.commit(
+            self.layout, checkpoint_id, plans, self.lineage
+        )
 
     def sweep(self, min_age_ms: int) -> None:
         """Delete what older runs staged and no checkpoint of this run will commit."""

@@ -29,6 +29,7 @@ from deltalake.transaction import CommitProperties
 
 from barriered.errors import SinkRewindError
 from barriered.sink.committer import CREATED_KEY, SinkPlan, plans_from_metadata
+from barriered.sink.owner import RECORDED_KEY, SINK_ID_KEY, SNAPSHOT_PATH_KEY
 from barriered.statestore.delta_tables import open_table
 from barriered.statestore.fileio import join, read_json, write_json
 from barriered.statestore.layout import SnapshotLayout
@@ -75,8 +76,10 @@ def _target(sink_id: str, path: str, root: str, checkpoint_id: int) -> Rewind | 
     target, foreign, ours_after = EMPTY, [], False
     for entry in table.history():  # newest first
         version = int(entry["version"])
-        if entry.get("barriered.snapshot_path") != root:
+        if entry.get(SNAPSHOT_PATH_KEY) != root:
             foreign.append(version)
+            continue
+        if entry.get(RECORDED_KEY):  # this sink's owner recorded: no output changed
             continue
         cid = entry.get("barriered.checkpoint_id")
         if entry.get(CREATED_KEY) or (
@@ -172,7 +175,8 @@ def rewind(
         assert table is not None
         props = CommitProperties(
             custom_metadata={
-                "barriered.snapshot_path": layout.root,
+                SNAPSHOT_PATH_KEY: layout.root,
+                SINK_ID_KEY: r.sink_id,
                 "barriered.epoch": epoch,
                 REWIND_KEY: r.target,
                 RESTORED_KEY: checkpoint_id,

@@ -12,6 +12,7 @@ table until the coordinator commits the checkpoint covering the batch
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,12 +26,14 @@ from pyspark.sql.datasource import (
     DataSourceStreamWriter,
     WriterCommitMessage,
 )
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from barriered.config import PREFIX
 from barriered.coordinator.ownership import current_owner
 from barriered.errors import ConfigError, SinkError
-from barriered.sink import options
+from barriered.sink import committer, options
+from barriered.sink import owner as table_owner
+from barriered.sink import schema as output_schema
 from barriered.sink.options import SinkSettings
 from barriered.sink.staging import StagedBatch, stage
 from barriered.statestore.acks import DataFile, write_data_file
@@ -82,22 +85,70 @@ def write_files(settings: SinkSettings, table: pa.Table) -> list[DataFile]:
     ]
 
 
+def _no_source(sink_id: str, layout: SnapshotLayout, why: str) -> SinkError:
+    return SinkError(
+        f"barriered-delta sink {sink_id!r}: {why}. The sink writes the output of a stream "
+        "read with spark.readStream.format('barriered') (its coordinator commits the "
+        "output with the checkpoints), and its snapshotPath must be that source's (the "
+        f"session key {PREFIX}snapshotPath or the option snapshotPath, now "
+        f"{layout.root!r}). Write other streams with another sink (e.g. format('delta'))"
+    )
+
+
 def run_epoch(layout: SnapshotLayout, sink_id: str, batch_id: int) -> int:
     """The epoch of the run that owns the snapshot path (the one staging this batch).
 
     Raises
     ------
     SinkError
-        When no barriered source took the snapshot path.
+        When no barriered source took the snapshot path, or its run has ended.
     """
     owner = current_owner(layout)
     if owner is None:
-        raise SinkError(
-            f"barriered-delta sink {sink_id!r}: snapshot path {layout.root!r} has no "
-            f"barriered source run (batch {batch_id}); give the sink the snapshotPath of "
-            "the query's barriered source"
+        raise _no_source(
+            sink_id, layout, f"no barriered source ever read with snapshot path {layout.root!r}"
+        )
+    if not owner.alive(int(time.time() * 1000), sys.maxsize):  # released, or its process gone
+        raise _no_source(
+            sink_id,
+            layout,
+            f"batch {batch_id} was not read by a running barriered source: the last run on "
+            f"snapshot path {layout.root!r} (epoch {owner.epoch}) has ended; the batch's "
+            "data files are left unreferenced in the output folder",
         )
     return owner.epoch
+
+
+def check_start(settings: SinkSettings, schema: StructType) -> pa.Schema:
+    """Refuse, before anything is written, a sink that cannot write the query's output;
+    return the Arrow schema of its data files.
+
+    Runs on the driver when the query's first batch starts (Spark creates the sink's
+    writer then, after the source planned the batch).
+
+    Raises
+    ------
+    ConfigError
+        Key or partition columns the output lacks, a column of a type Delta cannot store.
+    SinkError
+        No barriered source took the snapshot path (a stream from another source), or
+        the output table is not this sink's to write (another query's, another schema:
+        :func:`barriered.sink.committer.guard`).
+    """
+    settings.check_columns(schema.fieldNames())
+    arrow = output_schema.arrow_schema(schema)
+    layout = SnapshotLayout.configured(settings.snapshot_path)
+    owner = current_owner(layout)
+    if owner is None:
+        raise _no_source(
+            settings.sink_id,
+            layout,
+            f"no barriered source ever read with snapshot path {layout.root!r}. Nothing "
+            "was written",
+        )
+    lineage = table_owner.lineage(layout.root, {"from": owner.restore_from})
+    committer.guard(layout.root, settings, arrow, lineage)
+    return arrow
 
 
 class BarrieredDeltaWriter(DataSourceStreamArrowWriter):
@@ -111,6 +162,7 @@ class BarrieredDeltaWriter(DataSourceStreamArrowWriter):
         """Write this task's rows as data files; return them (executor side)."""
         batches = list(iterator)
         table = pa.Table.from_batches(batches) if batches else self.schema.empty_table()
+        table = table.cast(self.schema)  # the session's time zone, large types: as declared
         return StagedFiles(write_files(self.settings, table))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -142,7 +194,9 @@ class BarrieredDeltaSink(DataSource):
 
     Options (declared in ``barriered.config.SINK_OPTIONS``): ``path`` (or
     ``start(path)``), ``snapshotPath`` (default: the session key), ``mode``
-    (``append``/``update``), ``keyColumns``, ``partitionBy``, ``sinkId``.
+    (``append``/``update``), ``keyColumns``, ``partitionBy``, ``sinkId``, ``adoptTable``.
+    The stream must come from a barriered source; the table must be the sink's own
+    (:mod:`barriered.sink.owner`) with the output's columns (:mod:`barriered.sink.schema`).
     """
 
     @classmethod
@@ -157,8 +211,7 @@ class BarrieredDeltaSink(DataSource):
                 "append (with the sink option mode=update to merge by keyColumns)"
             )
         settings = options.parse(dict(self.options))
-        settings.check_columns(schema.fieldNames())
-        return BarrieredDeltaWriter(settings, to_arrow_schema(schema))
+        return BarrieredDeltaWriter(settings, check_start(settings, schema))
 
     def schema(self) -> Any:
         raise ConfigError("the barriered-delta sink is write-only: read its table as Delta")
