@@ -24,7 +24,7 @@ from barriered.datasource import preflight
 from barriered.datasource.options import SESSION_CONF_OPTION, SESSION_EXTENSIONS
 from barriered.datasource.source import BarrieredDataSource
 from barriered.errors import CheckpointError
-from barriered.sink import BarrieredDeltaSink
+from barriered.sink import BarrieredDeltaSink, writer
 
 log = logging.getLogger(__name__)
 
@@ -140,24 +140,59 @@ def _writer_classes() -> list[type]:
 
 
 def _hook_start(cls: Any) -> None:
-    """Hand the session's barriered keys (``snapshotPath``) to the "barriered-delta" sink."""
+    """Hand the session's barriered keys (``snapshotPath``) to the "barriered-delta" sink
+    and, on a classic session (this process is the driver), check the sink before the
+    query starts (:func:`barriered.sink.writer.before_start`), so a refusal writes
+    nothing. (Spark creates the sink's writer only after the source planned the first
+    batch; on Spark Connect the sink checks itself then.)"""
     original_format = cls.format
+    original_option = cls.option
+    original_options = cls.options
     original_start = cls.start
 
     def format(self: Any, source: str) -> Any:
         self._barriered_format = source
         return original_format(self, source)
 
+    def record(self: Any, options: dict[str, Any]) -> None:
+        recorded = self.__dict__.setdefault("_barriered_options", {})
+        recorded.update({k: str(v) for k, v in options.items() if v is not None})
+
+    def option(self: Any, key: str, value: Any) -> Any:
+        record(self, {key: value})
+        return original_option(self, key, value)
+
+    def options(self: Any, **opts: Any) -> Any:
+        record(self, opts)
+        return original_options(self, **opts)
+
     def start(self: Any, *args: Any, **kw: Any) -> Any:
         given = kw.get("format") or (args[1] if len(args) > 1 else None)
         fmt = given or getattr(self, "_barriered_format", None)
         if fmt == BarrieredDeltaSink.name():
-            spark = getattr(self, "_spark", None) or self._session
-            self.option(SESSION_CONF_OPTION, json.dumps(_session_conf(spark)))
+            classic = getattr(self, "_spark", None)
+            keys = json.dumps(_session_conf(classic or self._session))
+            self.option(SESSION_CONF_OPTION, keys)
+            df = getattr(self, "_df", None)
+            if classic is not None and df is not None:
+                sink_options = {
+                    **self.__dict__.get("_barriered_options", {}),
+                    **{k: str(v) for k, v in kw.items() if k not in _START_ARGS and v is not None},
+                }
+                path = kw.get("path") or (args[0] if args else None)
+                if path is not None:
+                    sink_options["path"] = str(path)
+                writer.before_start(sink_options, df.schema)
         return original_start(self, *args, **kw)
 
     cls.format = format
+    cls.option = option
+    cls.options = options
     cls.start = start
+
+
+#: ``DataStreamWriter.start``'s own parameters (its other keyword arguments are options).
+_START_ARGS = frozenset({"path", "format", "outputMode", "partitionBy", "queryName"})
 
 
 def read_stream(spark: SparkSession) -> Any:

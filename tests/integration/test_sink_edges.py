@@ -1,11 +1,13 @@
 """The ``barriered-delta`` sink at its edges, on real Spark: every column type Delta
-stores round-trips; a stream from another source, a table another query owns and a table
-with other columns are refused when the query's first batch starts, writing nothing to
-the table or the input; a query refused for a bad sink option, rerun fixed on the same
-checkpoint location, completes its checkpoints with exactly one run's output.
+stores round-trips; a bad sink option and a table with other columns are refused by
+``start()`` (this process is the driver: see ``barriered.sink.writer.before_start``),
+writing nothing but the keyed operator's registration; a stream from another source and
+a table another query owns are refused when the query's first batch starts, writing
+nothing to the table or the input; a query refused for a bad sink option, rerun fixed on
+the same checkpoint location, completes its checkpoints with exactly one run's output.
 
 Spark creates a sink's writer only when the first batch starts, after the barriered
-source planned it: a refused query's source has taken its snapshot path by then (its
+source planned it: a query refused then has had its source take the snapshot path (its
 run's ``_owners``/``_coordinator`` files), but the sink stages nothing, and no
 checkpoint, state or output is written.
 """
@@ -25,6 +27,7 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.errors import StreamingQueryException
 
 import barriered
+from barriered.errors import ConfigError, SinkError
 from barriered.examples import RecordNumbers
 from barriered.sink import owner
 from barriered.statestore.layout import SnapshotLayout
@@ -32,6 +35,7 @@ from file_tree import tree
 from runs import (
     FILES_SOURCE,
     MODES,
+    PREFIX,
     SOURCE,
     expected_output,
     output_rows,
@@ -138,9 +142,13 @@ def refused(query: Any) -> str:
 
 
 def sink_wrote_nothing(snap: Path) -> None:
-    """A refused query's snapshot path: its source's run files only (see the docstring):
-    nothing staged (``_sink``), no state, no checkpoint."""
+    """A query refused at its first batch: its source's run files only (see the
+    docstring): nothing staged (``_sink``), no state, no checkpoint."""
     assert {p.name for p in snap.iterdir()} <= {"_coordinator", "_owners", "_source"}
+
+
+def snapshot_files(snap: Path) -> list[str]:
+    return sorted(str(p.relative_to(snap)) for p in snap.rglob("*") if p.is_file())
 
 
 def test_a_stream_from_another_source_is_refused(session: Any, tmp_path: Path) -> None:
@@ -171,9 +179,10 @@ def owned(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any
     tmp = tmp_path_factory.mktemp("owned")
     conf = {**MODES["aligned"], "checkpointInterval": "10ms", "maxParallelism": "8"}
     sink = {"path": str(tmp / "out")}
-    bad = start(spark, tmp, conf, processor=RecordNumbers(), sink={**sink, "mode": "upsert"})
-    message = refused(bad)
-    after_refusal = tree(tmp / "out"), sorted(p.name for p in (tmp / "snap").iterdir())
+    with pytest.raises(ConfigError) as err:  # by start(), this process being the driver
+        start(spark, tmp, conf, processor=RecordNumbers(), sink={**sink, "mode": "upsert"})
+    message = f"barriered.errors.ConfigError: {err.value}"
+    after_refusal = tree(tmp / "out"), snapshot_files(tmp / "snap")
     query, layout = run(spark, tmp, conf, processor=RecordNumbers(), sink=sink)
     barriered.await_termination(query)
     for key in [k for k in spark.conf.getAll if k.startswith("spark.sql.streaming.barriered.")]:
@@ -188,7 +197,8 @@ def test_a_rerun_after_a_refused_sink_option_completes_its_checkpoints(
         "barriered.errors.ConfigError: barriered-delta sink option 'mode': invalid value "
         "'upsert'" in owned["message"]
     )
-    assert owned["after_refusal"] == ({}, ["_coordinator", "_owners"])
+    # nothing but the keyed operator's registration (written by keyed().process())
+    assert owned["after_refusal"] == ({}, ["_coordinator/operators/record_numbers.json"])
     out = owned["tmp"] / "out"
     assert output_rows(str(out)) == expected_output(
         "append", dict(enumerate(upstream().available()))
@@ -232,15 +242,15 @@ def test_a_table_with_other_columns_is_refused(session: Any, tmp_path: Path) -> 
     before = tree(out), tree(data)
     source = {**FILES_SOURCE, "path": str(data)}
     sink = {"path": str(out), "adoptTable": "true"}
-    query = start(session, tmp_path, MODES["aligned"], source, processor=RecordNumbers(), sink=sink)
-    message = refused(query)
+    with pytest.raises(SinkError) as err:  # by start(): nothing under the snapshot path
+        start(session, tmp_path, MODES["aligned"], source, processor=RecordNumbers(), sink=sink)
     assert (
-        f"barriered.errors.SinkError: barriered-delta sink: the output table {str(out)!r} "
+        f"barriered-delta sink: the output table {str(out)!r} "
         "does not have the query's output columns: a (only in the table); b (only in the "
         "table); user_id (only in the output); n (only in the output)"
-    ) in message
+    ) in str(err.value)
     assert (tree(out), tree(data)) == before
-    sink_wrote_nothing(tmp_path / "snap")
+    assert snapshot_files(tmp_path / "snap") == ["_coordinator/operators/record_numbers.json"]
 
 
 @pytest.mark.full
@@ -265,3 +275,30 @@ def test_a_restore_onto_a_new_snapshot_path_takes_the_table_over(
         (u, n) for u, c in users.items() for n in range(1, c + 1)
     )
     assert owner.owners(DeltaTable(str(out))) == {"out": restored.root}
+
+
+def test_marker_rows_of_a_stream_written_as_it_is_are_not_output(
+    session: Any, tmp_path: Path
+) -> None:
+    """A stateless query that writes the barriered stream itself (no
+    ``barriered.records``) gets its records in the table, not the checkpoints' marker
+    rows (null user columns, one per key group and checkpoint)."""
+    data, out, snap = tmp_path / "data", tmp_path / "out", tmp_path / "snap"
+    expected = write_files(data, {"c0": 30, "c1": 12})
+    session.conf.set(PREFIX + "snapshotPath", str(snap))
+    stream = session.readStream.format("barriered").options(**FILES_SOURCE)
+    query = (
+        stream.option("path", str(data))
+        .load()
+        .writeStream.format("barriered-delta")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start(str(out))
+    )
+    barriered.await_termination(query, timeout=120)
+    rows = DeltaTable(str(out)).to_pyarrow_table().to_pylist()
+    assert len(rows) == 42 and all(r["_barrier"] is None for r in rows)
+    totals: Counter[str] = Counter()
+    for r in rows:
+        totals[r["user_id"]] += r["amount"]
+    assert totals == expected

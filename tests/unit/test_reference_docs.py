@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from barriered.datasource.options import SOURCE_OPTIONS, UPSTREAM_OPTIONS
-from barriered.datasource.upstreams.delta import STORAGE_PREFIX
+from barriered.datasource.options import SOURCE_OPTIONS, UPSTREAM_OPTIONS, UPSTREAM_PREFIXES
 from barriered.statestore import checkpoints_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,8 +40,8 @@ def test_source_options_table_matches_the_code() -> None:
 @pytest.mark.parametrize("upstream", sorted(UPSTREAM_OPTIONS))
 def test_upstream_options_table_matches_the_code(upstream: str) -> None:
     expected = set(UPSTREAM_OPTIONS[upstream])
-    if upstream == "delta":
-        expected.add(STORAGE_PREFIX.lower() + "*")  # accepted as a prefix
+    if upstream in UPSTREAM_PREFIXES:
+        expected.add(UPSTREAM_PREFIXES[upstream] + "*")  # accepted as a prefix
     assert documented()[f"Upstream `{upstream}`"] == expected
 
 

@@ -54,11 +54,7 @@ UPSTREAM_OPTIONS: dict[str, frozenset[str]] = {
     ),
 }
 #: Prefixes of options passed on to an upstream's client (lower case).
-UPSTREAM_PREFIXES: dict[str, str] = {
-    "files": "storageoptions.",
-    "delta": "storageoptions.",
-    "kafka": "kafka.",
-}
+UPSTREAM_PREFIXES: dict[str, str] = {"delta": "storageoptions.", "kafka": "kafka."}
 
 
 @dataclass(frozen=True)

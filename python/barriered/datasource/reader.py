@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -27,9 +25,9 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from barriered.coordinator import ownership, stateful_operators
-from barriered.datasource import mirror
-from barriered.datasource.columns import CHANNEL, SEQ, data_batch, marker_batch
-from barriered.datasource.offsets import Replay, SourceOffset
+from barriered.datasource import mirror, replay
+from barriered.datasource.columns import data_batch, marker_batch
+from barriered.datasource.offsets import SourceOffset
 from barriered.datasource.options import SourceSettings
 from barriered.datasource.planner import PlanInput, plan
 from barriered.datasource.schedule import Schedule
@@ -45,7 +43,7 @@ from barriered.errors import (
     UnsupportedOperatorError,
 )
 from barriered.statestore import operators
-from barriered.statestore.fileio import delete_file, exists, filesystem, join
+from barriered.statestore.fileio import delete_file, exists
 from barriered.statestore.inflight import capture
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint, highest_checkpoint_id
@@ -71,17 +69,6 @@ class RangePartition(InputPartition):
     channel: int
     start: int
     end: int
-
-
-@dataclass(frozen=True)
-class ReplayPartition(InputPartition):
-    """Records ``[start, end)`` of one channel, read from a restored checkpoint's
-    ``inflight`` files instead of the upstream."""
-
-    channel: int
-    start: int
-    end: int
-    files: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -202,7 +189,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 last_id=max(point.checkpoint_id, highest_checkpoint_id(self.layout)),
                 last_cut=None if point.inflight else start,
                 restore=self._restore_entry(point),
-                replay=_replay(point),
+                replay=replay.of(point),
             )
             .grown(self.upstream.start_positions())  # channels that joined after the cut
             .to_dict()
@@ -400,7 +387,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             if c in replayed and lo < replayed[c][1]:
                 assert begin.replay is not None
                 stop_replay = min(hi, replayed[c][1])
-                parts.append(ReplayPartition(c, lo, stop_replay, begin.replay.files_of(c)))
+                parts.append(replay.ReplayPartition(c, lo, stop_replay, begin.replay.files_of(c)))
                 lo = stop_replay
             for a in range(lo, hi, step):
                 parts.append(RangePartition(c, a, min(a + step, hi)))
@@ -462,9 +449,9 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             table = self.upstream.read(partition.channel, partition.start, partition.end)
             positions = self.upstream.positions(table, partition.start)
             yield from data_batch(table, partition.channel, positions).to_batches()
-        elif isinstance(partition, ReplayPartition):
+        elif isinstance(partition, replay.ReplayPartition):
             dense = self.upstream.position_column is None
-            table, positions = _read_replay(partition, self.user_schema, dense)
+            table, positions = replay.read(partition, self.user_schema, dense)
             yield from data_batch(table, partition.channel, positions).to_batches()
         elif isinstance(partition, MarkerPartition):
             table = marker_batch(
@@ -485,63 +472,3 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 partition.capture,
                 partition.epoch,
             )
-
-
-def _replay(point: RestorePoint) -> Replay | None:
-    """The in-flight records of ``point`` stored by value, to replay before the upstream.
-
-    Ranges captured by reference have no files: they are re-read from the upstream.
-    """
-    files = point.inflight_files()
-    by_channel: dict[int, list[str]] = {}
-    for f in files:
-        name = f.path.rsplit("/", 1)[-1]
-        channel = int(name.split("-", 1)[0].removeprefix("ch"))
-        by_channel.setdefault(channel, []).append(f.path)
-    ranges = tuple((c, a, b) for c, a, b in point.inflight if c in by_channel)
-    if not ranges:
-        return None
-    return Replay(
-        table=point.origin.inflight_table,
-        checkpoint_id=point.checkpoint_id,
-        ranges=ranges,
-        files=tuple(
-            (c, join(point.origin.inflight_table, path))
-            for c in sorted(by_channel)
-            for path in by_channel[c]
-        ),
-    )
-
-
-def _read_replay(
-    partition: ReplayPartition, schema: pa.Schema, dense: bool
-) -> tuple[pa.Table, pa.Array]:
-    """Read records ``[start, end)`` of a channel from in-flight files, in ``_seq`` order,
-    with their positions. With ``dense`` positions the range must be whole; an upstream
-    whose positions have gaps (Kafka offsets) holds up to ``end - start`` records there,
-    each once."""
-    pieces = []
-    for path in partition.files:
-        fs, local = filesystem(path)
-        with fs.open_input_file(local) as f:
-            pieces.append(pq.read_table(f))
-    table = pa.concat_tables(pieces) if pieces else schema.empty_table()
-    if pieces:
-        keep = pc.and_(
-            pc.equal(table[CHANNEL], partition.channel),
-            pc.and_(
-                pc.greater_equal(table[SEQ], partition.start), pc.less(table[SEQ], partition.end)
-            ),
-        )
-        table = table.filter(keep).sort_by(SEQ)
-    width = partition.end - partition.start
-    seqs = table[SEQ].combine_chunks() if table.num_rows else pa.array([], pa.int64())
-    whole = table.num_rows == width if dense else len(pc.unique(seqs)) == table.num_rows
-    if not whole or table.num_rows > width:
-        raise RestoreError(
-            f"in-flight files {list(partition.files)} hold {table.num_rows} records of channel "
-            f"{partition.channel} in [{partition.start}, {partition.end}), expected "
-            f"{width if dense else f'at most {width}, each once'}; the restored checkpoint's "
-            "in-flight data is incomplete"
-        )
-    return table.select(schema.names).cast(schema), seqs.cast(pa.int64())

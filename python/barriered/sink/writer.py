@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,7 @@ from pyspark.sql.types import StructType
 
 from barriered.config import PREFIX
 from barriered.coordinator.ownership import current_owner
+from barriered.datasource.columns import BARRIER
 from barriered.errors import ConfigError, SinkError
 from barriered.sink import committer, options
 from barriered.sink import owner as table_owner
@@ -37,6 +38,7 @@ from barriered.sink import schema as output_schema
 from barriered.sink.options import SinkSettings
 from barriered.sink.staging import StagedBatch, stage
 from barriered.statestore.acks import DataFile, write_data_file
+from barriered.statestore.delta_tables import open_table
 from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)
@@ -119,6 +121,28 @@ def run_epoch(layout: SnapshotLayout, sink_id: str, batch_id: int) -> int:
     return owner.epoch
 
 
+def before_start(sink_options: Mapping[str, str], schema: StructType) -> None:
+    """The checks that need no running source, run by ``start()`` on a classic session
+    (this process is the driver) before the query starts, so their refusal writes
+    nothing, not even under the snapshot path: the options, their columns against the
+    output's, the output's column types, an existing table's columns.
+
+    Raises
+    ------
+    ConfigError
+        An unknown or bad option, key or partition columns the output lacks, a column of
+        a type Delta cannot store.
+    SinkError
+        The output table has other columns or partitioning.
+    """
+    settings = options.parse(sink_options)
+    settings.check_columns(schema.fieldNames())
+    arrow = output_schema.arrow_schema(schema)
+    table = open_table(settings.path)
+    if table is not None:
+        output_schema.check_table(settings.path, table, arrow, settings.partition_by)
+
+
 def check_start(settings: SinkSettings, schema: StructType) -> pa.Schema:
     """Refuse, before anything is written, a sink that cannot write the query's output;
     return the Arrow schema of its data files.
@@ -162,6 +186,8 @@ class BarrieredDeltaWriter(DataSourceStreamArrowWriter):
         """Write this task's rows as data files; return them (executor side)."""
         batches = list(iterator)
         table = pa.Table.from_batches(batches) if batches else self.schema.empty_table()
+        if BARRIER in table.column_names:  # a query that wrote its input's marker rows
+            table = table.filter(pc.is_null(table[BARRIER]))
         table = table.cast(self.schema)  # the session's time zone, large types: as declared
         return StagedFiles(write_files(self.settings, table))
 
