@@ -30,15 +30,30 @@ def reader(spark: Any, bootstrap: str, topic: str, **options: str) -> Any:
     )
 
 
-def kafka_totals(spark: Any, bootstrap: str, topic: str, **options: str) -> Any:
-    """The running total per user of ``topic``'s records."""
-    records = (
+def _parsed(spark: Any, bootstrap: str, topic: str, **options: str) -> Any:
+    return (
         reader(spark, bootstrap, topic, **options)
         .load()
         .withColumn("user_id", F.col("key").cast("string"))
         .withColumn("amount", F.col("value").cast("string").cast("long"))
     )
+
+
+def kafka_totals(spark: Any, bootstrap: str, topic: str, **options: str) -> Any:
+    """The running total per user of ``topic``'s records (``barriered.keyed``)."""
+    records = _parsed(spark, bootstrap, topic, **options)
     return barriered.keyed(records, "user_id").process(RunningTotals())
+
+
+def kafka_sums(spark: Any, bootstrap: str, topic: str, **options: str) -> Any:
+    """The same totals with Spark's own ``groupBy().agg()`` (under the barriered state
+    store provider; output mode update)."""
+    records = barriered.records(_parsed(spark, bootstrap, topic, **options))
+    return records.groupBy("user_id").agg(F.sum("amount").alias("total"))
+
+
+#: The Kafka test queries by name: the query and its output mode.
+QUERIES = {"keyed": (kafka_totals, "append"), "aggregation": (kafka_sums, "update")}
 
 
 def records(n: int, start: int = 0) -> list[tuple[bytes, bytes]]:

@@ -126,3 +126,30 @@ def test_a_recreated_topic_is_refused_not_read_again(
     with pytest.raises(StreamingQueryException, match=f"topic '{topic}' was deleted and recreated"):
         run(session, kafka_broker, topic, snap, tmp_path / "ck")
     assert state_totals(session, str(snap)) == before
+
+
+def test_completed_checkpoints_offsets_reach_the_consumer_group(
+    session: Any, kafka_broker: Any, tmp_path: Path
+) -> None:
+    """With ``kafka.group.id``, lag monitoring sees the offsets of the latest completed
+    checkpoint (committed without joining the group; never read back)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    topic, group = new_topic(kafka_broker, 2), f"g-{uuid.uuid4().hex[:6]}"
+    for p in (0, 1):
+        kafka_broker.produce(topic, records(30, 100 * p), partition=p)
+    snap = tmp_path / "snap"
+    run(session, kafka_broker, topic, snap, tmp_path / "ck", **{"kafka.group.id": group})
+    kafka_broker.produce(topic, records(5, 900), partition=0)
+    # the next run commits the first run's final checkpoint when it plans
+    run(session, kafka_broker, topic, snap, tmp_path / "ck", **{"kafka.group.id": group})
+    asked = [ConsumerGroupTopicPartitions(group)]
+    (future,) = kafka_broker.admin.list_consumer_group_offsets(asked).values()
+    committed = {tp.partition: tp.offset for tp in future.result(30).topic_partitions}
+    rows = checkpoints_table.read_rows(SnapshotLayout.at(str(snap)))
+    barriers = [
+        {int(c): p for c, p in json.loads(r["barrier_positions"]).items()}
+        for r in rows
+        if r["status"] == "completed"
+    ]
+    assert committed in barriers and committed[0] >= 30 and committed[1] == 30

@@ -1,11 +1,13 @@
 """One Spark driver of tests/recovery/test_kafka_recovery.py, run as its own process.
 
-``python kafka_driver.py SNAP CHECKPOINT BOOTSTRAP TOPIC MODE`` keeps a running total per
-key (``barriered.keyed`` with ``RunningTotals``) of the Kafka topic's records (key: the
-user, value: the amount as text), with the checkpoint settings of ``runs.MODES[MODE]``
-(its own local[2] session, 2 shuffle partitions, at most 20 offsets per partition and
-micro-batch, so the busy partition lags). It runs until the test SIGKILLs it; it prints
-``STARTED`` when the query runs.
+``python kafka_driver.py SNAP CHECKPOINT BOOTSTRAP TOPIC MODE [QUERY]`` keeps a running
+total per key of the Kafka topic's records (key: the user, value: the amount as text):
+QUERY ``keyed`` (the default: ``barriered.keyed`` with ``RunningTotals``) or
+``aggregation`` (Spark's ``groupBy().agg()`` under the barriered state store provider),
+with the checkpoint settings of ``runs.MODES[MODE]`` (its own local[2] session, 2
+shuffle partitions, at most 20 offsets per partition and micro-batch, so the busy
+partition lags). It runs until the test SIGKILLs it; it prints ``STARTED`` when the
+query runs.
 """
 
 from __future__ import annotations
@@ -15,20 +17,23 @@ import sys
 from pyspark.sql import SparkSession
 
 import barriered
-from kafka_queries import kafka_totals
+from kafka_queries import QUERIES
 from runs import MODES, PREFIX
 
 
 def main() -> int:
     snap, checkpoint, bootstrap, topic, mode = sys.argv[1:6]
-    spark = (
+    name = sys.argv[6] if len(sys.argv) > 6 else "keyed"
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("kafka-driver")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "1g")
-        .getOrCreate()
     )
+    if name == "aggregation":
+        builder = barriered.with_state_store(builder)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     barriered.install(spark)
     for key, value in {
@@ -40,9 +45,11 @@ def main() -> int:
         **MODES[mode],
     }.items():
         spark.conf.set(PREFIX + key, value)
+    make, output_mode = QUERIES[name]
     query = (
-        kafka_totals(spark, bootstrap, topic)
+        make(spark, bootstrap, topic)
         .writeStream.format("noop")
+        .outputMode(output_mode)
         .option("checkpointLocation", checkpoint)
         .start()
     )

@@ -57,8 +57,11 @@ def completed(snap: str) -> int:
     return sum(1 for r in checkpoints_table.read_rows(layout) if r["status"] == "completed")
 
 
-def crash_driver(tmp_path: Path, bootstrap: str, topic: str, mode: str) -> None:
-    """Run the query in a driver process until 2 checkpoints completed, then SIGKILL it."""
+def crash_driver(
+    tmp_path: Path, bootstrap: str, topic: str, mode: str, query: str = "keyed"
+) -> None:
+    """Run query ``query`` of ``kafka_queries.QUERIES`` in a driver process until 2
+    checkpoints completed, then SIGKILL it."""
     snap = str(tmp_path / "snap")
     env = {
         **os.environ,
@@ -66,7 +69,8 @@ def crash_driver(tmp_path: Path, bootstrap: str, topic: str, mode: str) -> None:
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
     }
-    args = [sys.executable, str(DRIVER), snap, str(tmp_path / "ck-crashed"), bootstrap, topic, mode]
+    ck = str(tmp_path / "ck-crashed")
+    args = [sys.executable, str(DRIVER), snap, ck, bootstrap, topic, mode, query]
     log = (tmp_path / "driver.out").open("w")
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:

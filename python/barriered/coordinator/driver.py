@@ -314,8 +314,9 @@ class QueryCoordinator:
         width = max((len(s) for s in starts), default=0)
         padded = [[*s, *[0] * (width - len(s))] for s in starts]
         release = [min(column) for column in zip(*padded, strict=True)] if starts else None
+        positions = [done.positions[c] for c in sorted(done.positions)]
         TriggerLog.read(self.layout.triggers_file).with_completed(
-            done.checkpoint_id, release
+            done.checkpoint_id, release, positions
         ).write(self.layout.triggers_file)
         log.info(
             "checkpoint %d completed (%s), state table version %s",

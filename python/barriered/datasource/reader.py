@@ -120,6 +120,8 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._leader: mirror.Leader | None = None
         self._follower: mirror.Follower | None = None
         self._released: tuple[int, ...] | None = None
+        #: The latest completed checkpoint handed to the upstream (:meth:`_plan`).
+        self._completed: int | None = None
         self.user_schema = upstream.schema()
         self.channels = upstream.channel_count()
         self._target: list[int] | None = None
@@ -315,6 +317,10 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             fatal = triggers.fatal
             raise next((e for p, e in _FATAL if fatal.startswith(p)), _FATAL_DEFAULT)(fatal)
         self._watchdog.check(triggers.heartbeat, int(time.time() * 1000))
+        if triggers.last_completed != self._completed and triggers.completed_positions:
+            # planned at every trigger, idle or not: the upstream hears of it at once
+            self.upstream.completed(triggers.completed_positions)
+            self._completed = triggers.last_completed
         if begin.active is not None:
             faults.hit(self.layout, faults.ALIGNING, begin.active.id)
         conf = self.settings.conf

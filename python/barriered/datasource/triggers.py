@@ -55,6 +55,8 @@ class TriggerLog:
     fatal: str | None = None
     release: tuple[int, ...] | None = None
     heartbeat: tuple[int, int] | None = None
+    #: The barrier positions of ``last_completed``, per channel.
+    completed_positions: tuple[int, ...] | None = None
 
     @classmethod
     def read(cls, uri: str) -> TriggerLog:
@@ -62,6 +64,7 @@ class TriggerLog:
         raw = read_json(uri, default=None)
         if not raw:
             return cls()
+        completed = raw.get("completed_positions")
         return cls(
             requests=tuple(TriggerRequest(**r) for r in raw.get("requests", [])),
             cancelled=frozenset(int(x) for x in raw.get("cancelled", [])),
@@ -69,6 +72,7 @@ class TriggerLog:
             fatal=raw.get("fatal"),
             release=None if raw.get("release") is None else tuple(raw["release"]),
             heartbeat=None if raw.get("heartbeat") is None else tuple(raw["heartbeat"]),
+            completed_positions=None if completed is None else tuple(completed),
         )
 
     def write(self, uri: str) -> None:
@@ -84,6 +88,9 @@ class TriggerLog:
                 "fatal": self.fatal,
                 "release": None if self.release is None else list(self.release),
                 "heartbeat": None if self.heartbeat is None else list(self.heartbeat),
+                "completed_positions": (
+                    None if self.completed_positions is None else list(self.completed_positions)
+                ),
             },
         )
 
@@ -96,15 +103,23 @@ class TriggerLog:
         return replace(self, cancelled=self.cancelled | set(ids))
 
     def with_completed(
-        self, checkpoint_id: int, release: Sequence[int] | None = None
+        self,
+        checkpoint_id: int,
+        release: Sequence[int] | None = None,
+        positions: Sequence[int] | None = None,
     ) -> TriggerLog:
-        """Return the log with ``checkpoint_id`` as the latest completed checkpoint and,
-        if given, the positions before which the upstream may be released."""
+        """Return the log with ``checkpoint_id`` as the latest completed checkpoint, with
+        its barrier ``positions``, and, if given, the positions before which the upstream
+        may be released."""
         last = self.last_completed
+        newest = last is None or checkpoint_id >= last
         return replace(
             self,
-            last_completed=checkpoint_id if last is None else max(last, checkpoint_id),
+            last_completed=checkpoint_id if newest else last,
             release=self.release if release is None else tuple(release),
+            completed_positions=(
+                tuple(positions) if newest and positions is not None else self.completed_positions
+            ),
         )
 
     def with_heartbeat(self, batch_id: int, now_ms: int) -> TriggerLog:

@@ -14,7 +14,7 @@ restored by re-reading from its barrier positions.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 
@@ -92,6 +92,12 @@ class Upstream(ABC):
         Called once when the query starts, after every check passed; loading a stream
         (``schema()``) never writes. The default keeps nothing.
         """
+
+    def completed(self, positions: Sequence[int]) -> None:  # noqa: B027 - optional hook
+        """Called on the driver when the source plans (at every trigger, idle or not)
+        after a checkpoint completed, with its barrier positions (e.g. to show progress
+        to the upstream's own monitoring). Never used for recovery. The default does
+        nothing."""
 
     def release(self, channel: int, before: int) -> None:  # noqa: B027 - optional hook
         """Let the upstream drop or archive what lies before ``before`` on ``channel``.

@@ -29,7 +29,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +46,6 @@ MANIFEST_NAME = "kafka_manifest.json"
 CLIENT_PREFIX = "kafka."
 #: Client settings the upstream sets itself (Spark's Kafka source refuses the same).
 _MANAGED = {
-    "group.id": "the upstream reads by assign and seek, without a consumer group",
     "auto.offset.reset": "use the option startingOffsets",
     "enable.auto.commit": "offsets live in the barriered checkpoint",
     "enable.partition.eof": "the reader needs it",
@@ -89,7 +88,8 @@ def _admin(client: Mapping[str, str]) -> Any:
             "upstream 'kafka' needs the Python package confluent-kafka on the driver and "
             "the executors: pip install 'spark-barriered[kafka]'"
         ) from None
-    return AdminClient(dict(client))
+    consumer_only = ("group.id", "isolation.level")  # librdkafka warns about them
+    return AdminClient({k: v for k, v in client.items() if k not in consumer_only})
 
 
 def _spec(which: str, timestamp_ms: int = 0) -> Any:
@@ -153,7 +153,10 @@ class KafkaUpstream(Upstream):
         poll_timeout_ms: int,
         manifest_path: str,
     ) -> None:
-        self.client = dict(client)
+        self.client = {k: v for k, v in client.items() if k != "group.id"}
+        #: ``kafka.group.id``: the consumer group completed checkpoints' offsets are
+        #: committed to, for lag monitoring (never read back: offsets live in checkpoints).
+        self.group_id = client.get("group.id")
         self.subscription = dict(subscription)
         self.channels = list(channels)
         self.topic_ids = dict(topic_ids)
@@ -354,6 +357,26 @@ class KafkaUpstream(Upstream):
         finally:
             consumer.close()
         return self._table(rows)
+
+    def completed(self, positions: Sequence[int]) -> None:
+        """Commit a completed checkpoint's offsets to ``kafka.group.id`` (if given), so
+        lag monitoring sees the query's progress; a failure is logged, never fatal."""
+        if self.group_id is None:
+            return
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        self._reload()
+        offsets = [
+            TopicPartition(c.topic, c.partition, int(p))
+            for c, p in zip(self.channels, positions, strict=False)
+        ]
+        request = [ConsumerGroupTopicPartitions(self.group_id, offsets)]
+        try:
+            _result(self._admin().alter_consumer_group_offsets(request), "committing", 30)
+        except UpstreamError as exc:
+            log.warning("kafka upstream: offsets not committed to group %r: %s", self.group_id, exc)
+            return
+        log.info("kafka upstream: committed offsets %s to group %r", positions, self.group_id)
 
     def _lost(self, ch: Channel, start: int, end: int) -> None:
         """Records ``[start, end)`` of ``ch`` were deleted before they were read."""
