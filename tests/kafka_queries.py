@@ -14,6 +14,14 @@ from pyspark.sql import functions as F
 
 import barriered
 from barriered.examples import RunningTotals
+from runs import MODES
+
+#: The checkpoint modes of the Kafka tests: ``runs.MODES``, and unaligned checkpoints
+#: whose in-flight ranges are kept by reference (re-read from the topic on restore).
+KAFKA_MODES = {
+    **MODES,
+    "unaligned_by_reference": {**MODES["unaligned"], "inflight.capture": "reference"},
+}
 
 
 def reader(spark: Any, bootstrap: str, topic: str, **options: str) -> Any:

@@ -109,6 +109,8 @@ def test_records_deleted_before_they_were_read_are_skipped_when_allowed(
     for key, value in records(40) + records(20, 60):  # offsets 40..59 are lost
         expected[key.decode()] += int(value.decode())
     assert state_totals(session, str(snap)) == dict(expected)
+    lost = json.loads((snap / "_source" / "kafka_lost" / f"{topic}-0-40-60.json").read_text())
+    assert lost == {"topic": topic, "partition": 0, "from": 40, "to": 60}
 
 
 @pytest.mark.full

@@ -15,7 +15,7 @@ import pytest
 
 import barriered
 from kafka_queries import kafka_sums, recount
-from runs import MODES, PREFIX
+from runs import PREFIX
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recovery"))
 from test_kafka_recovery import crash_driver, fill
@@ -33,7 +33,11 @@ def test_a_kafka_aggregation_restores_exactly_at_other_parallelism(
     crash_driver(tmp_path, kafka_broker.bootstrap, topic, "unaligned", "aggregation")
     produced += fill(kafka_broker, topic, 10_000)
 
-    conf = {"snapshotPath": str(tmp_path / "snap"), "maxParallelism": "8", **MODES["unaligned"]}
+    conf = {
+        "snapshotPath": str(tmp_path / "snap"),
+        "maxParallelism": "8",
+        **KAFKA_MODES["unaligned"],
+    }
     for key, value in conf.items():
         spark.conf.set(PREFIX + key, value)
     spark.conf.set("spark.sql.shuffle.partitions", "3")

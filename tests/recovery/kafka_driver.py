@@ -4,7 +4,7 @@
 total per key of the Kafka topic's records (key: the user, value: the amount as text):
 QUERY ``keyed`` (the default: ``barriered.keyed`` with ``RunningTotals``) or
 ``aggregation`` (Spark's ``groupBy().agg()`` under the barriered state store provider),
-with the checkpoint settings of ``runs.MODES[MODE]`` (its own local[2] session, 2
+with the checkpoint settings of ``runs.KAFKA_MODES[MODE]`` (its own local[2] session, 2
 shuffle partitions, at most 20 offsets per partition and micro-batch, so the busy
 partition lags). It runs until the test SIGKILLs it; it prints ``STARTED`` when the
 query runs.
@@ -17,8 +17,8 @@ import sys
 from pyspark.sql import SparkSession
 
 import barriered
-from kafka_queries import QUERIES
-from runs import MODES, PREFIX
+from kafka_queries import KAFKA_MODES, QUERIES
+from runs import PREFIX
 
 
 def main() -> int:
@@ -42,7 +42,7 @@ def main() -> int:
         "maxParallelism": "8",
         "bufferPerChannel": "100",
         "retainedCheckpoints": "100",
-        **MODES[mode],
+        **KAFKA_MODES[mode],
     }.items():
         spark.conf.set(PREFIX + key, value)
     make, output_mode = QUERIES[name]

@@ -27,8 +27,8 @@ import pytest
 import barriered
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
-from kafka_queries import kafka_totals, records, recount, state_totals
-from runs import MODES, PREFIX
+from kafka_queries import KAFKA_MODES, kafka_totals, records, recount, state_totals
+from runs import PREFIX
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 FULL = pytest.mark.full
@@ -95,6 +95,7 @@ def crash_driver(
         "unaligned",
         pytest.param("aligned", marks=FULL),
         pytest.param("aligned_with_timeout", marks=FULL),
+        pytest.param("unaligned_by_reference", marks=FULL),
     ],
 )
 def test_kafka_state_after_a_kill_and_a_restore_is_exact(
@@ -107,7 +108,7 @@ def test_kafka_state_after_a_kill_and_a_restore_is_exact(
     produced += fill(kafka_broker, topic, 10_000)  # what arrives while the query is down
 
     snap = str(tmp_path / "snap")
-    for key, value in {"snapshotPath": snap, **MODES[mode]}.items():
+    for key, value in {"snapshotPath": snap, **KAFKA_MODES[mode]}.items():
         session.conf.set(PREFIX + key, value)
     session.conf.set("spark.sql.shuffle.partitions", "3")
     query = (

@@ -43,6 +43,8 @@ from barriered.statestore.fileio import read_json, write_json
 log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "kafka_manifest.json"
+#: Where the ranges skipped with ``failOnDataLoss=false`` are recorded (one file each).
+LOST_DIR = "kafka_lost"
 CLIENT_PREFIX = "kafka."
 #: Client settings the upstream sets itself (Spark's Kafka source refuses the same).
 _MANAGED = {
@@ -391,6 +393,9 @@ class KafkaUpstream(Upstream):
                 "the topic still holds"
             )
         log.warning("%s; skipped (failOnDataLoss=false)", what)
+        record = {"topic": ch.topic, "partition": ch.partition, "from": start, "to": end}
+        name = f"{ch.name()}-{start}-{end}.json"  # the same range read again: same file
+        write_json(f"{self.manifest_path.rsplit('/', 1)[0]}/{LOST_DIR}/{name}", record)
 
     def _table(self, messages: list[Any]) -> pa.Table:
         columns: dict[str, list[Any]] = {f.name: [] for f in self.schema()}
