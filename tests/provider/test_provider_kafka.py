@@ -36,7 +36,7 @@ def test_a_kafka_aggregation_restores_exactly_at_other_parallelism(
     conf = {
         "snapshotPath": str(tmp_path / "snap"),
         "maxParallelism": "8",
-        **KAFKA_MODES["unaligned"],
+        **MODES["unaligned"],
     }
     for key, value in conf.items():
         spark.conf.set(PREFIX + key, value)
