@@ -15,7 +15,7 @@ import pytest
 
 import barriered
 from kafka_queries import kafka_sums, recount
-from runs import PREFIX
+from runs import MODES, PREFIX
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recovery"))
 from test_kafka_recovery import crash_driver, fill
