@@ -24,7 +24,6 @@ read yet: a new snapshot path picks them up).
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
@@ -35,6 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from barriered.datasource.upstreams import kafka_cluster as cluster
 from barriered.datasource.upstreams.base import Upstream
 from barriered.datasource.upstreams.options import choice_option, int_option, prefixed_options
 from barriered.errors import ConfigError, SnapshotStoreError, UpstreamError
@@ -52,7 +52,7 @@ _MANAGED = {
     "enable.auto.commit": "offsets live in the barriered checkpoint",
     "enable.partition.eof": "the reader needs it",
 }
-_EARLIEST, _LATEST = -2, -1
+
 
 KEY_VALUE = [
     pa.field("key", pa.binary()),
@@ -79,41 +79,6 @@ class Channel:
 
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
-
-
-def _admin(client: Mapping[str, str]) -> Any:
-    """A new admin client (keep it while its futures run: they fail once it is gone)."""
-    try:
-        from confluent_kafka.admin import AdminClient
-    except ImportError:
-        raise ConfigError(
-            "upstream 'kafka' needs the Python package confluent-kafka on the driver and "
-            "the executors: pip install 'spark-barriered[kafka]'"
-        ) from None
-    consumer_only = ("group.id", "isolation.level")  # librdkafka warns about them
-    return AdminClient({k: v for k, v in client.items() if k not in consumer_only})
-
-
-def _spec(which: str, timestamp_ms: int = 0) -> Any:
-    """confluent-kafka's ``OffsetSpec`` (``earliest``, ``latest`` or ``for_timestamp``);
-    its stubs leave the class unexported and the constructors untyped."""
-    from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
-
-    spec: Any = OffsetSpec
-    if which == "for_timestamp":
-        return spec.for_timestamp(timestamp_ms)
-    return spec.earliest() if which == "earliest" else spec.latest()
-
-
-def _result(futures: Mapping[Any, Any], what: str, timeout_s: float) -> dict[Any, Any]:
-    """Wait for an admin call's futures; a failure names what was asked."""
-    out = {}
-    for key, future in futures.items():
-        try:
-            out[key] = future.result(timeout=timeout_s)
-        except Exception as exc:
-            raise UpstreamError(f"kafka upstream: {what} failed for {key}: {exc}") from exc
-    return out
 
 
 class KafkaUpstream(Upstream):
@@ -175,7 +140,7 @@ class KafkaUpstream(Upstream):
 
     def _admin(self) -> Any:
         if self._admin_client is None:
-            self._admin_client = _admin(self.client)
+            self._admin_client = cluster.admin(self.client)
         return self._admin_client
 
     # -- options and manifest ------------------------------------------------------------
@@ -244,9 +209,9 @@ class KafkaUpstream(Upstream):
                 "Nothing was written. Put the manifest back (from a backup or a savepoint's "
                 "_source folder), or start the stream on a new snapshot path"
             )
-        admin = _admin(client)
-        topics = _resolve(admin, subscription)
-        starts = _starting_offsets(admin, topics, options)
+        admin = cluster.admin(client)
+        topics = cluster.resolve(admin, subscription)
+        starts = cluster.starting_offsets(admin, topics, options)
         channels = [Channel(t, p, starts[(t, p)]) for t, p in sorted(starts)]
         ids = {t: info["id"] for t, info in topics.items()}
         return cls(client, subscription, channels, ids, *common)
@@ -287,8 +252,10 @@ class KafkaUpstream(Upstream):
             if self.isolation == "read_committed"
             else IsolationLevel.READ_UNCOMMITTED
         )
-        asked = {TopicPartition(c.topic, c.partition): _spec("latest") for c in self.channels}
-        got = _result(
+        asked = {
+            TopicPartition(c.topic, c.partition): cluster.spec("latest") for c in self.channels
+        }
+        got = cluster.result(
             self._admin().list_offsets(asked, isolation_level=level),
             "listing end offsets",
             30,
@@ -374,7 +341,7 @@ class KafkaUpstream(Upstream):
         ]
         request = [ConsumerGroupTopicPartitions(self.group_id, offsets)]
         try:
-            _result(self._admin().alter_consumer_group_offsets(request), "committing", 30)
+            cluster.result(self._admin().alter_consumer_group_offsets(request), "committing", 30)
         except UpstreamError as exc:
             log.warning("kafka upstream: offsets not committed to group %r: %s", self.group_id, exc)
             return
@@ -483,8 +450,8 @@ class KafkaUpstream(Upstream):
                 found += [(topic, p.id) for p in info.partitions if (topic, p.id) not in known]
         if not found:
             return []
-        asked = {TopicPartition(t, p): _spec("earliest") for t, p in found}
-        earliest = _result(self._admin().list_offsets(asked), "listing start offsets", 30)
+        asked = {TopicPartition(t, p): cluster.spec("earliest") for t, p in found}
+        earliest = cluster.result(self._admin().list_offsets(asked), "listing start offsets", 30)
         return [
             Channel(tp.topic, tp.partition, int(o.offset))
             for tp, o in sorted(
@@ -511,112 +478,3 @@ class KafkaUpstream(Upstream):
     def channel_names(self) -> list[str]:
         """``topic-partition`` of every channel, in channel order."""
         return [c.name() for c in self.channels]
-
-
-def _resolve(admin: Any, subscription: Mapping[str, str]) -> dict[str, Any]:
-    """Topic -> {"id", "partitions"} of the subscription, as the cluster has them now."""
-    from confluent_kafka import TopicCollection
-
-    ((kind, raw),) = subscription.items()
-    assigned: dict[str, list[int]] | None = None
-    if kind == "assign":
-        try:
-            parsed = json.loads(raw)
-            assigned = {str(t): [int(p) for p in ps] for t, ps in parsed.items()}
-        except (ValueError, TypeError, AttributeError):
-            raise ConfigError(
-                f"option 'assign' must be JSON like {{\"topic\": [0, 1]}}, got {raw!r}"
-            ) from None
-        names = sorted(assigned)
-    else:
-        listed = sorted(t for t in admin.list_topics(timeout=30).topics if not t.startswith("__"))
-        if kind == "subscribe":
-            names = [t.strip() for t in raw.split(",") if t.strip()]
-        else:
-            try:
-                pattern = re.compile(raw)
-            except re.error as exc:
-                raise ConfigError(f"option 'subscribePattern' {raw!r}: {exc}") from None
-            names = [t for t in listed if pattern.fullmatch(t)]
-        missing = [t for t in names if t not in listed]
-        if missing or not names:
-            raise ConfigError(
-                f"kafka upstream: option {kind!r}={raw!r} names no existing topic "
-                f"{missing or ''} (topics on the cluster: {listed})"
-            )
-    described = _result(admin.describe_topics(TopicCollection(names)), "describing", 30)
-    out: dict[str, Any] = {}
-    for topic in names:
-        info = described[topic]
-        partitions = [p.id for p in info.partitions]
-        if assigned is not None:
-            unknown = sorted(set(assigned[topic]) - set(partitions))
-            if unknown:
-                raise ConfigError(
-                    f"option 'assign' names partitions {unknown} of topic {topic!r}, which "
-                    f"has {len(partitions)}"
-                )
-            partitions = sorted(assigned[topic])
-        out[topic] = {"id": str(info.topic_id), "partitions": partitions}
-    return out
-
-
-def _starting_offsets(
-    admin: Any, topics: Mapping[str, Any], options: Mapping[str, str]
-) -> dict[tuple[str, int], int]:
-    """The offset each topic-partition starts at (``startingOffsets`` or
-    ``startingTimestamp``; default ``latest``, as Spark's Kafka source)."""
-    from confluent_kafka import TopicPartition
-
-    raw_offsets = options.get("startingOffsets")
-    raw_time = options.get("startingTimestamp")
-    if raw_offsets and raw_time:
-        raise ConfigError("set one of the options startingOffsets and startingTimestamp, not both")
-    wanted: dict[tuple[str, int], Any] = {}
-    partitions = [(t, p) for t, info in topics.items() for p in info["partitions"]]
-    if raw_time:
-        stamp = int_option(options, "startingTimestamp", 0, minimum=0)
-        wanted = {tp: _spec("for_timestamp", stamp) for tp in partitions}
-    else:
-        spec = (raw_offsets or "latest").strip()
-        if spec.lower() in ("earliest", "latest"):
-            wanted = {tp: _spec(spec.lower()) for tp in partitions}
-        else:
-            try:
-                given = {
-                    (str(t), int(p)): int(o)
-                    for t, ps in json.loads(spec).items()
-                    for p, o in ps.items()
-                }
-            except (ValueError, TypeError, AttributeError):
-                raise ConfigError(
-                    "option 'startingOffsets' must be earliest, latest or JSON like "
-                    f'{{"topic": {{"0": 23, "1": -2}}}} (-2 earliest, -1 latest), got {spec!r}'
-                ) from None
-            missing = sorted(set(partitions) - set(given))
-            if missing:
-                raise ConfigError(
-                    f"option 'startingOffsets' has no offset for {missing}; give every "
-                    "subscribed topic-partition one (-2 earliest, -1 latest)"
-                )
-            for tp in partitions:
-                o = given[tp]
-                named = {_EARLIEST: "earliest", _LATEST: "latest"}.get(o)
-                wanted[tp] = o if named is None else _spec(named)
-    exact = {tp: o for tp, o in wanted.items() if isinstance(o, int)}
-    asked = {TopicPartition(t, p): s for (t, p), s in wanted.items() if not isinstance(s, int)}
-    got = _result(admin.list_offsets(asked), "listing offsets", 30) if asked else {}
-    latest = None
-    out = dict(exact)
-    for tp, info in got.items():
-        offset = int(info.offset)
-        if offset < 0:  # startingTimestamp after the partition's last record: its end
-            if latest is None:
-                latest = _result(
-                    admin.list_offsets({t: _spec("latest") for t in got}),
-                    "listing end offsets",
-                    30,
-                )
-            offset = int(latest[tp].offset)
-        out[(tp.topic, tp.partition)] = offset
-    return out
