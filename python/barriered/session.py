@@ -87,18 +87,19 @@ def _patch_stream_reader() -> None:
     _PATCHED = True
 
 
-def _hook_load(cls: Any) -> None:
+def _record_settings(cls: Any) -> None:
+    """Make a stream reader or writer class remember the format and the options it is
+    given (``_barriered_format``, ``_barriered_options``): the JVM keeps them to itself,
+    and the hooks of ``load()`` and ``start()`` check them before Spark sees them."""
     original_format = cls.format
     original_option = cls.option
     original_options = cls.options
-    original_load = cls.load
 
     def format(self: Any, source: str) -> Any:
         self._barriered_format = source
         return original_format(self, source)
 
     def record(self: Any, options: dict[str, Any]) -> None:
-        # The JVM reader keeps its options to itself: remember them for the preflight.
         recorded = self.__dict__.setdefault("_barriered_options", {})
         recorded.update({k: str(v) for k, v in options.items() if v is not None})
 
@@ -110,6 +111,15 @@ def _hook_load(cls: Any) -> None:
         record(self, opts)
         return original_options(self, **opts)
 
+    cls.format = format
+    cls.option = option
+    cls.options = options
+
+
+def _hook_load(cls: Any) -> None:
+    _record_settings(cls)
+    original_load = cls.load
+
     def load(self: Any, path: str | None = None, format: str | None = None, **kw: Any) -> Any:
         fmt = format or getattr(self, "_barriered_format", None)
         if fmt == "barriered":
@@ -120,9 +130,6 @@ def _hook_load(cls: Any) -> None:
                 preflight.checked(self.__dict__.get("_barriered_options", {}))
         return original_load(self, path=path, format=format, **kw)
 
-    cls.format = format
-    cls.option = option
-    cls.options = options
     cls.load = load
 
 
@@ -145,26 +152,8 @@ def _hook_start(cls: Any) -> None:
     query starts (:func:`barriered.sink.writer.before_start`), so a refusal writes
     nothing. (Spark creates the sink's writer only after the source planned the first
     batch; on Spark Connect the sink checks itself then.)"""
-    original_format = cls.format
-    original_option = cls.option
-    original_options = cls.options
+    _record_settings(cls)
     original_start = cls.start
-
-    def format(self: Any, source: str) -> Any:
-        self._barriered_format = source
-        return original_format(self, source)
-
-    def record(self: Any, options: dict[str, Any]) -> None:
-        recorded = self.__dict__.setdefault("_barriered_options", {})
-        recorded.update({k: str(v) for k, v in options.items() if v is not None})
-
-    def option(self: Any, key: str, value: Any) -> Any:
-        record(self, {key: value})
-        return original_option(self, key, value)
-
-    def options(self: Any, **opts: Any) -> Any:
-        record(self, opts)
-        return original_options(self, **opts)
 
     def start(self: Any, *args: Any, **kw: Any) -> Any:
         given = kw.get("format") or (args[1] if len(args) > 1 else None)
@@ -185,9 +174,6 @@ def _hook_start(cls: Any) -> None:
                 writer.before_start(sink_options, df.schema)
         return original_start(self, *args, **kw)
 
-    cls.format = format
-    cls.option = option
-    cls.options = options
     cls.start = start
 
 
