@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 from pyspark import cloudpickle
+from pyspark.sql import functions as F
 
 import barriered
 from benchmarks.harness import barriered_stream
@@ -89,9 +90,16 @@ def rate_options(
 
 
 def running_count(
-    spark: Any, snapshot_path: str, options: dict[str, str], silent: bool = False
+    spark: Any,
+    snapshot_path: str,
+    options: dict[str, str],
+    silent: bool = False,
+    key_from: str | None = None,
 ) -> Any:
-    """The keyed running count over a barriered source (``silent``: no output rows)."""
+    """The keyed running count over a barriered source (``silent``: no output rows), per
+    ``user_id``, or per the column ``key_from`` as a string (e.g. a Kafka record's key)."""
     events = barriered_stream(spark, snapshot_path, options)
+    if key_from is not None:
+        events = events.withColumn("user_id", F.col(key_from).cast("string"))
     processor = SilentCount() if silent else RunningCount()
     return barriered.keyed(events, "user_id").process(processor, name=OPERATOR)

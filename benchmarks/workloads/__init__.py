@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from benchmarks.workloads import backpressure, overhead, provider, restore, sink, snapshot
+from benchmarks.workloads import (
+    backpressure,
+    kafka,
+    overhead,
+    provider,
+    restore,
+    sink,
+    snapshot,
+)
 
 WORKLOADS: dict[str, ModuleType] = {
     "overhead": overhead,
@@ -18,4 +26,5 @@ WORKLOADS: dict[str, ModuleType] = {
     "restore": restore,
     "provider": provider,
     "sink": sink,
+    "kafka": kafka,
 }

@@ -118,7 +118,21 @@ def _checkpoints(rows: list[dict[str, Any]], series: list[dict[str, Any]]) -> li
     return out
 
 
-def _run_mode(ctx: Context, mode: str, size: dict[str, Any]) -> dict[str, Any]:
+def run_mode(
+    ctx: Context,
+    mode: str,
+    size: dict[str, Any],
+    options: dict[str, str],
+    tag: str,
+    key_from: str | None = None,
+) -> dict[str, Any]:
+    """Run the keyed running count on the source ``options`` (channel 0 lagging) for
+    ``size["seconds"]`` in checkpoint mode ``mode``; return its throughput and checkpoints.
+
+    ``size`` holds ``per_batch`` (the source's admission, ``maxRowsPerChannel``),
+    ``buffer_batches`` and ``seconds``; the query's folders are under ``tag``; the key is
+    the ``user_id`` column, or the column ``key_from`` as a string.
+    """
     configure(
         ctx.spark,
         {
@@ -128,11 +142,9 @@ def _run_mode(ctx: Context, mode: str, size: dict[str, Any]) -> dict[str, Any]:
             **MODES[mode],
         },
     )
-    snap = ctx.path(mode, "snap")
-    options = rate_options(
-        CHANNELS, KEYS, size["per_batch"], rows_per_second=size["rate"], skew=f"{LAGGING}:{SKEW}"
-    )
-    query = start(running_count(ctx.spark, snap, options), ctx.path(mode, "ck"))
+    snap = ctx.path(tag, "snap")
+    job = running_count(ctx.spark, snap, options, key_from=key_from)
+    query = start(job, ctx.path(tag, "ck"))
     batches = run_for(query, size["seconds"])
     series = _series(batches)
     done = _checkpoints(checkpoint_rows(snap), series)
@@ -173,7 +185,10 @@ def _run_mode(ctx: Context, mode: str, size: dict[str, Any]) -> dict[str, Any]:
 def run(ctx: Context) -> dict[str, Any]:
     """Run the three modes one after the other; return params and results."""
     size = SIZES["quick" if ctx.quick else "full"]
-    modes = {mode: _run_mode(ctx, mode, size) for mode in MODES}
+    options = rate_options(
+        CHANNELS, KEYS, size["per_batch"], rows_per_second=size["rate"], skew=f"{LAGGING}:{SKEW}"
+    )
+    modes = {mode: run_mode(ctx, mode, size, options, mode) for mode in MODES}
     p90_batches = modes["unaligned"]["batches"]["p90"]
     ratios = {
         "aligned_over_unaligned_p50": ratio(
@@ -209,9 +224,8 @@ def artifacts(record: dict[str, Any], folder: Path) -> None:
     backpressure_png(record, folder / "backpressure.png")
 
 
-def markdown(record: dict[str, Any]) -> str:
-    """The backpressure section of RESULTS.md."""
-    params, results = record["params"], record["results"]
+def modes_table(modes: dict[str, dict[str, Any]]) -> str:
+    """The Markdown table of the results of :func:`run_mode`, one row per mode."""
 
     def trio(s: dict[str, Any]) -> str:
         return f"{cell(s['p50'])} / {cell(s['p90'])} / {cell(s['max'])}"
@@ -229,8 +243,27 @@ def markdown(record: dict[str, Any]) -> str:
             m["inflight_bytes"]["p50"],
             m["throughput"]["records_per_s"],
         ]
-        for mode, m in results["modes"].items()
+        for mode, m in modes.items()
     ]
+    return table(
+        [
+            "mode (effective)",
+            "checkpoints",
+            "end-to-end ms p50 / p90 / max",
+            "micro-batches p50 / p90 / max",
+            "alignment ms p50 / p90",
+            "fast-channel records per batch, aligning / free",
+            "in-flight rows p50",
+            "in-flight bytes p50",
+            "records/s",
+        ],
+        rows,
+    )
+
+
+def markdown(record: dict[str, Any]) -> str:
+    """The backpressure section of RESULTS.md."""
+    params, results = record["params"], record["results"]
     r = results["ratios"]
     return "\n".join(
         [
@@ -241,20 +274,7 @@ def markdown(record: dict[str, Any]) -> str:
             f"{params['checkpoint_interval']}, aligned timeout "
             f"{params['aligned_checkpoint_timeout']}; ~{params['seconds_per_mode']} s per mode.",
             "",
-            table(
-                [
-                    "mode (effective)",
-                    "checkpoints",
-                    "end-to-end ms p50 / p90 / max",
-                    "micro-batches p50 / p90 / max",
-                    "alignment ms p50 / p90",
-                    "fast-channel records per batch, aligning / free",
-                    "in-flight rows p50",
-                    "in-flight bytes p50",
-                    "records/s",
-                ],
-                rows,
-            ),
+            modes_table(results["modes"]),
             "",
             f"**Aligned / unaligned end-to-end duration: {r['aligned_over_unaligned_p50']} "
             f"(p50), {r['aligned_over_unaligned_p90']} (p90).** "
