@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -38,9 +39,11 @@ EXIT_BOUND_S = 60.0
 KILL_AFTER_S = 300.0
 
 
-def run_job(base: Path, run: int, *args: str, classic: bool = False) -> tuple[int, dict[str, Any]]:
-    """Run one scheduled job; return its exit code and its report. Fails the test when
-    the process did not end by itself within the bound of its query's end."""
+def run_job(
+    base: Path, run: int, *args: str, classic: bool = False
+) -> tuple[int, dict[str, Any], str]:
+    """Run one scheduled job; return its exit code, its report and its stderr. Fails the
+    test when the process did not end by itself within the bound of its query's end."""
     env = dict(os.environ)
     if classic:  # the Connect fixture's variables would turn the builder into a client
         env = {k: v for k, v in env.items() if not k.startswith("SPARK_CONNECT")}
@@ -64,7 +67,7 @@ def run_job(base: Path, run: int, *args: str, classic: bool = False) -> tuple[in
     if "ended" in report:
         lag = exited - report["ended"]
         assert lag < EXIT_BOUND_S, f"run {run} exited {lag:.0f} s after its query:\n{err[-6000:]}"
-    return proc.returncode, report
+    return proc.returncode, report, err
 
 
 def output_ids(base: Path) -> Counter[str]:
@@ -85,7 +88,7 @@ def scheduled_runs(connect_spark: Any, base: Path, runs: int) -> None:
     url = f"sc://{connect_spark.client._builder.endpoint}"
     for run in range(1, runs + 1):
         restore = ["--restore"] if run == runs else []
-        code, report = run_job(base, run, "--remote", url, *restore)
+        code, report, _ = run_job(base, run, "--remote", url, *restore)
         assert code == 0, f"run {run}: exit code {code}, report {report}"
         assert report["duplicates"] == report["missing"] == 0
         assert output_ids(base) == expected_ids(run)
@@ -107,7 +110,7 @@ def test_a_connect_script_whose_query_fails_ends_by_itself(
     connect_spark: Any, tmp_path: Path
 ) -> None:
     url = f"sc://{connect_spark.client._builder.endpoint}"
-    code, report = run_job(tmp_path, 1, "--remote", url, "--fail")
+    code, report, _ = run_job(tmp_path, 1, "--remote", url, "--fail")
     assert code not in (0, None) and report == {}
 
 
@@ -126,11 +129,19 @@ def test_uninstall_ends_the_listener_thread(connect_spark: Any) -> None:
     assert again is not listener and listener_registered(connect_spark, again)
 
 
+#: How a classic PySpark process that used delta-rs may end after its work: the native
+#: teardown aborts (delta-rs issue #2184). A plain PySpark + deltalake script without
+#: barriered ended so in 2 of 5 runs here; it is not a hang, and it comes after the
+#: script's last line.
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
 @pytest.mark.full
 def test_a_classic_script_ends_by_itself(tmp_path: Path) -> None:
-    code, report = run_job(tmp_path, 1, "--classic", classic=True)
-    assert code == 0 and report["duplicates"] == report["missing"] == 0
+    code, report, err = run_job(tmp_path, 1, "--classic", classic=True)
+    assert report["duplicates"] == report["missing"] == 0
     assert output_ids(tmp_path) == expected_ids(1)
+    assert code == 0 or (code == -signal.SIGABRT and TEARDOWN_ABORT in err), err[-3000:]
 
 
 class SlowListener(StreamingQueryListener):
