@@ -57,11 +57,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_checkpoints(args: argparse.Namespace) -> int:
     """Print the checkpoint history of a snapshot path."""
     from barriered.statestore import integrity
-    from barriered.tools.history import format_history, open_history
+    from barriered.tools.history import (
+        channel_names,
+        format_history,
+        open_history,
+        with_channel_names,
+    )
 
     layout, rows = open_history(args.path)
     if args.json:
-        for row in rows:
+        for row in with_channel_names(rows, channel_names(layout)):
             print(json.dumps(row, sort_keys=True))
     elif rows:
         print(format_history(rows))

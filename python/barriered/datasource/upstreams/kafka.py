@@ -485,6 +485,16 @@ class KafkaUpstream(Upstream):
         return [c.name() for c in self.channels]
 
 
+def manifest_channel_names(state_dir: str) -> list[str] | None:
+    """``topic-partition`` of every channel in the manifest under ``state_dir`` (a
+    snapshot path's ``_source`` folder), in channel order; ``None`` without a manifest.
+    Only reads: no client, no broker."""
+    saved = read_json(f"{state_dir.rstrip('/')}/{MANIFEST_NAME}", default=None)
+    if saved is None:
+        return None
+    return [Channel(**c).name() for c in saved["channels"]]
+
+
 def _resolve(admin: Any, subscription: Mapping[str, str]) -> dict[str, Any]:
     """Topic -> {"id", "partitions"} of the subscription, as the cluster has them now."""
     from confluent_kafka import TopicCollection
