@@ -50,7 +50,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     with reporting() as progress:
         # stop_session: Spark (and its JVM) stops before the process ends (exit_process)
-        run_demo(args.out, args.duration, progress, stop_session=True)
+        run_demo(args.out, args.duration, progress, stop_session=True, kafka=args.kafka)
     return 0
 
 
@@ -216,6 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the local demo on real Spark")
     demo.add_argument("--out", default="out/demo", help="folder for the Delta tables")
     demo.add_argument("--duration", type=float, default=45.0, help="seconds, all modes")
+    demo.add_argument(
+        "--kafka",
+        metavar="BOOTSTRAP",
+        help="read a new topic on this Kafka cluster (host:port), filled by the demo",
+    )
     demo.set_defaults(run=cmd_demo)
 
     ck = sub.add_parser("checkpoints", help="the checkpoint history of a snapshot path")

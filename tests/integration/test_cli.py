@@ -270,3 +270,34 @@ def test_demo_runs_every_mode_and_leaves_snapshot_paths(
         assert cli.main(["checkpoints", str(tmp_path / "snapshots" / phase), "--json"]) == 0
         rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         assert int(summary[0].split()[1]) == sum(r["status"] == "completed" for r in rows)
+
+
+@pytest.mark.kafka
+def test_demo_on_kafka_reads_the_topic_it_fills_with_partition_0_lagging(
+    spark: Any, kafka_broker: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``demo --kafka``: every mode reads the topic from its start; each phase's last
+    checkpoint holds exactly the totals of the records below its barrier offsets."""
+    with barriered_keys(spark, {}):
+        args = ["demo", "--out", str(tmp_path), "--duration", "3", "--kafka"]
+        assert cli.main([*args, kafka_broker.bootstrap]) == 0
+    out = capsys.readouterr().out
+    (topic,) = [line.split()[2].rstrip(":") for line in out.splitlines() if "Kafka topic" in line]
+    assert kafka_broker.end_offsets(topic) == {0: 1800, 1: 450, 2: 450, 3: 450}
+    published = kafka_broker.read_committed(topic)
+    for phase in ("aligned", "unaligned", "aligned_with_timeout"):
+        assert len([line for line in out.splitlines() if line.startswith(phase + " ")]) == 1
+        snap = tmp_path / "snapshots" / phase
+        assert cli.main(["checkpoints", str(snap), "--json"]) == 0
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        done = [r for r in rows if r["status"] == "completed"]
+        assert done, rows
+        barrier = json.loads(done[-1]["barrier_positions"])
+        assert set(barrier) == {f"{topic}-{p}" for p in range(4)}
+        expected: dict[str, int] = {}
+        for r in published:
+            if r.offset < barrier[f"{topic}-{r.partition}"]:
+                user = r.key.decode()
+                expected[user] = expected.get(user, 0) + int(r.value.decode())
+        state = barriered.state_table(spark, str(snap)).collect()
+        assert {r["user_id"]: r["total"] for r in state} == expected
