@@ -2,7 +2,8 @@
 
 Commands:
 
-* ``demo``: the local demo on real Spark;
+* ``demo [--kafka BOOTSTRAP]``: the local demo on real Spark (on the ``rate`` upstream,
+  or on a Kafka topic it creates and fills);
 * ``checkpoints PATH [--json]``: the checkpoint history of a snapshot path;
 * ``inspect PATH [--checkpoint N] [--json]``: what a completed checkpoint holds; with
   ``--key VALUE[,VALUE...] [--partitions N] [--operator NAME]``, which key group (and
