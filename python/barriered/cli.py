@@ -2,7 +2,8 @@
 
 Commands:
 
-* ``demo``: the local demo on real Spark;
+* ``demo [--kafka BOOTSTRAP]``: the local demo on real Spark (on the ``rate`` upstream,
+  or on a Kafka topic it creates and fills);
 * ``checkpoints PATH [--json]``: the checkpoint history of a snapshot path;
 * ``inspect PATH [--checkpoint N] [--json]``: what a completed checkpoint holds; with
   ``--key VALUE[,VALUE...] [--partitions N] [--operator NAME]``, which key group (and
@@ -50,18 +51,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     with reporting() as progress:
         # stop_session: Spark (and its JVM) stops before the process ends (exit_process)
-        run_demo(args.out, args.duration, progress, stop_session=True)
+        run_demo(args.out, args.duration, progress, stop_session=True, kafka=args.kafka)
     return 0
 
 
 def cmd_checkpoints(args: argparse.Namespace) -> int:
     """Print the checkpoint history of a snapshot path."""
     from barriered.statestore import integrity
-    from barriered.tools.history import format_history, open_history
+    from barriered.tools.history import (
+        channel_names,
+        format_history,
+        open_history,
+        with_channel_names,
+    )
 
     layout, rows = open_history(args.path)
     if args.json:
-        for row in rows:
+        for row in with_channel_names(rows, channel_names(layout)):
             print(json.dumps(row, sort_keys=True))
     elif rows:
         print(format_history(rows))
@@ -211,6 +217,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the local demo on real Spark")
     demo.add_argument("--out", default="out/demo", help="folder for the Delta tables")
     demo.add_argument("--duration", type=float, default=45.0, help="seconds, all modes")
+    demo.add_argument(
+        "--kafka",
+        metavar="BOOTSTRAP",
+        help="read a new topic on this Kafka cluster (host:port), filled by the demo",
+    )
     demo.set_defaults(run=cmd_demo)
 
     ck = sub.add_parser("checkpoints", help="the checkpoint history of a snapshot path")

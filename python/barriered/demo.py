@@ -2,9 +2,12 @@
 
 It runs one query per checkpoint mode (aligned, unaligned, aligned with timeout) on a
 local Spark, prints a line per finished checkpoint while the query runs, and a summary
-table at the end. The Delta tables stay under ``OUT/snapshots/<mode>``; the console
-output of the Spark it starts (JVM log lines, pyspark's worker prints) goes to
-``OUT/spark.log``, so that the screen shows only the demo's own lines.
+table at the end. The input is the ``rate`` upstream, or with ``kafka`` (a bootstrap
+server) a topic of 4 partitions the demo creates and fills, partition 0 with 4 times the
+records of the others: every phase reads it from its earliest offsets. The Delta
+tables stay under ``OUT/snapshots/<mode>``; the console output of the Spark it starts
+(JVM log lines, pyspark's worker prints) goes to ``OUT/spark.log``, so that the screen shows
+only the demo's own lines.
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ import shutil
 import statistics
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from barriered.errors import BarrieredError
+from barriered.errors import BarrieredError, ConfigError
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from barriered.tools.progress import Progress
@@ -49,6 +53,65 @@ SOURCE = {
     "keys": "1000",
     "maxRowsPerChannel": "250",
 }
+
+#: The Kafka variant: records per second of demo ``duration`` written to partitions
+#: 1..3 of the topic (4 times as many to partition 0), admitted like the rate upstream.
+KAFKA_ROWS_PER_SECOND = 150
+KAFKA_PARTITIONS = 4
+
+
+def kafka_topic(bootstrap: str, duration: float) -> tuple[str, dict[str, str]]:
+    """Create a new topic of :data:`KAFKA_PARTITIONS` partitions on ``bootstrap`` and
+    fill it: key ``user-<k>`` (1000 users), value an amount 1..10 as text.
+
+    Returns
+    -------
+    tuple of (str, dict)
+        The topic and the source options that read it from its earliest offsets.
+
+    Raises
+    ------
+    ConfigError
+        Without the Python package confluent-kafka.
+    BarrieredError
+        When the topic cannot be created or filled.
+    """
+    try:
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+    except ImportError:
+        raise ConfigError(
+            "demo --kafka needs the Python package confluent-kafka: "
+            "pip install 'spark-barriered[kafka]'"
+        ) from None
+    topic = f"barriered-demo-{uuid.uuid4().hex[:8]}"
+    client: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap}
+    new = NewTopic(topic, num_partitions=KAFKA_PARTITIONS, replication_factor=1)
+    admin = AdminClient(client)  # kept while its future runs: it fails once it is gone
+    try:
+        admin.create_topics([new])[topic].result(60)
+    except Exception as exc:
+        raise BarrieredError(
+            f"demo: creating topic {topic!r} on {bootstrap} failed: {exc}"
+        ) from exc
+    producer = Producer({**client, "enable.idempotence": True, "linger.ms": 20})
+    per_partition = int(KAFKA_ROWS_PER_SECOND * duration)
+    for partition in range(KAFKA_PARTITIONS):
+        for i in range(per_partition * (4 if partition == 0 else 1)):
+            amount = str(i % 10 + 1)
+            producer.produce(topic, key=f"user-{i % 1000}", value=amount, partition=partition)
+            if i % 10_000 == 0:
+                producer.poll(0)
+    if producer.flush(60) != 0:
+        raise BarrieredError(f"demo: records to topic {topic!r} were not acknowledged")
+    options = {
+        "upstream": "kafka",
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": topic,
+        "startingOffsets": "earliest",
+        "maxRowsPerChannel": SOURCE["maxRowsPerChannel"],
+    }
+    return topic, options
 
 
 @contextlib.contextmanager
@@ -129,9 +192,17 @@ def format_row(phase: str, row: dict[str, Any]) -> str:
 
 
 def run_phase(
-    spark: Any, phase: str, out: Path, seconds: float, progress: Progress
+    spark: Any,
+    phase: str,
+    out: Path,
+    seconds: float,
+    progress: Progress,
+    source: dict[str, str] = SOURCE,
 ) -> list[dict[str, Any]]:
-    """Run one mode for ``seconds`` and return its checkpoint rows."""
+    """Run one mode for ``seconds`` on ``source`` (options of the barriered source) and
+    return its checkpoint rows."""
+    from pyspark.sql import functions as F
+
     import barriered
     from barriered.examples import RunningTotals
 
@@ -140,10 +211,14 @@ def run_phase(
     snap = out / "snapshots" / phase
     events = (
         spark.readStream.format("barriered")
-        .options(**SOURCE)
+        .options(**source)
         .option("snapshotPath", str(snap))
         .load()
     )
+    if source.get("upstream") == "kafka":
+        events = events.withColumn("user_id", F.col("key").cast("string")).withColumn(
+            "amount", F.col("value").cast("string").cast("long")
+        )
     totals = barriered.keyed(events, "user_id").process(RunningTotals())
     query = (
         totals.writeStream.format("noop")
@@ -199,13 +274,19 @@ def summary(results: dict[str, list[dict[str, Any]]]) -> str:
 
 
 def run_demo(
-    out: str, duration: float, progress: Progress | None = None, stop_session: bool = False
+    out: str,
+    duration: float,
+    progress: Progress | None = None,
+    stop_session: bool = False,
+    kafka: str | None = None,
 ) -> dict[str, Any]:
     """Run every phase for ``duration / 3`` seconds; return the rows per phase.
 
     ``progress`` shows the phases and prints a line per finished checkpoint (default:
     plain lines on stdout). With ``stop_session``, a SparkSession the demo started is
     stopped at the end (also after an error); an active one it found is left running.
+    With ``kafka`` (bootstrap servers), the phases read a topic :func:`kafka_topic`
+    creates and fills instead of the ``rate`` upstream.
     """
     from pyspark.sql import SparkSession
 
@@ -221,6 +302,15 @@ def run_demo(
     spark = local_session(spark_log)
     if found is None:
         progress.log(f"Spark's console output: {spark_log}")
+    source = SOURCE
+    if kafka is not None:
+        progress.step(f"creating and filling a topic on {kafka}")
+        topic, source = kafka_topic(kafka, duration)
+        rows = int(KAFKA_ROWS_PER_SECOND * duration)
+        progress.log(
+            f"Kafka topic {topic}: partition 0 holds {4 * rows} records, "
+            f"partitions 1..{KAFKA_PARTITIONS - 1} {rows} each"
+        )
     try:
         barriered.install(spark)
         spark.conf.set(PREFIX + "checkpointInterval", "2s")
@@ -228,7 +318,8 @@ def run_demo(
         spark.conf.set(PREFIX + "bufferPerChannel", "600")
         results = {}
         for phase in PHASES:
-            results[phase] = run_phase(spark, phase, target, duration / len(PHASES), progress)
+            seconds = duration / len(PHASES)
+            results[phase] = run_phase(spark, phase, target, seconds, progress, source)
     finally:
         if stop_session and found is None:
             spark.stop()

@@ -27,10 +27,12 @@ from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.state_schema import check_typed, columns_schema
 from barriered.tools.history import (
+    channel_names,
     display_columns,
     open_history,
     retained_ids,
     select_checkpoint,
+    with_channel_names,
 )
 from barriered.tools.plot import checkpoint_figure
 
@@ -70,7 +72,8 @@ def checkpoints(spark: SparkSession, path_or_query: Any) -> DataFrame:
     barriered.errors.SnapshotStoreError
         When the path does not exist or is not a snapshot path.
     """
-    _, rows = open_history(snapshot_path(path_or_query))
+    layout, rows = open_history(snapshot_path(path_or_query))
+    rows = with_channel_names(rows, channel_names(layout))
     df = spark.createDataFrame(rows, schema=checkpoints_table.SCHEMA_DDL)
     derived = {
         "trigger_time": F.timestamp_millis("trigger_timestamp_ms"),

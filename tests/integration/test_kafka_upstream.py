@@ -155,3 +155,35 @@ def test_completed_checkpoints_offsets_reach_the_consumer_group(
         if r["status"] == "completed"
     ]
     assert committed in barriers and committed[0] >= 30 and committed[1] == 30
+
+
+def test_checkpoints_and_inspect_name_topic_partitions(
+    session: Any, kafka_broker: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``barriered checkpoints --json`` and ``inspect`` (text and JSON) show a Kafka
+    channel by its topic-partition, read from the upstream's manifest."""
+    from barriered import cli
+
+    topic = new_topic(kafka_broker, 2)
+    kafka_broker.produce(topic, records(30), partition=0)
+    kafka_broker.produce(topic, records(10, 100), partition=1)
+    snap = tmp_path / "snap"
+    run(session, kafka_broker, topic, snap, tmp_path / "ck")
+    ends = {f"{topic}-0": 30, f"{topic}-1": 10}
+
+    assert cli.main(["checkpoints", str(snap), "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    done = [r for r in rows if r["status"] == "completed"]
+    assert json.loads(done[-1]["barrier_positions"]) == ends
+    assert all(set(json.loads(r["barrier_positions"])) <= set(ends) for r in done)
+
+    assert cli.main(["inspect", str(snap), "--json"]) == 0
+    channels = json.loads(capsys.readouterr().out)["channels"]
+    assert [(c["channel"], c["name"], c["barrier"]) for c in channels] == [
+        (0, f"{topic}-0", 30),
+        (1, f"{topic}-1", 10),
+    ]
+    assert cli.main(["inspect", str(snap)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    shown = [line.split()[:2] for line in lines if line.startswith(topic)]
+    assert shown == [[f"{topic}-0", "30"], [f"{topic}-1", "10"]]

@@ -79,6 +79,7 @@ def test_every_notebook_is_tested() -> None:
         "04_state_with_sql.py",
         "05_serverless_available_now.py",
         "06_spark_operators_provider.py",
+        "07_kafka.py",
     }
     assert {p.name for p in NOTEBOOKS.glob("*.py")} == tested
 
@@ -198,3 +199,30 @@ def test_spark_operators_provider(
     assert spark.conf.get("spark.sql.streaming.stateStore.providerClass") == (
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
     )
+
+
+@pytest.mark.kafka
+def test_kafka(
+    spark: Any,
+    kafka_broker: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The notebook against the session's broker: the lagging partition 0 and unaligned
+    checkpoints, then a restore into 3 partitions; state exact against a recount."""
+    from barriered import cli
+
+    monkeypatch.setenv("BARRIERED_KAFKA_BOOTSTRAP", kafka_broker.bootstrap)
+    ns = run_notebook("07_kafka.py", spark, tmp_path, monkeypatch)
+    assert ns["after_first"] == 0 and ns["after_restore"] == 0
+    topic = ns["TOPIC"]
+    assert len(kafka_broker.read_committed(topic)) == 2 * (120 + 3 * 30)
+    rows = ns["history"].where("status = 'completed'").orderBy("checkpoint_id").collect()
+    ends = {f"{topic}-{p}": n for p, n in enumerate([240, 60, 60, 60])}
+    assert json.loads(rows[-1]["barrier_positions"]) == ends
+    assert any(r["effective_mode"] == "unaligned" and r["inflight_rows"] > 0 for r in rows)
+    assert cli.main(["inspect", ns["SNAP"]]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    shown = {line.split()[0]: int(line.split()[1]) for line in lines if line.startswith(topic)}
+    assert shown == ends

@@ -26,6 +26,7 @@ from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
 from barriered.tools.history import (
     barrier_positions,
+    channel_names,
     open_history,
     retained_ids,
     select_checkpoint,
@@ -52,6 +53,7 @@ class ChannelSnapshot:
     """One channel at a checkpoint: barrier position and in-flight records."""
 
     channel: int
+    name: str  # the channel's topic-partition for Kafka, else its number
     barrier: int
     inflight_start: int | None  # the overtaken backlog [start, end), None when aligned
     inflight_end: int | None
@@ -198,9 +200,11 @@ def inspect_checkpoint(
     stored: dict[int, int] = {}
     if row.get("inflight_table_version") is not None:
         stored = inflight_stored_rows(layout, cid, int(row["inflight_table_version"]))
+    names = channel_names(layout)
     channels = [
         ChannelSnapshot(
             channel=c,
+            name=names.get(c, str(c)),
             barrier=b,
             inflight_start=ranges[c][0] if c in ranges else None,
             inflight_end=ranges[c][1] if c in ranges else None,
@@ -244,7 +248,7 @@ def format_contents(contents: CheckpointContents) -> str:
         ("channel", "barrier", "in-flight range", "in-flight rows", "stored rows"),
         [
             (
-                str(c.channel),
+                c.name,
                 str(c.barrier),
                 "-" if c.inflight_start is None else f"[{c.inflight_start}, {c.inflight_end})",
                 str(0 if c.inflight_start is None else (c.inflight_end or 0) - c.inflight_start),
@@ -252,7 +256,7 @@ def format_contents(contents: CheckpointContents) -> str:
             )
             for c in contents.channels
         ],
-        right={0, 1, 3, 4},
+        right={1, 3, 4} | ({0} if all(c.name.isdigit() for c in contents.channels) else set()),
     )
     parts = [head, total, state, channels]
     if row.get("sink_rows") is not None:

@@ -166,6 +166,32 @@ def barrier_positions(row: dict[str, Any]) -> dict[int, int]:
     return {int(c): int(p) for c, p in json.loads(row["barrier_positions"] or "{}").items()}
 
 
+def channel_names(layout: SnapshotLayout) -> dict[int, str]:
+    """Channel -> the name people know it by: ``topic-partition`` when the path's
+    upstream is ``kafka`` (recorded in ``_coordinator/config.json``; the names come from
+    the upstream's manifest under ``_source``), else empty (channels are numbers)."""
+    stored = read_json(layout.config_file, default=None) or {}
+    if (stored.get("upstream") or {}).get("upstream") != "kafka":
+        return {}
+    from barriered.datasource.upstreams.kafka import manifest_channel_names
+
+    return dict(enumerate(manifest_channel_names(layout.source_dir) or []))
+
+
+def with_channel_names(
+    rows: Sequence[dict[str, Any]], names: dict[int, str]
+) -> list[dict[str, Any]]:
+    """Copies of ``rows`` whose ``barrier_positions`` JSON is keyed by channel name
+    (``{"events-0": 120, ...}``) where :func:`channel_names` gave one."""
+    if not names:
+        return list(rows)
+    out = []
+    for row in rows:
+        named = {names.get(c, str(c)): p for c, p in barrier_positions(row).items()}
+        out.append({**row, "barrier_positions": json.dumps(named)})
+    return out
+
+
 def _cells(row: dict[str, Any]) -> list[str]:
     note = row.get("failure_reason") or ""
     if row.get("savepoint_target"):

@@ -17,9 +17,11 @@ confluent-kafka's consumer, created inside :meth:`KafkaUpstream.read` (its clien
 fork-safe), assigned and sought (no consumer group), and stop at the range's end offset.
 
 Records that retention deleted before they were read fail the read naming topic,
-partition and offsets (``failOnDataLoss=true``, the default), or are skipped with a
-warning. Partitions added to a topic while the query runs fail the query (they are not
-read yet: a new snapshot path picks them up).
+partition and offsets (``failOnDataLoss=true``, the default), or are skipped, logged and
+recorded under ``_source/kafka_lost/``. Partitions the subscription gains while the query
+runs become new channels (:meth:`KafkaUpstream.discover`), read from their earliest
+offset once no checkpoint is aligning. With ``kafka.group.id``, completed checkpoints'
+offsets are committed to that consumer group for lag monitoring, never read back.
 """
 
 from __future__ import annotations
@@ -475,6 +477,12 @@ class KafkaUpstream(Upstream):
             "isolation.level": self.isolation,
         }
 
-    def channel_names(self) -> list[str]:
-        """``topic-partition`` of every channel, in channel order."""
-        return [c.name() for c in self.channels]
+
+def manifest_channel_names(state_dir: str) -> list[str] | None:
+    """``topic-partition`` of every channel in the manifest under ``state_dir`` (a
+    snapshot path's ``_source`` folder), in channel order; ``None`` without a manifest.
+    Only reads: no client, no broker."""
+    saved = read_json(f"{state_dir.rstrip('/')}/{MANIFEST_NAME}", default=None)
+    if saved is None:
+        return None
+    return [Channel(**c).name() for c in saved["channels"]]
