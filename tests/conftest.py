@@ -9,6 +9,10 @@ the classic session and starts the server, which serves every other Connect test
 
 Tests marked ``kafka`` share one local Apache Kafka broker (``kafka_broker``), started on
 first use and stopped at the end of the session.
+
+Fault injection (:mod:`barriered.testing.faults`) is switched on here, before any
+barriered module is imported or any Spark process starts, so every process the tests
+start (Spark's JVMs and Python workers, subprocess drivers, cluster workers) inherits it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+os.environ["BARRIERED_FAULTS"] = "1"  # barriered.crash_points.ENV, read at import
 
 if TYPE_CHECKING:
     from kafka_broker import KafkaBroker

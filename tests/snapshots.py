@@ -19,7 +19,6 @@ from barriered.statestore.delta_tables import (
 from barriered.statestore.fileio import write_json
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.state_schema import (
-    JSON_LAYOUT_SCHEMA,
     TYPED_DESCRIPTION,
     file_schema,
     table_schema,
@@ -149,64 +148,4 @@ def snapshot_path(root: Path, barriers: list[list[int]]) -> SnapshotLayout:
             "barrier_positions": as_json({str(c): b for c, b in enumerate(barrier)}),
         }
         checkpoints_table.append(layout, row)
-    return layout
-
-
-def json_layout_path(root: Path, totals: dict[str, int], key_groups: int = 4) -> SnapshotLayout:
-    """A snapshot path written before typed state: one completed checkpoint (id 1) whose
-    ``state`` files hold ``key``/``value`` JSON strings, an operator registered with DDL
-    strings only (``user_id string`` -> ``total long, seen timestamp``)."""
-    layout = SnapshotLayout.at(str(root))
-    conf = BarrieredConf(snapshot_path=layout.root, max_parallelism=key_groups)
-    write_json(
-        layout.config_file,
-        {"conf": conf.to_dict(), "channels": 2, "upstream": {"upstream": "rate"}},
-    )
-    old = {k: v for k, v in registration("op", key_groups).items() if not k.endswith("_type")}
-    write_json(layout.operator_file("op"), {**old, "state_schema": "total long, seen timestamp"})
-    groups: dict[int, list[str]] = {}
-    for i, user in enumerate(sorted(totals)):
-        groups.setdefault(i % key_groups, []).append(user)
-    files = []
-    for kg, users in sorted(groups.items()):
-        table = pa.table(
-            {
-                "key": [as_json({"user_id": u}) for u in users],
-                "value": [
-                    as_json({"total": totals[u], "seen": "2026-01-02T03:04:05+00:00"})
-                    for u in users
-                ],
-                "checkpoint_id": [1] * len(users),
-            }
-        )
-        files.append(
-            write_data_file(
-                layout.state_table, {"operator": "op", "key_group": str(kg)}, "t", table
-            )
-        )
-    version = commit_files(
-        layout.state_table,
-        JSON_LAYOUT_SCHEMA,
-        STATE_PARTITIONS,
-        1,
-        files,
-        metadata={
-            "barriered.kind": "checkpoint",
-            "barriered.mode": "aligned",
-            "barriered.barrier": as_json({"0": 5, "1": 5}),
-            "barriered.inflight": "{}",
-            "barriered.inflight_version": None,
-        },
-    ).version
-    checkpoints_table.append(
-        layout,
-        {
-            "checkpoint_id": 1,
-            "kind": "checkpoint",
-            "mode": "aligned",
-            "status": "completed",
-            "state_table_version": version,
-            "barrier_positions": as_json({"0": 5, "1": 5}),
-        },
-    )
     return layout

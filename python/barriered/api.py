@@ -30,7 +30,7 @@ from barriered.statestore.keyed import LIVE_STATE_DDL, KeyedOperator, OperatorSp
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restored_state import restored_files
 from barriered.statestore.savepoints import Savepoint, export
-from barriered.statestore.state_schema import check_typed, struct_schema, table_schema
+from barriered.statestore.state_schema import struct_schema, table_schema
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +102,6 @@ class KeyedStream:
             When the processor lacks an attribute, its state schema has a field of a
             type keyed state cannot hold (named), or its columns clash with another
             operator's on the snapshot path.
-        StateLayoutError
-            When the snapshot path (or the restored one) holds state in the JSON layout
-            of earlier versions: nothing is written; ``barriered convert-state`` converts it.
         """
         for attr in ("state_schema", "output_schema"):
             if not hasattr(processor, attr):
@@ -134,7 +131,6 @@ class KeyedStream:
                 f"{exc}; nothing was written"
             ) from None
         layout = SnapshotLayout.at(self.snapshot_path)
-        check_typed(layout)
         others = [r for name, r in layout.registrations().items() if name != operator]
         table_schema([*others, spec.to_dict()])
         restored = None

@@ -11,8 +11,6 @@ Commands:
 * ``plot PATH -o FILE.png``: durations, alignment and sizes over checkpoint ids;
 * ``savepoint PATH -o OUT [--checkpoint N]``: copy a completed checkpoint into a
   self-contained savepoint folder;
-* ``convert-state PATH -o OUT [--checkpoint N]``: a checkpoint whose state is in the
-  JSON layout of earlier versions, written as a typed savepoint (PATH is only read);
 * ``restore-plan PATH [--from latest|N|FOLDER]``: where a restore would start, after
   checking every file it reads (nothing is written).
 
@@ -141,21 +139,6 @@ def cmd_savepoint(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_convert_state(args: argparse.Namespace) -> int:
-    """Write a typed savepoint of a checkpoint whose state is in the JSON layout."""
-    from barriered.statestore.layout import SnapshotLayout
-    from barriered.statestore.savepoints import export
-
-    saved = export(SnapshotLayout.existing(args.path), args.checkpoint, args.out, convert=True)
-    print(
-        f"state of checkpoint {saved.checkpoint_id} converted to typed columns in "
-        f"{saved.path} ({saved.state_files} state files, {saved.state_bytes} bytes); "
-        f"{args.path} is unchanged. Restore with .option('restoreFrom', {saved.path!r}) "
-        "on a new snapshot path"
-    )
-    return 0
-
-
 def cmd_restore_plan(args: argparse.Namespace) -> int:
     """Resolve and check a restore point; print where a restore starts."""
     from barriered.statestore.layout import SnapshotLayout
@@ -269,15 +252,6 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-o", "--out", required=True, help="the savepoint folder (must be new)")
     _add_checkpoint_option(sp)
     sp.set_defaults(run=cmd_savepoint)
-
-    cv = sub.add_parser(
-        "convert-state",
-        help="write a checkpoint's state of the JSON layout as a typed savepoint",
-    )
-    cv.add_argument("path", help="the snapshot path (JSON layout; only read)")
-    cv.add_argument("-o", "--out", required=True, help="the new savepoint folder (must be new)")
-    _add_checkpoint_option(cv)
-    cv.set_defaults(run=cmd_convert_state)
 
     rp = sub.add_parser(
         "restore-plan", help="check a restore point and show where a restore would start"

@@ -53,11 +53,6 @@ class RestoreError(BarrieredError, RuntimeError):
     """A snapshot cannot be restored into this query (missing, incompatible, corrupt)."""
 
 
-class StateLayoutError(RestoreError):
-    """A snapshot path's ``state`` table is in the JSON layout of earlier versions: it is
-    refused, never misread (``barriered convert-state`` writes a typed copy)."""
-
-
 class UpstreamError(BarrieredError, RuntimeError):
     """An upstream cannot deliver the records a batch planned: deleted before they were
     read, a topic recreated or repartitioned under the stream, a broker out of reach (the

@@ -25,7 +25,7 @@ from barriered.statestore import checkpoints_table, operators
 from barriered.statestore.fileio import read_json
 from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.state_schema import check_typed, columns_schema
+from barriered.statestore.state_schema import columns_schema
 from barriered.tools.history import (
     channel_names,
     display_columns,
@@ -175,8 +175,6 @@ def state_table(
     barriered.errors.CheckpointError
         When that checkpoint does not exist or was aborted, or holds no such operator
         (neither a keyed operator nor a captured store).
-    barriered.errors.StateLayoutError
-        When the state table is in the JSON layout of earlier versions.
     """
     layout, rows = open_history(snapshot_path(path_or_query))
     row = select_checkpoint(rows, checkpoint, retained_ids(layout, rows))
@@ -187,7 +185,6 @@ def state_table(
             return _store_table(spark, layout, int(row["checkpoint_id"]), operator)
         columns = ["key_group", *columns_schema(registered).names, "checkpoint_id"]
     version = int(row["state_table_version"])
-    check_typed(layout, version)
     df = _read_with_spark_delta(spark, layout.state_table, version)
     if df is None:
         try:

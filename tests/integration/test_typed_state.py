@@ -13,12 +13,8 @@ import pytest
 from deltalake import DeltaTable, QueryBuilder
 
 import barriered
-from barriered.errors import StateLayoutError
-from barriered.examples import RunningTotals
 from barriered.statestore import checkpoints_table
-from file_tree import tree
-from runs import MODES, PREFIX, SOURCE, run, totals_before, upstream
-from snapshots import json_layout_path
+from runs import MODES, run, totals_before, upstream
 
 pytestmark = pytest.mark.spark
 
@@ -70,21 +66,3 @@ def _counts() -> dict[str, int]:
         for u in source.read(channel, 0, end)["user_id"].to_pylist()
     ]
     return dict(Counter(users))
-
-
-def test_a_json_layout_snapshot_path_is_refused_at_process_writing_nothing(
-    session: Any, tmp_path: Path
-) -> None:
-    layout = json_layout_path(tmp_path / "old", {"user-1": 5})
-    for key, value in {**MODES["aligned"], "maxParallelism": "4"}.items():  # the path's
-        session.conf.set(PREFIX + key, value)
-    before = tree(tmp_path)
-    events = (
-        session.readStream.format("barriered")
-        .options(**{**SOURCE, "channels": "2"})
-        .option("snapshotPath", layout.root)
-        .load()
-    )
-    with pytest.raises(StateLayoutError, match="convert-state"):
-        barriered.keyed(events, "user_id").process(RunningTotals())
-    assert tree(tmp_path) == before

@@ -34,14 +34,14 @@ def paths(tmp_path: Path) -> dict[str, Path]:
     }
 
 
-@pytest.mark.parametrize("command", ["savepoint", "convert-state", "restore-plan", "checkpoints"])
+@pytest.mark.parametrize("command", ["savepoint", "restore-plan", "checkpoints"])
 def test_commands_name_a_path_that_is_not_a_snapshot_path(
     command: str, paths: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     before = tree(tmp_path)
     for kind, path in paths.items():
         argv = [command, str(path)]
-        if command in ("savepoint", "convert-state"):
+        if command == "savepoint":
             argv += ["-o", str(tmp_path / "out")]
         assert cli.main(argv) == 1
         err = capsys.readouterr().err

@@ -157,13 +157,13 @@ def test_replay_is_carried_until_every_range_is_delivered() -> None:
 
 def test_a_fault_fires_once_at_the_first_matching_checkpoint(layout: SnapshotLayout) -> None:
     faults.inject(layout.root, faults.BEFORE_COMMIT, checkpoint_id=3)
-    faults.hit(layout, faults.BEFORE_COMMIT, 2)  # below the armed id: nothing happens
+    faults.fire(layout, faults.BEFORE_COMMIT, 2)  # below the armed id: nothing happens
     assert faults.fired(layout.root, faults.BEFORE_COMMIT) is None
     crashes: list[str] = []
     with pytest.raises(InjectedFault, match=r"injected fault at before_commit \(checkpoint 4\)"):
-        faults.hit(layout, faults.BEFORE_COMMIT, 4, crashes.append)
+        faults.fire(layout, faults.BEFORE_COMMIT, 4, crashes.append)
     assert crashes == ["injected fault at before_commit (checkpoint 4)"]
     assert faults.fired(layout.root, faults.BEFORE_COMMIT)["checkpoint_id"] == 4  # type: ignore[index]
-    faults.hit(layout, faults.BEFORE_COMMIT, 5)  # fired already: never again
+    faults.fire(layout, faults.BEFORE_COMMIT, 5)  # fired already: never again
     with pytest.raises(ValueError, match="unknown fault point"):
         faults.inject(layout.root, "somewhere")

@@ -28,10 +28,10 @@ import contextlib
 import dataclasses
 import json
 import logging
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from barriered import crash_points, wall_time
 from barriered.config import BarrieredConf
 from barriered.coordinator import ownership
 from barriered.coordinator.clock import SystemClock
@@ -62,7 +62,6 @@ from barriered.statestore.checkpoint_commit import (
 from barriered.statestore.fileio import read_json
 from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
-from barriered.testing import faults
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +212,7 @@ class QueryCoordinator:
         log.error("checkpoint coordinator of %s fails the query: %s", self.layout.root, message)
 
     def _commit(self, done: CompletedCheckpoint) -> int:
-        faults.hit(self.layout, faults.BEFORE_COMMIT, done.checkpoint_id, self.fail)
+        crash_points.hit(self.layout, crash_points.BEFORE_COMMIT, done.checkpoint_id, self.fail)
         self._fence(f"committing checkpoint {done.checkpoint_id}")
         acks: list[Ack] = [a.payload for a in done.acks.values() if isinstance(a.payload, Ack)]
         sink_plans = self.sinks.plans(done.checkpoint_id, done.cut_batch_id)
@@ -238,7 +237,7 @@ class QueryCoordinator:
             commit.inflight_ranges,
             by_value=commit.inflight_version is not None,
         )
-        faults.hit(self.layout, faults.AFTER_COMMIT, done.checkpoint_id, self.fail)
+        crash_points.hit(self.layout, crash_points.AFTER_COMMIT, done.checkpoint_id, self.fail)
         try:
             self.sinks.commit(done.checkpoint_id, sink_plans)
         except (BarrieredError, OSError) as exc:  # completed: the next run commits it
@@ -247,7 +246,7 @@ class QueryCoordinator:
                 f"({exc}); restart the query (restoreFrom=latest) to finish it"
             )
             raise
-        faults.hit(self.layout, faults.AFTER_SINK_COMMIT, done.checkpoint_id, self.fail)
+        crash_points.hit(self.layout, crash_points.AFTER_SINK_COMMIT, done.checkpoint_id, self.fail)
         return commit.state_version
 
     def _renew(self) -> None:
@@ -392,7 +391,7 @@ class QueryCoordinator:
 
     def _heartbeat(self, batch_id: int) -> None:
         """Tell the source the coordinator is alive (at most 4 times per coordinatorTimeout)."""
-        now = int(time.time() * 1000)
+        now = wall_time.now_ms()
         if now - self._beat_ms < self.conf.coordinator_timeout_ms // 4:
             return
         triggers = TriggerLog.read(self.layout.triggers_file).with_heartbeat(batch_id, now)
@@ -472,7 +471,7 @@ class QueryCoordinator:
         schedule = self.core.schedule()
         if schedule is not None:
             schedule = dataclasses.replace(schedule, epoch=self.epoch)
-            self._schedules.publish(schedule, int(time.time() * 1000))
+            self._schedules.publish(schedule, wall_time.now_ms())
 
     def collect_acks(self) -> None:
         """Feed newly published acknowledgements of cut checkpoints to the coordinator."""

@@ -40,6 +40,7 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError
 from deltalake.transaction import CommitProperties
 
+from barriered import wall_time
 from barriered.errors import FencedError, SnapshotPathInUseError, SnapshotStoreError
 from barriered.statestore.delta_tables import open_table
 from barriered.statestore.fileio import exists, join, read_json, write_json
@@ -62,10 +63,6 @@ QUERY = "query"
 #: How long a new run waits for an owner on this host whose process is stopping.
 STOP_GRACE_MS = 3000
 _ATTEMPTS = 5
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _when(ms: int) -> str:
@@ -209,11 +206,13 @@ def acquire(
     for _ in range(_ATTEMPTS):
         table = open_table(layout.owners_table, storage_options=layout.storage_options)
         current = None if table is None else _owner_of(layout, table)
-        now = _now_ms()
+        now = wall_time.now_ms()
         if current is not None and restore_from is None and current.alive(now, lease_timeout_ms):
             current = _wait_for_local_stop(layout, current, lease_timeout_ms)
-            if current.alive(_now_ms(), lease_timeout_ms):
-                raise SnapshotPathInUseError(_refusal(layout, current, _now_ms(), lease_timeout_ms))
+            if current.alive(wall_time.now_ms(), lease_timeout_ms):
+                raise SnapshotPathInUseError(
+                    _refusal(layout, current, wall_time.now_ms(), lease_timeout_ms)
+                )
         epoch = 0 if table is None else table.version() + 1
         me = Owner(
             epoch=epoch,
@@ -266,12 +265,12 @@ def acquire(
 def _wait_for_local_stop(layout: SnapshotLayout, owner: Owner, timeout_ms: int) -> Owner:
     """A live owner on this host may be a run that is stopping (its source process ends
     just after ``query.stop()`` returns): give it a moment."""
-    deadline = _now_ms() + STOP_GRACE_MS
+    deadline = wall_time.now_ms() + STOP_GRACE_MS
     local = owner.host == socket.gethostname() and owner.pid != os.getpid()
-    while local and _now_ms() < deadline:
+    while local and wall_time.now_ms() < deadline:
         time.sleep(0.1)
         owner = _leases(layout, owner)
-        if not owner.alive(_now_ms(), timeout_ms):
+        if not owner.alive(wall_time.now_ms(), timeout_ms):
             break
     return owner
 
@@ -292,7 +291,9 @@ def check(layout: SnapshotLayout, epoch: int, what: str) -> None:
     if not newer_epoch_exists(layout, epoch):
         return
     owner = current_owner(layout)
-    newer = "a newer run" if owner is None else f"a newer run ({owner.describe(_now_ms())})"
+    newer = (
+        "a newer run" if owner is None else f"a newer run ({owner.describe(wall_time.now_ms())})"
+    )
     raise FencedError(
         f"{what} refused: snapshot path {layout.root!r} was taken over by {newer}; this run "
         f"(epoch {epoch}) is fenced and commits nothing. Stop this query; the newer run "
@@ -325,7 +326,7 @@ class Lease:
         FencedError
             When a newer run took the path over.
         """
-        now = _now_ms()
+        now = wall_time.now_ms()
         if not force and now - self._renewed_ms < self.interval_ms:
             return
         check(self.layout, self.epoch, f"renewing the lease of epoch {self.epoch}")
@@ -336,7 +337,7 @@ class Lease:
 
     def release(self) -> None:
         """End the lease: the path is free for the next run at once."""
-        now = _now_ms()
+        now = wall_time.now_ms()
         write_json(
             self.layout.lease_file(self.epoch, self.party),
             {**self.identity, "renewed_ms": now, "released_ms": now},

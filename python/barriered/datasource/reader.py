@@ -10,7 +10,6 @@ alone.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +23,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from barriered import crash_points, wall_time
 from barriered.coordinator import ownership, stateful_operators
 from barriered.datasource import mirror, replay
 from barriered.datasource.columns import data_batch, marker_batch
@@ -47,14 +47,13 @@ from barriered.statestore.fileio import delete_file, exists
 from barriered.statestore.inflight import capture
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint, highest_checkpoint_id
-from barriered.testing import faults
 
 log = logging.getLogger(__name__)
 
 #: The error a query fails with for a fatal message in the trigger log, by its prefix
 #: (anything else: the checkpoint failure limit was exceeded).
 _FATAL: tuple[tuple[str, type[Exception]], ...] = (
-    (faults.MESSAGE_PREFIX, InjectedFault),
+    (crash_points.MESSAGE_PREFIX, InjectedFault),
     (stateful_operators.MESSAGE_PREFIX, UnsupportedOperatorError),
     (stateful_operators.RESTORE_PREFIX, RestoreError),
     (mirror.MESSAGE_PREFIX, MirrorError),
@@ -133,7 +132,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             layout.root,
             settings.conf.coordinator_timeout_ms,
             TriggerLog.read(layout.triggers_file).heartbeat,
-            int(time.time() * 1000),
+            wall_time.now_ms(),
         )
 
     # -- driver side ---------------------------------------------------------------------
@@ -152,7 +151,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         layout, conf = self.layout, self.settings.conf
         identity = mirror.RunIdentity.current(self.source_id)
         live = ownership.current_owner(layout)
-        if live is not None and live.alive(int(time.time() * 1000), conf.lease_timeout_ms):
+        if live is not None and live.alive(wall_time.now_ms(), conf.lease_timeout_ms):
             self._follower = mirror.Follower.join(layout, live.epoch, identity)
             if self._follower is not None:
                 self.epoch = live.epoch
@@ -316,13 +315,13 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if triggers.fatal:
             fatal = triggers.fatal
             raise next((e for p, e in _FATAL if fatal.startswith(p)), _FATAL_DEFAULT)(fatal)
-        self._watchdog.check(triggers.heartbeat, int(time.time() * 1000))
+        self._watchdog.check(triggers.heartbeat, wall_time.now_ms())
         if triggers.last_completed != self._completed and triggers.completed_positions:
             # planned at every trigger, idle or not: the upstream hears of it at once
             self.upstream.completed(triggers.completed_positions)
             self._completed = triggers.last_completed
         if begin.active is not None:
-            faults.hit(self.layout, faults.ALIGNING, begin.active.id)
+            crash_points.hit(self.layout, crash_points.ALIGNING, begin.active.id)
         conf = self.settings.conf
         end = plan(
             begin,
@@ -333,7 +332,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 requests=triggers.requests,
                 cancelled=triggers.cancelled,
                 last_completed=triggers.last_completed,
-                now_ms=int(time.time() * 1000),
+                now_ms=wall_time.now_ms(),
                 buffer_per_channel=conf.buffer_per_channel,
                 aligned_timeout_ms=conf.aligned_checkpoint_timeout_ms,
                 schedule=Schedule.read(self.layout.schedule_file, self.epoch),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import MutableMapping
 from functools import partial
 from typing import Any
@@ -12,6 +11,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
+from barriered import wall_time
 from barriered.datasource import mirror, preflight
 from barriered.datasource.columns import (
     BARRIER,
@@ -148,7 +148,7 @@ def _start_run(
             "conf": settings.conf.to_dict(),
             "channels": upstream.channel_count(),
             "upstream": dict(upstream.describe()),
-            "written_ms": int(time.time() * 1000),
+            "written_ms": wall_time.now_ms(),
         },
     )
     triggers = TriggerLog.read(layout.triggers_file)

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import CommitProperties, Transaction
 
+from barriered import wall_time
 from barriered.errors import SinkError
 from barriered.sink import owner, staging
 from barriered.sink import schema as output_schema
@@ -241,7 +242,7 @@ def _commit_one(
     elif settings.mode == UPDATE:
         props = CommitProperties(
             custom_metadata={**metadata, "barriered.checkpoint_id": checkpoint_id},
-            app_transactions=[Transaction(settings.app_id, checkpoint_id, int(time.time() * 1000))],
+            app_transactions=[Transaction(settings.app_id, checkpoint_id, wall_time.now_ms())],
         )
         version, rows = _merge(settings, schema, _read_staged(p.path, batches), props, metadata)
     else:

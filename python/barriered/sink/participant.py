@@ -19,10 +19,10 @@ checkpoint fails with a :class:`~barriered.errors.SinkError` instead of committi
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from typing import Any
 
+from barriered import wall_time
 from barriered.errors import SinkError
 from barriered.sink import committer, owner, rewind, staging
 from barriered.sink.committer import SinkCommit, SinkPlan
@@ -96,7 +96,7 @@ class SinkParticipants:
 
     def ran(self, batch_id: int, at_ms: int | None = None) -> None:
         """This run ran ``batch_id`` (its progress arrived, after its sink commit)."""
-        self._ran[batch_id] = int(time.time() * 1000) if at_ms is None else at_ms
+        self._ran[batch_id] = wall_time.now_ms() if at_ms is None else at_ms
 
     def _rerun(self, batch_id: int) -> bool:
         """Whether ``batch_id`` is a batch a continuing run ran again from Spark's offset

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +27,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from barriered import wall_time
 from barriered.config import PREFIX
 from barriered.coordinator.ownership import current_owner
 from barriered.datasource.columns import BARRIER
@@ -110,7 +110,7 @@ def run_epoch(layout: SnapshotLayout, sink_id: str, batch_id: int) -> int:
         raise _no_source(
             sink_id, layout, f"no barriered source ever read with snapshot path {layout.root!r}"
         )
-    if not owner.alive(int(time.time() * 1000), sys.maxsize):  # released, or its process gone
+    if not owner.alive(wall_time.now_ms(), sys.maxsize):  # released, or its process gone
         raise _no_source(
             sink_id,
             layout,
@@ -196,7 +196,7 @@ class BarrieredDeltaWriter(DataSourceStreamArrowWriter):
         layout = SnapshotLayout.configured(self.settings.snapshot_path)
         files = tuple(f for m in messages if isinstance(m, StagedFiles) for f in m.files)
         epoch = run_epoch(layout, self.settings.sink_id, batchId)
-        now = int(time.time() * 1000)
+        now = wall_time.now_ms()
         stage(layout, StagedBatch(self.settings, epoch, batchId, self.schema, files, now))
         log.debug(
             "sink %s: batch %d staged (%d files, epoch %d)",

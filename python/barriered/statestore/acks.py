@@ -13,7 +13,6 @@ coordinator only collects the acks of its own epoch.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from barriered import wall_time
 from barriered.statestore.fileio import filesystem, join, list_names, read_json, write_json
 from barriered.statestore.layout import SnapshotLayout
 
@@ -129,7 +129,7 @@ def write_data_file(
     with fs.open_output_stream(f"{root}/{rel}") as out:
         pq.write_table(table, out, compression="zstd")
     info = fs.get_file_info(f"{root}/{rel}")
-    mtime = int(info.mtime.timestamp() * 1000) if info.mtime else int(time.time() * 1000)
+    mtime = int(info.mtime.timestamp() * 1000) if info.mtime else wall_time.now_ms()
     return DataFile(
         path=rel,
         size=int(info.size or 0),

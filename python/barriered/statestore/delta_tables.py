@@ -33,6 +33,7 @@ from deltalake.transaction import (
     create_table_with_add_actions,
 )
 
+from barriered import wall_time
 from barriered.errors import SnapshotStoreError
 from barriered.statestore.acks import Ack, DataFile
 from barriered.statestore.fileio import delete_file, filesystem, join, list_names
@@ -219,7 +220,7 @@ def commit_files(
     apps = []
     if checkpoint_id is not None:
         custom["barriered.checkpoint_id"] = checkpoint_id
-        apps.append(Transaction(app_id, checkpoint_id, int(time.time() * 1000)))
+        apps.append(Transaction(app_id, checkpoint_id, wall_time.now_ms()))
     props = CommitProperties(custom_metadata=custom, app_transactions=apps or None)
     what = f"checkpoint {checkpoint_id}" if checkpoint_id is not None else "retention"
     options = dict(storage_options or {})
@@ -247,7 +248,7 @@ def commit_files(
         removes: list[RemoveAction] = []
         if replace_partitions:
             wanted = {tuple(p.get(c) for c in partition_by) for p in replace_partitions}
-            now = int(time.time() * 1000)
+            now = wall_time.now_ms()
             for action in current_files(table):
                 pv = action["partition_values"]
                 if tuple(pv.get(c) for c in partition_by) in wanted:

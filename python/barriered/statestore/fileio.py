@@ -1,4 +1,4 @@
-"""Small JSON files under the snapshot path, written atomically.
+"""Files under the snapshot path: small JSON files written atomically, listing, copying.
 
 The trigger/ack handshake between the coordinator (driver), the source planner (a
 Python worker on the driver) and the keyed operator (executors) uses small JSON files:
@@ -37,22 +37,54 @@ def join(base: str, *parts: str) -> str:
     return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
 
 
-def write_json(uri: str, payload: Any) -> None:
-    """Write ``payload`` as JSON to ``uri`` atomically (temp file + rename)."""
+def write_atomic(uri: str, data: bytes, what: str = "") -> None:
+    """Write ``data`` to ``uri`` whole or not at all.
+
+    A local file is written to a temporary name in its folder, flushed to disk (fsync)
+    and renamed into place, so a reader or a crash sees the old file or the new one. On
+    an object store a single PUT is already all-or-nothing.
+
+    Parameters
+    ----------
+    uri : str
+        A local path or a URI.
+    data : bytes
+        The whole content.
+    what : str, optional
+        What the file is, for the error message (default: a file under the snapshot
+        path).
+
+    Raises
+    ------
+    SnapshotStoreError
+        When it cannot be written (the message names the file).
+    """
     fs, path = filesystem(uri)
-    parent = path.rsplit("/", 1)[0]
-    data = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    parent, name = path.rsplit("/", 1)
+    tmp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
     try:
         fs.create_dir(parent, recursive=True)
-        tmp = f"{parent}/.{path.rsplit('/', 1)[1]}.{uuid.uuid4().hex}.tmp"
-        with fs.open_output_stream(tmp) as out:
-            out.write(data)
-        fs.move(tmp, path)
+        if isinstance(fs, pafs.LocalFileSystem):
+            with open(tmp, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, path)
+        else:
+            with fs.open_output_stream(path) as out:
+                out.write(data)
     except OSError as exc:
+        if os.path.exists(tmp):
+            os.remove(tmp)
         raise SnapshotStoreError(
-            f"cannot write {uri!r}: {exc}. Check that the snapshot path exists and is "
-            "writable by the driver and the executors"
+            f"cannot write {what or 'file'} {uri!r}: {exc}. Check that the folder exists "
+            "and is writable by the driver and the executors"
         ) from exc
+
+
+def write_json(uri: str, payload: Any) -> None:
+    """Write ``payload`` as compact JSON to ``uri`` atomically (:func:`write_atomic`)."""
+    write_atomic(uri, json.dumps(payload, sort_keys=True, separators=(",", ":")).encode("utf-8"))
 
 
 def read_json(uri: str, default: Any = None) -> Any:

@@ -13,6 +13,7 @@ import logging
 
 import pyarrow as pa
 
+from barriered import crash_points
 from barriered.datasource.columns import data_batch
 from barriered.datasource.upstreams.base import Upstream
 from barriered.statestore.acks import (
@@ -23,7 +24,6 @@ from barriered.statestore.acks import (
     write_data_file,
 )
 from barriered.statestore.layout import SnapshotLayout
-from barriered.testing import faults
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def capture(
         )
     participant = inflight_participant(channel)
     detail = {"participant": participant, "files": [f.path for f in files]}
-    faults.hit(layout, faults.INFLIGHT_CAPTURE, checkpoint_id, detail=detail)
+    crash_points.hit(layout, crash_points.INFLIGHT_CAPTURE, checkpoint_id, detail=detail)
     ack = Ack(
         checkpoint_id,
         participant,

@@ -31,6 +31,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from barriered import crash_points
 from barriered.datasource.columns import BARRIER, BARRIER_META, CHANNEL, KEY_GROUP, SEQ
 from barriered.statestore.acks import (
     Ack,
@@ -44,7 +45,6 @@ from barriered.statestore.fileio import filesystem
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.state_schema import columns_schema
 from barriered.statestore.vectorized import BatchProcessor, PerKey, merge
-from barriered.testing import faults
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ class KeyedOperator:
                     ),
                 )
                 detail = {"participant": participant, "files": [f.path for f in files]}
-                faults.hit(layout, faults.STATE_SNAPSHOT, checkpoint_id, detail=detail)
+                crash_points.hit(layout, crash_points.STATE_SNAPSHOT, checkpoint_id, detail=detail)
             ack = Ack(
                 checkpoint_id,
                 participant,

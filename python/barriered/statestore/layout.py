@@ -19,6 +19,10 @@
       _source/                 the upstream's own manifest (positions of files)
       _sink/<sink>/e<epoch>/<batch>.json  output of a batch staged by the barriered-delta sink
       _savepoint.json          only in a savepoint: which checkpoint it holds
+
+The JVM provider writes ``operators/``, ``_coordinator/stores/`` and its ``_acks`` with the
+names ``jvm-shim/.../SnapshotPaths.java`` gives them; ``tests/unit/test_snapshot_paths.py``
+fails when those differ from the ones here.
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -31,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
+from barriered import wall_time
 from barriered.statestore.acks import Ack, DataFile
 from barriered.statestore.delta_tables import as_json, commit_files, current_files, open_table
 from barriered.statestore.fileio import (
@@ -190,7 +190,7 @@ def copy_stores(
             continue
         table = open_table(origin.operator_table(name), store["version"], origin.storage_options)
         assert table is not None
-        now = int(time.time() * 1000)
+        now = wall_time.now_ms()
         files = []
         for f in current_files(table):
             copy_file(

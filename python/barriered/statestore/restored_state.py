@@ -23,7 +23,6 @@ from barriered.statestore.delta_tables import current_files, open_table
 from barriered.statestore.fileio import join, read_json
 from barriered.statestore.keyed import OperatorSpec, RestoredFiles
 from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.state_schema import check_typed
 
 log = logging.getLogger(__name__)
 
@@ -78,13 +77,10 @@ def restored_files(restore: Mapping[str, Any], spec: OperatorSpec) -> RestoredFi
     ------
     RestoreError
         When the processor does not match the snapshot's operator.
-    StateLayoutError
-        When the snapshot's state table is in the JSON layout (convert it first).
     """
     origin = SnapshotLayout.configured(str(restore["root"]))
     cid, version = int(restore["checkpoint_id"]), int(restore["state_version"])
     where = f"checkpoint {cid} of {origin.root!r}"
-    check_typed(origin, version, f" (restoring {where})")
     check_operator(spec, read_json(origin.operator_file(spec.operator), default=None), where)
     table = open_table(origin.state_table, version, origin.storage_options)
     by_group: dict[int, list[str]] = {}

@@ -28,13 +28,13 @@ read its files.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from barriered import wall_time
 from barriered.statestore.acks import Ack, read_acks
 from barriered.statestore.delta_tables import (
     INFLIGHT_PARTITIONS,
@@ -198,7 +198,7 @@ def apply(
     """
     if not retained:
         return 0
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = wall_time.now_ms() if now_ms is None else now_ms
     drop_inflight(layout, min(r.checkpoint_id for r in retained))
     oldest = floors(retained)
     stones = read_json(layout.tombstones_file, default={}) or {}

@@ -16,16 +16,15 @@ exist or be empty, and nothing is ever overwritten.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from barriered.errors import ConfigError, SnapshotStoreError
+from barriered import wall_time
+from barriered.errors import SnapshotStoreError
 from barriered.statestore import checkpoints_table, operators
-from barriered.statestore.acks import DataFile, write_data_file
+from barriered.statestore.acks import DataFile
 from barriered.statestore.delta_tables import (
     INFLIGHT_PARTITIONS,
     STATE_PARTITIONS,
@@ -41,7 +40,6 @@ from barriered.statestore.fileio import (
     list_names,
     write_json,
 )
-from barriered.statestore.json_layout import convert_file, typed_registration
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import (
     TableFile,
@@ -49,9 +47,6 @@ from barriered.statestore.restore_point import (
 )
 from barriered.statestore.state_schema import (
     TYPED_DESCRIPTION,
-    check_typed,
-    is_json_layout,
-    table_schema,
 )
 
 log = logging.getLogger(__name__)
@@ -82,7 +77,7 @@ class Savepoint:
 
 
 def _copy(files: list[TableFile], source: str, target: str) -> list[DataFile]:
-    now = int(time.time() * 1000)
+    now = wall_time.now_ms()
     out = []
     for f in files:
         copy_file(join(source, f.path), join(target, f.path))
@@ -90,35 +85,8 @@ def _copy(files: list[TableFile], source: str, target: str) -> list[DataFile]:
     return out
 
 
-def _operators(origin: SnapshotLayout, json_layout: bool) -> dict[str, dict[str, Any]]:
-    """The operator registrations of ``origin`` (typed, when converting)."""
-    found = origin.registrations()
-    return {k: typed_registration(v) if json_layout else v for k, v in found.items()}
-
-
-def _converted(
-    files: list[TableFile],
-    origin: SnapshotLayout,
-    out: SnapshotLayout,
-    registrations: dict[str, Any],
-) -> list[DataFile]:
-    """Typed copies of the JSON-layout state files ``files``."""
-    written = []
-    for f in files:
-        operator = str(f.partition_values["operator"])
-        table = convert_file(join(origin.state_table, f.path), registrations[operator])
-        prefix = f.path.rsplit("/", 1)[-1].split("-", 1)[0] or "state"
-        written.append(write_data_file(out.state_table, dict(f.partition_values), prefix, table))
-    return written
-
-
-def export(
-    origin: SnapshotLayout, checkpoint_id: int | None, target: str, convert: bool = False
-) -> Savepoint:
+def export(origin: SnapshotLayout, checkpoint_id: int | None, target: str) -> Savepoint:
     """Copy a completed checkpoint of ``origin`` to the savepoint folder ``target``.
-
-    With ``convert``, the checkpoint's state must be in the JSON layout of earlier
-    versions, and the savepoint holds it typed (``barriered convert-state``).
 
     Parameters
     ----------
@@ -128,8 +96,6 @@ def export(
         The checkpoint (None: the latest completed one).
     target : str
         A folder that does not exist yet (or is empty).
-    convert : bool, default False
-        Convert state of the JSON layout (refused without it) into typed files.
 
     Raises
     ------
@@ -142,17 +108,7 @@ def export(
     source_table = open_table(origin.state_table, point.state_version, origin.storage_options)
     assert source_table is not None  # resolve() found the checkpoint in it
     state_schema = pa.schema(source_table.schema().to_arrow())
-    json_layout = is_json_layout(state_schema, source_table.metadata().description)
-    if not convert:
-        check_typed(origin, point.state_version, f" (checkpoint {point.checkpoint_id})")
-    elif not json_layout:
-        raise ConfigError(
-            f"the state of checkpoint {point.checkpoint_id} of {origin.root!r} is already "
-            "typed: nothing to convert and nothing was written (barriered savepoint copies it)"
-        )
-    registrations = _operators(origin, json_layout)
-    if json_layout:
-        state_schema = table_schema(registrations.values())
+    registrations = origin.registrations()
     point.check_files()
     out = SnapshotLayout.at(target, origin.storage_options)
     if exists(out.root) and (list_names(out.root) or list_names(out.root, folders=True)):
@@ -181,10 +137,7 @@ def export(
     stores = operators.copy_stores(origin, point.metadata, out, cid)
     if stores is not None:
         metadata[operators.VERSIONS_KEY] = stores
-    if json_layout:
-        state = _converted(point.state_files(), origin, out, registrations)
-    else:
-        state = _copy(point.state_files(), origin.state_table, out.state_table)
+    state = _copy(point.state_files(), origin.state_table, out.state_table)
     state_version = commit_files(
         out.state_table, state_schema, STATE_PARTITIONS, cid,
         state, metadata=metadata, storage_options=out.storage_options,
@@ -213,7 +166,7 @@ def export(
             "kind": point.kind,
             "mode": point.mode,
             "origin": origin.root,
-            "created_ms": int(time.time() * 1000),
+            "created_ms": wall_time.now_ms(),
             "state_files": saved.state_files,
             "state_bytes": saved.state_bytes,
         },

@@ -7,11 +7,6 @@ schema is ``operator, key_group``, then every operator's key columns and state f
 (in registration order; several operators share a column only when it has the same
 type), then ``checkpoint_id``. A row of one operator leaves the other operators' columns
 null.
-
-The layout before typed state stored every key and value as a JSON string (columns
-``key`` and ``value``). Such a table is recognized by its schema (``key`` and ``value``
-strings) and a missing typed marker (the table's description), and is refused, never
-misread: ``barriered convert-state`` writes a typed copy.
 """
 
 from __future__ import annotations
@@ -22,9 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from barriered.errors import ConfigError, StateLayoutError
-from barriered.statestore.delta_tables import open_table
-from barriered.statestore.layout import SnapshotLayout
+from barriered.errors import ConfigError
 
 #: The Delta table description that marks a ``state`` table as typed.
 TYPED_DESCRIPTION = "barriered keyed state (typed columns)"
@@ -34,7 +27,6 @@ TAIL = pa.schema([("checkpoint_id", pa.int64())])
 _RESERVED = {"operator", "key_group", "checkpoint_id"}
 
 #: Schema of the ``state`` table in the JSON layout (before typed state).
-JSON_LAYOUT_SCHEMA = pa.schema([*HEAD, ("key", pa.string()), ("value", pa.string()), *TAIL])
 
 
 _PRIMITIVES: dict[str, pa.DataType] = {
@@ -111,19 +103,7 @@ def struct_schema(spark_struct: Mapping[str, Any]) -> pa.Schema:
 
 
 def columns_schema(registration: Mapping[str, Any]) -> pa.Schema:
-    """Arrow schema of one operator's columns: key columns, then state fields.
-
-    Raises
-    ------
-    StateLayoutError
-        When the registration predates typed state (no ``key_type``/``state_type``).
-    """
-    if "key_type" not in registration or "state_type" not in registration:
-        raise StateLayoutError(
-            f"operator {registration.get('operator')!r} was registered before typed state "
-            "(its registration has no column types): its snapshots are in the JSON layout. "
-            "Convert them with: barriered convert-state SNAPSHOT_PATH -o NEW_PATH"
-        )
+    """Arrow schema of one operator's columns: key columns, then state fields."""
     return pa.schema(
         [*struct_schema(registration["key_type"]), *struct_schema(registration["state_type"])]
     )
@@ -160,36 +140,3 @@ def table_schema(registrations: Iterable[Mapping[str, Any]]) -> pa.Schema:
                 )
             fields.setdefault(f.name, (f, str(reg["operator"])))
     return pa.schema([*HEAD, *(f for f, _ in fields.values()), *TAIL])
-
-
-def is_json_layout(schema: pa.Schema, description: str | None) -> bool:
-    """Whether a ``state`` table with this schema is in the JSON layout."""
-    names = set(schema.names)
-    return (
-        description != TYPED_DESCRIPTION
-        and {"key", "value"} <= names
-        and pa.types.is_string(schema.field("key").type)
-        and pa.types.is_string(schema.field("value").type)
-    )
-
-
-def check_typed(layout: SnapshotLayout, version: int | None = None, what: str = "") -> None:
-    """Refuse a snapshot path whose ``state`` table is in the JSON layout.
-
-    Raises
-    ------
-    StateLayoutError
-        Naming the table and the command that converts it. Nothing is written.
-    """
-    table = open_table(layout.state_table, version, layout.storage_options)
-    if table is None:
-        return
-    schema = pa.schema(table.schema().to_arrow())
-    if is_json_layout(schema, table.metadata().description):
-        raise StateLayoutError(
-            f"the state table {layout.state_table!r}{what} stores keys and values as JSON "
-            "strings (the layout before typed state), which this version does not read; "
-            "nothing was written. Convert a checkpoint of it into a new snapshot path with: "
-            f"barriered convert-state {layout.root} -o NEW_PATH [--checkpoint N], then "
-            "restore from that path (restoreFrom=NEW_PATH) with a new snapshotPath"
-        )

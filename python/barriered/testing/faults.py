@@ -1,29 +1,10 @@
 """Fault injection for recovery tests: crash a query at a chosen point, exactly once.
 
 Arm a fault with :func:`inject` before starting (or while running) a query; the first
-party that reaches the point for a matching checkpoint crashes there:
-
-``aligning``
-    The source planner (driver), while a checkpoint is aligning: its barrier positions
-    were fixed in an earlier batch and its cut has not happened. ``latestOffset``
-    raises; the query fails.
-``inflight_capture``
-    An executor capturing a channel's in-flight records, after it wrote the data file
-    and before it acknowledged: the task fails, and with it the query (local Spark does
-    not retry tasks).
-``state_snapshot``
-    An executor writing a key group's state snapshot, after it wrote the Parquet file
-    and before it acknowledged.
-``before_commit``
-    The coordinator, once every participant acknowledged (the executors wrote every
-    snapshot file), before it commits anything.
-``after_commit``
-    The coordinator right after the ``state`` table commit (the completion point),
-    before the sink commit (the output of a ``barriered-delta`` sink), before it records
-    the checkpoint in ``_checkpoints``, applies retention or tells the source.
-``after_sink_commit``
-    The coordinator right after the sink commit of a completed checkpoint, before it
-    records the checkpoint in ``_checkpoints``.
+party that reaches the point (:data:`barriered.crash_points.POINTS`, where they are
+described) for a matching checkpoint crashes there. Faults fire only in processes
+started with ``BARRIERED_FAULTS=1`` (:data:`barriered.crash_points.ENV`): set it before
+the first Spark process starts, as ``tests/conftest.py`` does.
 
 A fault's *action* is ``"raise"`` (the default: the party fails with
 :class:`~barriered.errors.InjectedFault`) or ``"block"``: the party records where it is
@@ -51,31 +32,40 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from barriered import crash_points
+from barriered.crash_points import (
+    AFTER_COMMIT,
+    AFTER_SINK_COMMIT,
+    ALIGNING,
+    BEFORE_COMMIT,
+    INFLIGHT_CAPTURE,
+    MESSAGE_PREFIX,
+    POINTS,
+    STATE_SNAPSHOT,
+)
 from barriered.errors import InjectedFault
 from barriered.statestore.fileio import exists, filesystem, join, read_json, write_json
 from barriered.statestore.layout import SnapshotLayout
+from barriered.wall_time import now_ms
 
-ALIGNING = "aligning"
-INFLIGHT_CAPTURE = "inflight_capture"
-STATE_SNAPSHOT = "state_snapshot"
-BEFORE_COMMIT = "before_commit"
-AFTER_COMMIT = "after_commit"
-AFTER_SINK_COMMIT = "after_sink_commit"
-POINTS = (
-    ALIGNING,
-    INFLIGHT_CAPTURE,
-    STATE_SNAPSHOT,
-    BEFORE_COMMIT,
-    AFTER_COMMIT,
-    AFTER_SINK_COMMIT,
-)
+__all__ = [
+    "AFTER_COMMIT",
+    "AFTER_SINK_COMMIT",
+    "ALIGNING",
+    "BEFORE_COMMIT",
+    "INFLIGHT_CAPTURE",
+    "POINTS",
+    "STATE_SNAPSHOT",
+    "fire",
+    "fired",
+    "inject",
+    "release",
+    "wait_fired",
+]
 
 RAISE = "raise"
 BLOCK = "block"
 ACTIONS = (RAISE, BLOCK)
-
-#: Start of the message of every injected crash.
-MESSAGE_PREFIX = "injected fault"
 
 
 def _folder(layout: SnapshotLayout) -> str:
@@ -119,6 +109,11 @@ def inject(
     """
     if point not in POINTS:
         raise ValueError(f"unknown fault point {point!r}; choose one of {POINTS}")
+    if not crash_points.ENABLED:
+        raise RuntimeError(
+            f"fault injection is off in this process: start it (and so the Spark processes "
+            f"it starts) with {crash_points.ENV}=1, or the fault at {point!r} never fires"
+        )
     if action not in ACTIONS:
         raise ValueError(f"unknown fault action {action!r}; choose one of {ACTIONS}")
     plan = {"from": checkpoint_id, "action": action, "block_s": block_s}
@@ -130,7 +125,7 @@ def release(snapshot_path: str, point: str) -> None:
     write_json(_released(SnapshotLayout.at(snapshot_path), point), {"point": point})
 
 
-def hit(
+def fire(
     layout: SnapshotLayout,
     point: str,
     checkpoint_id: int,
@@ -139,16 +134,8 @@ def hit(
 ) -> None:
     """Crash (or block) here if a fault is armed at ``point`` for ``checkpoint_id``.
 
-    Costs one file-existence check when nothing is armed.
-
-    Parameters
-    ----------
-    on_crash : callable, optional
-        Called with the message before the fault is reported as fired (the coordinator
-        uses it to stop and to hand the crash to the source).
-    detail : dict, optional
-        JSON-able facts about what the party did so far (e.g. the file it wrote), kept in
-        the fault's record.
+    Called by :func:`barriered.crash_points.hit` (see it for the parameters) when fault
+    injection is on; costs one file-existence check when nothing is armed.
 
     Raises
     ------
@@ -169,7 +156,7 @@ def hit(
     record = {
         "point": point,
         "checkpoint_id": checkpoint_id,
-        "at_ms": int(time.time() * 1000),
+        "at_ms": now_ms(),
         "action": plan.get("action", RAISE),
         "pid": os.getpid(),
         "detail": detail or {},

@@ -12,7 +12,7 @@ import bisect
 import json
 import os
 from abc import abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, NoReturn, Protocol, TypeVar
 
 import pyarrow as pa
@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from barriered.datasource.upstreams.base import Upstream
 from barriered.errors import ConfigError, SnapshotStoreError
+from barriered.statestore.fileio import write_atomic
 
 #: Manifests with at most this many files travel inside the pickled upstream; larger
 #: ones are re-read from ``state_dir`` on the executor.
@@ -28,32 +29,6 @@ PICKLE_MANIFEST_LIMIT = 2000
 
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
 _OFFSET_RE = r"(?:[Zz]|[+-]\d\d(?::?\d\d)?)$"
-
-
-def write_lines_atomic(path: str, lines: Iterable[str]) -> None:
-    """Write ``lines`` (one JSON document each) to ``path`` via a temp file + rename.
-
-    Raises
-    ------
-    SnapshotStoreError
-        When the folder cannot be written (the message names the file).
-    """
-    folder = os.path.dirname(path) or "."
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    try:
-        os.makedirs(folder, exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            for line in lines:
-                f.write(line)
-                f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise SnapshotStoreError(
-            f"cannot write upstream manifest {path!r}: {exc}. The upstream's state folder "
-            "must be writable by the driver"
-        ) from exc
 
 
 def read_records(path: str) -> list[dict[str, Any]] | None:
@@ -483,7 +458,8 @@ class ManifestUpstream(Upstream, Generic[M]):
         """Write the manifest atomically: the header, then every known file."""
         lines = [dumps(self._header_record())]
         lines.extend(dumps(entry.record()) for entry in self._known.values())
-        write_lines_atomic(self.manifest_path, lines)
+        text = "".join(f"{line}\n" for line in lines)
+        write_atomic(self.manifest_path, text.encode("utf-8"), "upstream manifest")
         self._signature = file_signature(self.manifest_path)
         self._persisted = True
 

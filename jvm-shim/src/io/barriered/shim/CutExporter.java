@@ -259,7 +259,7 @@ final class CutExporter {
   }
 
   private Path tableDir(CutLog.Cut cut) {
-    return new Path(new Path(cut.snapshotPath, "operators"), operatorName());
+    return SnapshotPaths.operatorTable(cut.snapshotPath, operatorName());
   }
 
   /**
@@ -399,12 +399,10 @@ final class CutExporter {
     ack.put("bytes", export.bytes);
     ack.put("extra", extra);
     ack.put("epoch", cut.epoch < 0 ? null : cut.epoch);
-    String name =
-        participant.replace("/", "~") + (cut.epoch < 0 ? "" : ".e" + cut.epoch) + ".json";
-    Path dir = new Path(new Path(cut.snapshotPath, "_acks"), Long.toString(cut.id));
     try {
       byte[] bytes = CutLog.JSON.writeValueAsString(ack).getBytes(StandardCharsets.UTF_8);
-      SnapshotFiles.replace(new Path(dir, name), bytes, conf);
+      SnapshotFiles.replace(
+          SnapshotPaths.ackFile(cut.snapshotPath, cut.id, participant, cut.epoch), bytes, conf);
       if (partition == 0) {
         register(cut);
       }
@@ -436,8 +434,7 @@ final class CutExporter {
     reg.put("key_schema", keySchema.json());
     reg.put("value_schema", valueSchema.json());
     reg.put("partition_key_columns", partitionKey.length);
-    Path dir = new Path(new Path(cut.snapshotPath, "_coordinator"), "stores");
     byte[] bytes = CutLog.JSON.writeValueAsString(reg).getBytes(StandardCharsets.UTF_8);
-    SnapshotFiles.replace(new Path(dir, operatorName() + ".json"), bytes, conf);
+    SnapshotFiles.replace(SnapshotPaths.storeRegistration(cut.snapshotPath, operatorName()), bytes, conf);
   }
 }

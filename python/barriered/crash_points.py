@@ -1,0 +1,91 @@
+"""The points where a recovery test may crash a query, and the one hook that crashes it.
+
+Production code calls :func:`hit` at each point below. The call does nothing (one
+boolean test) unless the process was started with the environment variable
+``BARRIERED_FAULTS=1``, which the test suite sets before any Spark process starts (its
+Python workers, executors and drivers inherit it); then a fault armed by
+:func:`barriered.testing.faults.inject` fires there. Users never set it.
+
+``aligning``
+    The source planner (driver), while a checkpoint is aligning: its barrier positions
+    were fixed in an earlier batch and its cut has not happened.
+``inflight_capture``
+    An executor capturing a channel's in-flight records, after it wrote the data file
+    and before it acknowledged.
+``state_snapshot``
+    An executor writing a key group's state snapshot, after it wrote the Parquet file
+    and before it acknowledged.
+``before_commit``
+    The coordinator, once every participant acknowledged, before it commits anything.
+``after_commit``
+    The coordinator right after the ``state`` table commit (the completion point),
+    before the sink commit, the ``_checkpoints`` row, retention and telling the source.
+``after_sink_commit``
+    The coordinator right after the sink commit of a completed checkpoint, before it
+    records the checkpoint in ``_checkpoints``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from barriered.statestore.layout import SnapshotLayout
+
+ALIGNING = "aligning"
+INFLIGHT_CAPTURE = "inflight_capture"
+STATE_SNAPSHOT = "state_snapshot"
+BEFORE_COMMIT = "before_commit"
+AFTER_COMMIT = "after_commit"
+AFTER_SINK_COMMIT = "after_sink_commit"
+POINTS = (
+    ALIGNING,
+    INFLIGHT_CAPTURE,
+    STATE_SNAPSHOT,
+    BEFORE_COMMIT,
+    AFTER_COMMIT,
+    AFTER_SINK_COMMIT,
+)
+
+#: The environment variable that enables fault injection in a process (value ``1``).
+ENV = "BARRIERED_FAULTS"
+#: Whether faults can fire in this process (read once, at import).
+ENABLED = os.environ.get(ENV) == "1"
+
+#: Start of the message of every injected crash.
+MESSAGE_PREFIX = "injected fault"
+
+
+def hit(
+    layout: SnapshotLayout,
+    point: str,
+    checkpoint_id: int,
+    on_crash: Callable[[str], None] | None = None,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    """Crash (or block) here if fault injection is enabled and a fault is armed.
+
+    Parameters
+    ----------
+    layout : SnapshotLayout
+        The query's snapshot path (armed faults live under it).
+    point : str
+        One of :data:`POINTS`.
+    checkpoint_id : int
+        The checkpoint this party works on.
+    on_crash : callable, optional
+        Called with the message before the fault is reported as fired.
+    detail : dict, optional
+        JSON-able facts about what the party did so far, kept in the fault's record.
+
+    Raises
+    ------
+    InjectedFault
+        When an armed ``"raise"`` fault fires.
+    """
+    if ENABLED:
+        from barriered.testing import faults
+
+        faults.fire(layout, point, checkpoint_id, on_crash, detail)
