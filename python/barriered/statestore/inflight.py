@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import logging
 
-import pyarrow as pa
-
 from barriered import crash_points
 from barriered.datasource.columns import data_batch
 from barriered.datasource.upstreams.base import Upstream
@@ -26,11 +24,6 @@ from barriered.statestore.acks import (
 from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)
-
-
-def inflight_file_schema(user: pa.Schema) -> pa.Schema:
-    """Schema of the ``inflight`` table's files: the user columns, ``_channel``, ``_seq``."""
-    return pa.schema([*user, pa.field("_channel", pa.int32()), pa.field("_seq", pa.int64())])
 
 
 def capture(
