@@ -9,10 +9,15 @@ compute, from the upstream's own records, what a snapshot must contain.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from deltalake import DeltaTable
@@ -27,6 +32,7 @@ from barriered.statestore.layout import SnapshotLayout
 from barriered.testing.expected import running_totals
 
 PREFIX = "spark.sql.streaming.barriered."
+T = TypeVar("T")
 
 #: Run a test that takes ``session`` on a classic session and over Spark Connect.
 BOTH = pytest.mark.parametrize(
@@ -228,3 +234,47 @@ def output_rows(out: str, version: int | None = None) -> list[tuple[str, int]]:
     table = DeltaTable(out, version=version).to_pyarrow_table()
     second = "n" if "n" in table.column_names else "total"
     return sorted(zip(table["user_id"].to_pylist(), table[second].to_pylist(), strict=True))
+
+
+def kill_driver_when(
+    script: Path,
+    args: Sequence[str],
+    log: Path,
+    ready: Callable[[], T | None],
+    timeout_s: float = 240.0,
+) -> T:
+    """Run ``script args`` in a driver process of its own (output to ``log``) until
+    ``ready()`` returns something other than None, then SIGKILL the driver's whole process
+    group (its Python process and Spark's JVM, as a lost driver machine); return it.
+
+    Fails showing the driver's last output when the driver ends first or ``timeout_s``
+    passes.
+    """
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(sys.path),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(script), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + timeout_s
+            while (found := ready()) is None:
+                assert proc.poll() is None, f"the driver ended first: {log.read_text()[-4000:]}"
+                assert time.monotonic() < deadline, f"not ready in {timeout_s} s: {script.name}"
+                time.sleep(0.2)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, log.read_text()[-4000:]
+    return found

@@ -13,10 +13,6 @@ modes is in the full matrix.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -47,7 +43,7 @@ from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
 from barriered.tools.contents import inspect_checkpoint
 from file_tree import tree
-from runs import wait_final_checkpoint
+from runs import kill_driver_when, wait_final_checkpoint
 
 pytestmark = [pytest.mark.spark, pytest.mark.provider]
 HERE = Path(__file__).resolve().parent
@@ -68,40 +64,20 @@ def _kill_after_checkpoint(
     timed out: effective mode unaligned, records in flight), SIGKILL the driver; return
     that checkpoint's row."""
     end = upstream().available()
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
     args = [str(tmp / "snap"), str(tmp / "ck1"), name, mode, str(partitions)]
     args += [] if out is None else [str(out)]
-    driver = subprocess.Popen(
-        [sys.executable, str(HERE / "provider_driver.py"), *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.time() + 240
-        while time.time() < deadline and driver.poll() is None:
-            if (tmp / "snap" / "_checkpoints").exists():
-                layout = SnapshotLayout.configured(str(tmp / "snap"))
-                for row in checkpoints_table.completed(layout):
-                    at = list(json.loads(row["barrier_positions"]).values())
-                    timed_out = row["effective_mode"] == "unaligned" and row["inflight_rows"]
-                    if (
-                        row["state_rows"]
-                        and at != end
-                        and at[0] >= past
-                        and (timed_out or not switched)
-                    ):
-                        return dict(row)
-            time.sleep(0.2)
-        printed = driver.stdout.read() if driver.poll() is not None and driver.stdout else ""
-        raise AssertionError(f"no checkpoint with state before the end of the input: {printed}")
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait(30)
+
+    def killable() -> dict[str, Any] | None:
+        if not (tmp / "snap" / "_checkpoints").exists():
+            return None
+        for row in checkpoints_table.completed(SnapshotLayout.configured(str(tmp / "snap"))):
+            at = list(json.loads(row["barrier_positions"]).values())
+            timed_out = row["effective_mode"] == "unaligned" and row["inflight_rows"]
+            if row["state_rows"] and at != end and at[0] >= past and (timed_out or not switched):
+                return dict(row)
+        return None
+
+    return kill_driver_when(HERE / "provider_driver.py", args, tmp / "driver.out", killable)
 
 
 def _restore(spark: Any, tmp: Path, name: str, mode: str, partitions: int) -> Any:

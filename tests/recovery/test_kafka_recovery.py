@@ -12,11 +12,6 @@ topic: the state must equal a recount of every committed record, each counted on
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -28,7 +23,7 @@ import barriered
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from kafka_queries import KAFKA_MODES, kafka_totals, records, recount, state_totals
-from runs import PREFIX
+from runs import PREFIX, kill_driver_when
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 FULL = pytest.mark.full
@@ -63,30 +58,8 @@ def crash_driver(
     """Run query ``query`` of ``kafka_queries.QUERIES`` in a driver process until 2
     checkpoints completed, then SIGKILL it."""
     snap = str(tmp_path / "snap")
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(sys.path),
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-    }
-    ck = str(tmp_path / "ck-crashed")
-    args = [sys.executable, str(DRIVER), snap, ck, bootstrap, topic, mode, query]
-    log = (tmp_path / "driver.out").open("w")
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
-        deadline = time.monotonic() + 240
-        while completed(snap) < 2:
-            assert proc.poll() is None, (tmp_path / "driver.out").read_text()[-4000:]
-            assert time.monotonic() < deadline, "no 2 completed checkpoints in 240 s"
-            time.sleep(0.2)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=60)
-        log.close()
-    assert proc.returncode == -signal.SIGKILL
+    args = [snap, str(tmp_path / "ck-crashed"), bootstrap, topic, mode, query]
+    kill_driver_when(DRIVER, args, tmp_path / "driver.out", lambda: completed(snap) >= 2 or None)
 
 
 @pytest.mark.parametrize(

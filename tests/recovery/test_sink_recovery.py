@@ -11,9 +11,6 @@ A second reader polling the table during a run sees only whole checkpoints' outp
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -31,6 +28,7 @@ from runs import (
     SOURCE,
     commit_metadata,
     expected_output,
+    kill_driver_when,
     output_rows,
     run,
     sink_query,
@@ -84,26 +82,10 @@ def crash_driver(tmp_path: Path, kind: str, mode: str, point: str) -> dict[str, 
     checkpoint 2 on), SIGKILL the driver; return the fault's record."""
     snap = str(tmp_path / "snap")
     faults.inject(snap, point, checkpoint_id=2, action=faults.BLOCK)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(sys.path),
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-    }
-    args = [sys.executable, str(DRIVER), snap, str(tmp_path), str(tmp_path / "out"), kind, mode]
-    log = (tmp_path / "driver.out").open("w")
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
-        record = faults.wait_fired(snap, point, timeout_s=240)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=60)
-        log.close()
-    assert proc.returncode == -signal.SIGKILL, (tmp_path / "driver.out").read_text()
-    return record
+    args = [snap, str(tmp_path), str(tmp_path / "out"), kind, mode]
+    return kill_driver_when(
+        DRIVER, args, tmp_path / "driver.out", lambda: faults.fired(snap, point)
+    )
 
 
 @pytest.mark.parametrize(("kind", "mode", "point"), CASES)
