@@ -170,7 +170,8 @@ def test_pickled_copy_reads_the_same_rows(
     monkeypatch.setattr(manifest_module, "PICKLE_MANIFEST_LIMIT", 1)
     bare = pickle.loads(pickle.dumps(upstream))
     assert bare._index is None
-    assert bare.read(1, 1, ends[1]) == upstream.read(1, 1, ends[1])
+    start = min(1, ends[1])  # files go to channels by a hash of their (random) names
+    assert bare.read(1, start, ends[1]) == upstream.read(1, start, ends[1])
 
 
 def test_reads_through_the_delta_storage_handler(

@@ -32,15 +32,11 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from barriered.datasource.upstreams.arrow_rows import cast_column, read_parquet_rows
 from barriered.datasource.upstreams.manifest import (
     ChannelIndex,
     ManifestUpstream,
-    cast_column,
     describe_schema,
-    open_manifest,
-    read_header,
-    read_parquet_rows,
-    refuse_changed_option,
     schema_from_text,
     schema_to_text,
 )
@@ -48,8 +44,6 @@ from barriered.datasource.upstreams.options import Options, int_option, prefixed
 from barriered.errors import ConfigError, SnapshotStoreError
 
 MANIFEST_NAME = "delta_manifest.jsonl"
-MANIFEST_VERSION = 1
-_HEADER_KEYS = ("path", "channels", "channelBy", "startingVersion", "schema", "lastVersion")
 DEFAULT_CHANNELS = 4
 STORAGE_PREFIX = "storageOptions."
 
@@ -161,6 +155,9 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
     """
 
     name = "delta"
+    manifest_name = MANIFEST_NAME
+    manifest_version = 1
+    header_keys = ("path", "channels", "channelBy", "startingVersion", "schema", "lastVersion")
 
     def __init__(
         self,
@@ -183,12 +180,9 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
         self.partition_columns = list(partition_columns)
         self.schema_version = schema_version
         self.state_dir = state_dir
-        self.manifest_path = os.path.join(state_dir, MANIFEST_NAME)
-        self._index: ChannelIndex[DataFile] | None = None
-        self._known: dict[str, DataFile] = {}
+        self._init_manifest(state_dir)
         self._values: list[str | None] = []
         self._last_version = starting_version - 1
-        self._signature: tuple[int, int, int] | None = None
         self._fs: tuple[pafs.FileSystem, str] | None = None
 
     # ------------------------------------------------------------------ construction
@@ -246,17 +240,16 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
                 "commits); check the path, or create the table before starting the stream"
             )
 
-        state_dir = os.path.abspath(state_dir)
-        manifest_path = os.path.join(state_dir, MANIFEST_NAME)
-        records, signature = open_manifest(manifest_path, cls.name, required_by)
-        if records:
-            upstream = cls._continue(
-                records, manifest_path, path, channels, channel_by, starting, storage_options
-            )
-            upstream._signature = signature
-            upstream._persisted = True
-            upstream._check_log_continuity()
-            return upstream
+        given = {
+            "path": path,
+            "channelBy": channel_by,
+            "channels": channels,
+            "startingVersion": starting if isinstance(starting, int) else None,
+        }
+        resumed = cls._resume(state_dir, required_by, given, storage_options=storage_options)
+        if resumed is not None:
+            resumed._check_log_continuity()
+            return resumed
 
         table = DeltaTable(path, storage_options=storage_options or None)
         latest = table.version()
@@ -304,7 +297,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
             schema,
             partition_columns,
             latest,
-            state_dir,
+            os.path.abspath(state_dir),
         )
         if starting <= latest and upstream._read_commit(starting) is None:
             raise ConfigError(
@@ -316,49 +309,27 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
         return upstream
 
     @classmethod
-    def _continue(
-        cls,
-        records: list[dict[str, Any]],
-        manifest_path: str,
-        path: str,
-        channels: int | None,
-        channel_by: str | None,
-        starting: int | str | None,
-        storage_options: Mapping[str, str],
+    def _from_header(
+        cls, header: Mapping[str, Any], state_dir: str, **context: Any
     ) -> DeltaUpstream:
-        header = read_header(records, manifest_path, _HEADER_KEYS, MANIFEST_VERSION)
-
-        def differs(option: str, given: object, saved: object) -> None:
-            refuse_changed_option("delta", option, given, saved, manifest_path)
-
-        if header["path"] != path:
-            differs("path", path, header["path"])
-        if channel_by is not None and channel_by != header["channelBy"]:
-            differs("channelBy", channel_by, header["channelBy"])
-        if channels is not None and channels != header["channels"]:
-            differs("channels", channels, header["channels"])
-        if isinstance(starting, int) and starting != header["startingVersion"]:
-            differs("startingVersion", starting, header["startingVersion"])
-        upstream = cls(
-            path,
+        return cls(
+            str(header["path"]),
             int(header["channels"]),
             str(header["channelBy"]),
-            storage_options,
+            context.get("storage_options") or {},
             int(header["startingVersion"]),
-            schema_from_text(str(header["schema"]), manifest_path),
+            schema_from_text(str(header["schema"]), os.path.join(state_dir, MANIFEST_NAME)),
             [str(c) for c in header.get("partitionColumns", [])],
             int(header.get("schemaVersion", -1)),
-            os.path.dirname(manifest_path),
+            state_dir,
         )
-        upstream._adopt(records)
-        return upstream
 
     # ------------------------------------------------------------------ manifest
 
     def _header_record(self) -> dict[str, Any]:
         return {
             "kind": "header",
-            "manifest": MANIFEST_VERSION,
+            "manifest": self.manifest_version,
             "upstream": self.name,
             "path": self.path,
             "channels": self.channels,
@@ -372,21 +343,17 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
             "values": self._values,
         }
 
+    def _identity(self) -> dict[str, object]:
+        return {"path": self.path, "channels": self.channels}
+
     def _adopt(self, records: list[dict[str, Any]]) -> None:
-        header = read_header(records, self.manifest_path, _HEADER_KEYS, MANIFEST_VERSION)
-        if header["path"] != self.path or header["channels"] != self.channels:
-            raise SnapshotStoreError(
-                f"upstream manifest {self.manifest_path!r} belongs to another stream (table "
-                f"{header['path']!r}, {header['channels']} channels); the upstream state "
-                "folder must not be shared"
-            )
+        header = self._header(records)
         self._index_records(records, DataFile.from_record)
         self._values = list(header.get("values") or [])
         self._last_version = int(header["lastVersion"])
 
     def _reset(self) -> None:
-        self._index = ChannelIndex(self.channels)
-        self._known = {}
+        super()._reset()
         self._values = []
         self._last_version = self.starting_version - 1
 

@@ -15,7 +15,7 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
-from barriered.datasource.upstreams.manifest import _ARROW_ERRORS, conform, normalize_schema
+from barriered.datasource.upstreams.arrow_rows import ARROW_ERRORS, conform, normalize_schema
 from barriered.errors import ConfigError
 
 FORMATS = ("json", "csv", "parquet")
@@ -28,7 +28,7 @@ EXTENSIONS = {
 }
 
 #: What reading a malformed data file can raise (JSON errors are ValueErrors).
-READ_ERRORS = (OSError, ValueError, TypeError, UnicodeDecodeError, *_ARROW_ERRORS)
+READ_ERRORS = (OSError, ValueError, TypeError, UnicodeDecodeError, *ARROW_ERRORS)
 
 
 def infer_format(first_file: str) -> str:
@@ -95,7 +95,7 @@ def read_text_file(file_path: str, fmt: str, schema: pa.Schema) -> pa.Table:
             explicit_schema=parse_schema, unexpected_field_behavior="ignore"
         )
         table = pjson.read_json(file_path, parse_options=options)
-    except _ARROW_ERRORS:
+    except ARROW_ERRORS:
         # Values of another JSON type than the schema's (e.g. numbers in a string
         # column, as Spark accepts): parse in Python, then convert column by column.
         table = _read_json_leniently(file_path, parse_schema)

@@ -33,6 +33,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from barriered.datasource.upstreams.arrow_rows import conform, read_parquet_rows
 from barriered.datasource.upstreams.file_formats import (
     FORMATS,
     READ_ERRORS,
@@ -44,12 +45,7 @@ from barriered.datasource.upstreams.manifest import (
     ChannelIndex,
     ManifestUpstream,
     check_range,
-    conform,
     describe_schema,
-    open_manifest,
-    read_header,
-    read_parquet_rows,
-    refuse_changed_option,
     schema_from_text,
     schema_to_text,
 )
@@ -64,10 +60,8 @@ from barriered.errors import ConfigError, SnapshotStoreError
 log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "files_manifest.jsonl"
-MANIFEST_VERSION = 1
 CHANNEL_BY = ("folder", "hash")
 DEFAULT_CHANNELS = 4
-_HEADER_KEYS = ("path", "format", "channels", "channelBy", "schema")
 
 
 # --------------------------------------------------------------------------------------
@@ -184,6 +178,9 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
     """
 
     name = "files"
+    manifest_name = MANIFEST_NAME
+    manifest_version = 1
+    header_keys = ("path", "format", "channels", "channelBy", "schema", "columns")
 
     def __init__(
         self,
@@ -204,10 +201,7 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
         self._schema = schema
         self.archive_to = archive_to
         self.state_dir = state_dir
-        self.manifest_path = os.path.join(state_dir, MANIFEST_NAME)
-        self._index: ChannelIndex[FileEntry] | None = None
-        self._known: dict[str, FileEntry] = {}
-        self._signature: tuple[int, int, int] | None = None
+        self._init_manifest(state_dir)
 
     # ------------------------------------------------------------------ construction
 
@@ -251,16 +245,16 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
         )
         schema = schema_option(options, "schema")
         archive_to = _archive_option(options, path)
-        state_dir = os.path.abspath(state_dir)
-        manifest_path = os.path.join(state_dir, MANIFEST_NAME)
-        records, signature = open_manifest(manifest_path, cls.name, required_by)
-        if records:
-            upstream = cls._continue(
-                records, manifest_path, path, fmt, channels, channel_by, schema, archive_to
-            )
-            upstream._signature = signature
-            upstream._persisted = True
-            return upstream
+        given = {
+            "path": path,
+            "format": fmt,
+            "channelBy": channel_by,
+            "channels": channels,
+            "schema": None if schema is None else ", ".join(describe_schema(schema)),
+        }
+        resumed = cls._resume(state_dir, required_by, given, archive_to=archive_to)
+        if resumed is not None:
+            return resumed
 
         folders, files = _listing(path)
         if not files and (fmt is None or schema is None):
@@ -298,61 +292,37 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             fmt = infer_format(files[0])
         if schema is None:
             schema = infer_schema(os.path.join(path, files[0]), fmt)
-        upstream = cls(path, fmt, channels, channel_by, folders, schema, archive_to, state_dir)
+        upstream = cls(
+            path, fmt, channels, channel_by, folders, schema, archive_to, os.path.abspath(state_dir)
+        )
         upstream._reset()
         return upstream
 
     @classmethod
-    def _continue(
-        cls,
-        records: list[dict[str, Any]],
-        manifest_path: str,
-        path: str,
-        fmt: str | None,
-        channels: int | None,
-        channel_by: str | None,
-        schema: pa.Schema | None,
-        archive_to: str | None,
+    def _saved_option(cls, header: Mapping[str, Any], option: str) -> object:
+        return ", ".join(header["columns"]) if option == "schema" else header[option]
+
+    @classmethod
+    def _from_header(
+        cls, header: Mapping[str, Any], state_dir: str, **context: Any
     ) -> FilesUpstream:
-        header = read_header(records, manifest_path, _HEADER_KEYS, MANIFEST_VERSION)
-        saved_schema = schema_from_text(str(header["schema"]), manifest_path)
-
-        def differs(option: str, given: object, saved: object) -> None:
-            refuse_changed_option("files", option, given, saved, manifest_path)
-
-        if header["path"] != path:
-            differs("path", path, header["path"])
-        if fmt is not None and fmt != header["format"]:
-            differs("format", fmt, header["format"])
-        if channel_by is not None and channel_by != header["channelBy"]:
-            differs("channelBy", channel_by, header["channelBy"])
-        if channels is not None and channels != header["channels"]:
-            differs("channels", channels, header["channels"])
-        if schema is not None and not schema.equals(saved_schema):
-            differs(
-                "schema",
-                ", ".join(describe_schema(schema)),
-                ", ".join(describe_schema(saved_schema)),
-            )
-        upstream = cls(
-            path,
+        return cls(
+            str(header["path"]),
             str(header["format"]),
             int(header["channels"]),
             str(header["channelBy"]),
             [str(f) for f in header.get("folders", [])],
-            saved_schema,
-            archive_to,
-            os.path.dirname(manifest_path),
+            schema_from_text(str(header["schema"]), os.path.join(state_dir, MANIFEST_NAME)),
+            context.get("archive_to"),
+            state_dir,
         )
-        upstream._adopt(records)
-        return upstream
 
     # ------------------------------------------------------------------ manifest
 
     def _header_record(self) -> dict[str, Any]:
         return {
             "kind": "header",
-            "manifest": MANIFEST_VERSION,
+            "manifest": self.manifest_version,
             "upstream": self.name,
             "path": self.path,
             "format": self.format,
@@ -363,24 +333,13 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             "columns": describe_schema(self._schema),
         }
 
+    def _identity(self) -> dict[str, object]:
+        return {"path": self.path, "channels": self.channels, "format": self.format}
+
     def _adopt(self, records: list[dict[str, Any]]) -> None:
         """Rebuild the in-memory index from manifest records."""
-        header = read_header(records, self.manifest_path, _HEADER_KEYS, MANIFEST_VERSION)
-        if (
-            header["path"] != self.path
-            or header["channels"] != self.channels
-            or header["format"] != self.format
-        ):
-            raise SnapshotStoreError(
-                f"upstream manifest {self.manifest_path!r} belongs to another stream "
-                f"(path {header['path']!r}, {header['channels']} channels, format "
-                f"{header['format']!r}); the upstream state folder must not be shared"
-            )
+        self._header(records)
         self._index_records(records, FileEntry.from_record)
-
-    def _reset(self) -> None:
-        self._index = ChannelIndex(self.channels)
-        self._known = {}
 
     # ------------------------------------------------------------------ protocol
 

@@ -1,8 +1,8 @@
-"""What the file-backed upstreams (``files``, ``delta``) share.
+"""What the file-backed upstreams (``files``, ``delta``) share: their manifests.
 
-Their manifests (JSON-lines files written atomically, a header line, one line per data
-file), the per-channel index that maps positions onto files, and reading rows of data
-files at a fixed schema.
+A manifest is a JSON-lines file written atomically: a header line (the options that fix
+positions), then one line per data file. Here: reading and writing it, resuming a stream
+from it, and the per-channel index that maps positions onto files.
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ import json
 import os
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Generic, NoReturn, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, NoReturn, Protocol, TypeVar
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
+from barriered.datasource.upstreams.arrow_rows import ARROW_ERRORS
 from barriered.datasource.upstreams.base import Upstream
 from barriered.errors import ConfigError, SnapshotStoreError
 from barriered.statestore.fileio import write_atomic
@@ -26,9 +25,6 @@ from barriered.statestore.fileio import write_atomic
 #: Manifests with at most this many files travel inside the pickled upstream; larger
 #: ones are re-read from ``state_dir`` on the executor.
 PICKLE_MANIFEST_LIMIT = 2000
-
-_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
-_OFFSET_RE = r"(?:[Zz]|[+-]\d\d(?::?\d\d)?)$"
 
 
 def read_records(path: str) -> list[dict[str, Any]] | None:
@@ -151,7 +147,7 @@ def schema_from_text(text: str, where: str) -> pa.Schema:
     """Inverse of :func:`schema_to_text`; ``where`` names the manifest in errors."""
     try:
         return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
-    except (ValueError, TypeError, *_ARROW_ERRORS) as exc:
+    except (ValueError, TypeError, *ARROW_ERRORS) as exc:
         raise SnapshotStoreError(
             f"upstream manifest {where!r} holds an unreadable schema ({exc}); restore it "
             "from a backup, or start the stream on a new snapshot path"
@@ -169,100 +165,6 @@ def check_range(channel: int, start: int, end: int, channels: int) -> None:
         raise ValueError(f"channel {channel} is out of range [0, {channels})")
     if start < 0 or end < start:
         raise ValueError(f"position range [{start}, {end}) is invalid")
-
-
-def _strings_to_timestamps(values: pa.ChunkedArray, target: pa.TimestampType) -> pa.ChunkedArray:
-    """Parse ISO-8601 strings into ``target``; strings without offset are taken as UTC."""
-    try:
-        return values.cast(target)
-    except _ARROW_ERRORS:
-        pass
-    aware = pa.timestamp(target.unit, tz="UTC")
-    naive = pa.timestamp(target.unit)
-    has_offset = pc.match_substring_regex(values, _OFFSET_RE)
-    nothing = pa.scalar(None, pa.string())
-    with_offset = pc.if_else(has_offset, values, nothing).cast(aware)
-    without_offset = pc.if_else(has_offset, nothing, values).cast(naive).cast(aware)
-    return pc.coalesce(with_offset, without_offset).cast(target)
-
-
-def cast_column(values: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
-    """Cast one column to ``target`` (strings to timestamps accept any ISO-8601 form)."""
-    if values.type.equals(target):
-        return values
-    if pa.types.is_dictionary(values.type):
-        values = values.cast(values.type.value_type)
-        if values.type.equals(target):
-            return values
-    if pa.types.is_timestamp(target) and (
-        pa.types.is_string(values.type) or pa.types.is_large_string(values.type)
-    ):
-        return _strings_to_timestamps(values, target)
-    if pa.types.is_timestamp(target) and pa.types.is_timestamp(values.type):
-        # Spark keeps microseconds: truncating nanoseconds is expected, not an error.
-        return values.cast(target, safe=False)
-    return values.cast(target)
-
-
-def conform(table: pa.Table, schema: pa.Schema, num_rows: int | None = None) -> pa.Table:
-    """Return ``table`` with exactly ``schema``: columns by name, cast, nulls if absent.
-
-    Raises the Arrow error of the first column that cannot be cast (callers name the file).
-    """
-    rows = table.num_rows if num_rows is None else num_rows
-    names = set(table.column_names)
-    columns: list[pa.ChunkedArray | pa.Array] = []
-    for field in schema:
-        if field.name in names:
-            try:
-                columns.append(cast_column(table.column(field.name), field.type))
-            except _ARROW_ERRORS as exc:
-                raise type(exc)(f"column {field.name!r}: {exc}") from exc
-        else:
-            columns.append(pa.nulls(rows, field.type))
-    return pa.Table.from_arrays(columns, schema=schema)
-
-
-def normalize_schema(schema: pa.Schema) -> pa.Schema:
-    """Make an inferred schema usable as a fixed one.
-
-    Null-typed columns (all values null in the first file) become strings, dictionary
-    columns become their value type, timestamps are in microseconds (Spark's unit), every
-    column is nullable, metadata is dropped.
-    """
-    fields = []
-    for field in schema:
-        data_type = field.type
-        if pa.types.is_dictionary(data_type):
-            data_type = data_type.value_type
-        if pa.types.is_null(data_type):
-            data_type = pa.string()
-        if pa.types.is_timestamp(data_type) and data_type.unit != "us":
-            data_type = pa.timestamp("us", tz=data_type.tz)
-        fields.append(pa.field(field.name, data_type, nullable=True))
-    return pa.schema(fields)
-
-
-def read_parquet_rows(
-    parquet: pq.ParquetFile, lo: int, hi: int, columns: Sequence[str]
-) -> pa.Table:
-    """Read rows ``[lo, hi)`` of a Parquet file, touching only the row groups needed."""
-    meta = parquet.metadata
-    groups: list[int] = []
-    first = 0
-    offset = 0
-    for index in range(meta.num_row_groups):
-        count = meta.row_group(index).num_rows
-        if offset + count > lo and offset < hi:
-            if not groups:
-                first = offset
-            groups.append(index)
-        offset += count
-    present = [c for c in columns if c in parquet.schema_arrow.names]
-    if not groups:
-        return parquet.schema_arrow.empty_table().select(present)
-    table = parquet.read_row_groups(groups, columns=present, use_threads=False)
-    return table.slice(lo - first, hi - lo)
 
 
 class _Positioned(Protocol):
@@ -360,6 +262,7 @@ class _ManifestEntry(_Positioned, Protocol):
 
 
 M = TypeVar("M", bound=_ManifestEntry)
+U = TypeVar("U", bound="ManifestUpstream[Any]")
 
 
 class ManifestUpstream(Upstream, Generic[M]):
@@ -378,6 +281,12 @@ class ManifestUpstream(Upstream, Generic[M]):
     Once written, it must stay: its disappearance is an error, not a fresh start.
     """
 
+    #: The manifest's file name in the upstream's state folder, its format version and
+    #: the header keys every manifest of that version has.
+    manifest_name: ClassVar[str]
+    manifest_version: ClassVar[int]
+    header_keys: ClassVar[tuple[str, ...]]
+
     channels: int
     manifest_path: str
     _schema: pa.Schema
@@ -387,17 +296,100 @@ class ManifestUpstream(Upstream, Generic[M]):
     #: True once the manifest was read or written by this instance (or its original).
     _persisted: bool = False
 
+    def _init_manifest(self, state_dir: str) -> None:
+        """Set the manifest's path in ``state_dir``; nothing read or written yet."""
+        self.manifest_path = os.path.join(state_dir, self.manifest_name)
+        self._index = None
+        self._known = {}
+        self._signature = None
+
+    @classmethod
+    def _resume(
+        cls: type[U],
+        state_dir: str,
+        required_by: str | None,
+        given: Mapping[str, object],
+        **context: Any,
+    ) -> U | None:
+        """Continue the stream whose manifest is in ``state_dir``; None for a new stream.
+
+        Parameters
+        ----------
+        state_dir : str
+            The upstream's state folder.
+        required_by : str or None
+            What already refers to positions of this stream (see :func:`open_manifest`).
+        given : mapping
+            Each option that fixes positions with the value set now (None: not set, the
+            manifest's value is kept), compared with :meth:`_saved_option`.
+        **context
+            Passed to :meth:`_from_header` (what the manifest does not hold).
+
+        Raises
+        ------
+        ConfigError
+            When a given option differs from the manifest's (:func:`refuse_changed_option`).
+        """
+        manifest_path = os.path.join(os.path.abspath(state_dir), cls.manifest_name)
+        records, signature = open_manifest(manifest_path, cls.name, required_by)
+        if not records:
+            return None
+        header = read_header(records, manifest_path, cls.header_keys, cls.manifest_version)
+        for option, value in given.items():
+            saved = cls._saved_option(header, option)
+            if value is not None and value != saved:
+                refuse_changed_option(cls.name, option, value, saved, manifest_path)
+        upstream = cls._from_header(header, os.path.dirname(manifest_path), **context)
+        upstream._adopt(records)
+        upstream._signature = signature
+        upstream._persisted = True
+        return upstream
+
+    @classmethod
+    def _saved_option(cls, header: Mapping[str, Any], option: str) -> object:
+        """The value option ``option`` had when the manifest was written."""
+        return header[option]
+
+    @classmethod
+    @abstractmethod
+    def _from_header(cls: type[U], header: Mapping[str, Any], state_dir: str, **context: Any) -> U:
+        """Build the upstream a manifest's header describes (its records not adopted yet)."""
+
     @abstractmethod
     def _header_record(self) -> dict[str, Any]:
         """The manifest's first line."""
 
     @abstractmethod
+    def _identity(self) -> dict[str, object]:
+        """Header values a manifest must have to be this stream's (path, channels, ...)."""
+
+    def _header(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """The header of manifest ``records``, checked to be this stream's.
+
+        Raises
+        ------
+        SnapshotStoreError
+            When the manifest belongs to another stream (:meth:`_identity` differs).
+        """
+        where = self.manifest_path
+        header = read_header(records, where, self.header_keys, self.manifest_version)
+        identity = self._identity()
+        if any(header[key] != value for key, value in identity.items()):
+            found = ", ".join(f"{key} {header[key]!r}" for key in identity)
+            raise SnapshotStoreError(
+                f"upstream manifest {where!r} belongs to another stream ({found}); the "
+                "upstream state folder must not be shared"
+            )
+        return header
+
+    @abstractmethod
     def _adopt(self, records: list[dict[str, Any]]) -> None:
         """Rebuild the in-memory state from manifest records (checking the header)."""
 
-    @abstractmethod
     def _reset(self) -> None:
         """Start the in-memory state empty: a new stream, nothing found yet."""
+        self._index = ChannelIndex(self.channels)
+        self._known = {}
 
     def _load(self, force: bool = False) -> ChannelIndex[M]:
         """Return the index, re-reading the manifest when it changed on disk (driver) or
