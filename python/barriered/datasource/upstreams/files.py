@@ -34,7 +34,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from barriered.datasource.upstreams.file_formats import (
-    FORMATS,
     READ_ERRORS,
     infer_format,
     infer_schema,
@@ -54,10 +53,17 @@ from barriered.datasource.upstreams.manifest import (
     schema_to_text,
 )
 from barriered.datasource.upstreams.options import (
+    ARCHIVE_TO,
+    CHANNEL_BY,
+    DEFAULT_CHANNELS,
+    FORMAT,
+    PATH,
+    SCHEMA,
     Options,
-    choice_option,
-    int_option,
     schema_option,
+)
+from barriered.datasource.upstreams.options import (
+    FILES_CHANNELS as CHANNELS_OPTION,
 )
 from barriered.errors import ConfigError, SnapshotStoreError
 
@@ -65,8 +71,6 @@ log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "files_manifest.jsonl"
 MANIFEST_VERSION = 1
-CHANNEL_BY = ("folder", "hash")
-DEFAULT_CHANNELS = 4
 _HEADER_KEYS = ("path", "format", "channels", "channelBy", "schema")
 
 
@@ -231,25 +235,21 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             must exist, it is never rebuilt from the listing.
         """
         options = Options(options)
-        raw_path = options.get("path")
-        if raw_path is None or not str(raw_path).strip():
+        raw_path = PATH.read_str(options)
+        if raw_path is None:
             raise ConfigError(
-                "option 'path' is required by upstream 'files': set it to the directory "
-                "the files are written to"
+                f"option {PATH.name!r} is required by upstream 'files': set it to the "
+                "directory the files are written to"
             )
-        path = os.path.abspath(os.path.expanduser(str(raw_path).strip()))
+        path = os.path.abspath(os.path.expanduser(raw_path))
         if not os.path.exists(path):
-            raise ConfigError(f"option 'path': directory {path!r} does not exist; create it")
+            raise ConfigError(f"{PATH.where}: directory {path!r} does not exist; create it")
         if not os.path.isdir(path):
-            raise ConfigError(f"option 'path': {path!r} is not a directory")
-        fmt = choice_option(options, "format", FORMATS)
-        channel_by = choice_option(options, "channelBy", CHANNEL_BY)
-        channels = (
-            int_option(options, "channels", DEFAULT_CHANNELS, minimum=1)
-            if str(options.get("channels") or "").strip()
-            else None
-        )
-        schema = schema_option(options, "schema")
+            raise ConfigError(f"{PATH.where}: {path!r} is not a directory")
+        fmt = FORMAT.read_str(options)
+        channel_by = CHANNEL_BY.read_str(options)
+        channels = CHANNELS_OPTION.read_int(options)
+        schema = schema_option(options)
         archive_to = _archive_option(options, path)
         state_dir = os.path.abspath(state_dir)
         manifest_path = os.path.join(state_dir, MANIFEST_NAME)
@@ -265,9 +265,9 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
         folders, files = _listing(path)
         if not files and (fmt is None or schema is None):
             raise ConfigError(
-                f"option 'path': directory {path!r} has no data files yet, so the format "
-                "and schema cannot be inferred; set options 'format' and 'schema' "
-                "(e.g. 'id long, name string') to start on an empty directory"
+                f"{PATH.where}: directory {path!r} has no data files yet, so the format "
+                f"and schema cannot be inferred; set options {FORMAT.name!r} and "
+                f"{SCHEMA.name!r} (e.g. 'id long, name string') to start on an empty directory"
             )
         top_files = [f for f in files if "/" not in f]
         if channel_by is None:
@@ -275,20 +275,20 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
         if channel_by == "folder":
             if not folders:
                 raise ConfigError(
-                    f"option 'channelBy' is 'folder' but {path!r} has no sub-folders; "
-                    "create one sub-folder per channel or use channelBy 'hash'"
+                    f"{CHANNEL_BY.where} is 'folder' but {path!r} has no sub-folders; "
+                    f"create one sub-folder per channel or use {CHANNEL_BY.name} 'hash'"
                 )
             if top_files:
                 raise ConfigError(
-                    f"option 'channelBy' is 'folder' but file {top_files[0]!r} lies directly "
-                    f"in {path!r}; put every file in a channel sub-folder or use "
-                    "channelBy 'hash'"
+                    f"{CHANNEL_BY.where} is 'folder' but file {top_files[0]!r} lies "
+                    f"directly in {path!r}; put every file in a channel sub-folder or use "
+                    f"{CHANNEL_BY.name} 'hash'"
                 )
             if channels is not None and channels != len(folders):
                 raise ConfigError(
-                    f"option 'channels' is {channels} but channelBy 'folder' found "
-                    f"{len(folders)} sub-folders in {path!r} ({', '.join(folders)}); omit "
-                    "'channels' or make them equal"
+                    f"{CHANNELS_OPTION.where} is {channels} but {CHANNEL_BY.name} 'folder' "
+                    f"found {len(folders)} sub-folders in {path!r} ({', '.join(folders)}); "
+                    f"omit {CHANNELS_OPTION.name!r} or make them equal"
                 )
             channels = len(folders)
         else:
@@ -422,7 +422,7 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             raise ConfigError(
                 f"file {file_path!r} cannot be read as {self.format} with the stream's "
                 f"schema ({', '.join(describe_schema(self._schema))}): {exc}. Fix or remove "
-                "the file (before it is picked up), or set option 'schema' on a new "
+                f"the file (before it is picked up), or set option {SCHEMA.name!r} on a new "
                 "snapshot path"
             ) from exc
 
@@ -432,7 +432,7 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             folders, files = _listing(self.path)
         except FileNotFoundError:
             raise ConfigError(
-                f"option 'path': directory {self.path!r} no longer exists; the files "
+                f"{PATH.where}: directory {self.path!r} no longer exists; the files "
                 "upstream needs it for the life of the stream"
             ) from None
         if self.channel_by == "folder":
@@ -547,7 +547,7 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             f"file {os.path.join(self.path, entry.path)!r} (records {entry.start}.."
             f"{entry.start + entry.rows} of channel {entry.channel}) disappeared before it "
             f"was released. The upstream must not modify or delete files in place; set "
-            "option 'archiveTo' to let the source move files it no longer needs"
+            f"option {ARCHIVE_TO.name!r} to let the source move files it no longer needs"
         )
 
     def _find(self, entry: FileEntry) -> str | None:
@@ -631,19 +631,19 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
 
 
 def _archive_option(options: Mapping[str, str], path: str) -> str | None:
-    raw = options.get("archiveTo")
-    if raw is None or not str(raw).strip():
+    raw = ARCHIVE_TO.read_str(options)
+    if raw is None:
         return None
-    archive = os.path.abspath(os.path.expanduser(str(raw).strip()))
+    archive = os.path.abspath(os.path.expanduser(raw))
     inside = os.path.relpath(archive, path)
     if inside == "." or (not inside.startswith("..") and not _ignored(inside.split(os.sep, 1)[0])):
         raise ConfigError(
-            f"option 'archiveTo' ({archive!r}) lies inside option 'path' ({path!r}), so "
-            "archived files would be discovered again; use a folder outside 'path' (or a "
-            "hidden one, e.g. '_archive')"
+            f"{ARCHIVE_TO.where} ({archive!r}) lies inside option {PATH.name!r} ({path!r}), "
+            f"so archived files would be discovered again; use a folder outside {PATH.name!r} "
+            "(or a hidden one, e.g. '_archive')"
         )
     if os.path.exists(archive) and not os.path.isdir(archive):
-        raise ConfigError(f"option 'archiveTo': {archive!r} is not a folder")
+        raise ConfigError(f"{ARCHIVE_TO.where}: {archive!r} is not a folder")
     return archive  # created by the first release that moves a file
 
 
