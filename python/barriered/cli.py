@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from barriered.datasource.options import RESTORE_FROM
 from barriered.errors import BarrieredError
 from barriered.tools.progress import reporting
 
@@ -136,7 +137,7 @@ def cmd_savepoint(args: argparse.Namespace) -> int:
         f"savepoint of checkpoint {saved.checkpoint_id} written to {saved.path} "
         f"({saved.state_files} state files, {saved.state_bytes} bytes, "
         f"{saved.inflight_rows} in-flight rows); restore it with "
-        f".option('restoreFrom', {saved.path!r}) on a new snapshot path"
+        f".option({RESTORE_FROM.name!r}, {saved.path!r}) on a new snapshot path"
     )
     return 0
 
@@ -150,7 +151,7 @@ def cmd_convert_state(args: argparse.Namespace) -> int:
     print(
         f"state of checkpoint {saved.checkpoint_id} converted to typed columns in "
         f"{saved.path} ({saved.state_files} state files, {saved.state_bytes} bytes); "
-        f"{args.path} is unchanged. Restore with .option('restoreFrom', {saved.path!r}) "
+        f"{args.path} is unchanged. Restore with .option({RESTORE_FROM.name!r}, {saved.path!r}) "
         "on a new snapshot path"
     )
     return 0
@@ -180,7 +181,9 @@ def cmd_restore_plan(args: argparse.Namespace) -> int:
             line += f", replays [{a}, {b}) {how}, then reads the upstream from {barrier}"
         print(line)
     print(f"  operators: {', '.join(sorted(point.operators())) or 'none'}")
-    print(f'restore with .option("restoreFrom", "{args.source}") and a new checkpointLocation')
+    print(
+        f'restore with .option("{RESTORE_FROM.name}", "{args.source}") and a new checkpointLocation'
+    )
     return 0
 
 

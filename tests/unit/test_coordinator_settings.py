@@ -34,14 +34,20 @@ def test_defaults_are_the_declared_ones() -> None:
         declared = field_value(config_key, config_key.default_value)
         assert getattr(settings, name) == declared, name
     assert settings == settings_from_conf(BarrieredConf()) == settings_from_conf(resolve({}))
-    assert SETTING_KEYS == {name: k.key for name, k in FIELD_KEYS.items()}
+    assert {name: k.key for name, k in FIELD_KEYS.items()} == SETTING_KEYS
 
 
 def test_a_conf_reaches_every_field() -> None:
-    conf = resolve(
-        {k.key: v for k, v in zip(FIELD_KEYS.values(), ["3s", "4s", "1s", "2", "5"])}
-        | {FIELD_KEYS["adaptive"].key: "false", FIELD_KEYS["buffer_per_channel_rows"].key: "7"}
-    )
+    given = {
+        "checkpoint_interval_ms": "3s",
+        "checkpoint_timeout_ms": "4s",
+        "min_pause_ms": "1s",
+        "max_concurrent": "2",
+        "tolerable_failures": "5",
+        "adaptive": "false",
+        "buffer_per_channel_rows": "7",
+    }
+    conf = resolve({FIELD_KEYS[name].key: value for name, value in given.items()})
     settings = settings_from_conf(conf)
     assert (
         settings.checkpoint_interval_ms,

@@ -99,8 +99,8 @@ class ConfigKey:
 
     @property
     def where(self) -> str:
-        """How error messages name this setting: the full key, or e.g.
-        ``"source option 'maxRowsPerChannel'"``."""
+        """How error messages name this setting: the full key, or its owner and quoted
+        name (e.g. source option and the name)."""
         return f"{self.owner} {self.name!r}" if self.owner else self.key
 
     @property
@@ -149,7 +149,7 @@ class ConfigKey:
             The value, normally a string; ``bool`` and ``int`` are accepted too.
         origin : str, optional
             How the value was set, for the error message; :attr:`where` by default,
-            e.g. ``"source option 'checkpointInterval'"``.
+            e.g. "source option" and the quoted name.
 
         Returns
         -------
@@ -267,6 +267,12 @@ class ConfigKey:
 
     # -- reading an option from a source's or sink's options --------------------------
 
+    def given(self, options: Mapping[str, str]) -> str | None:
+        """This option's value in ``options`` (names in any case), stripped; None when it
+        is absent or blank."""
+        raw = lookup(options, self.name)
+        return None if raw is None or not str(raw).strip() else str(raw).strip()
+
     def read(self, options: Mapping[str, str]) -> ConfigValue:
         """This option's parsed value in ``options`` (names in any case), or its
         default when it is absent or blank.
@@ -276,10 +282,8 @@ class ConfigKey:
         ConfigError
             For a bad value (see :meth:`parse`).
         """
-        raw = lookup(options, self.name)
-        if raw is None or not str(raw).strip():
-            return self.default_value
-        return self.parse(raw)
+        raw = self.given(options)
+        return self.default_value if raw is None else self.parse(raw)
 
     def read_int(self, options: Mapping[str, str]) -> int | None:
         """:meth:`read` of an ``int`` or ``duration`` option."""

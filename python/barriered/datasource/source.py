@@ -25,7 +25,7 @@ from barriered.datasource.reader import BarrieredStreamReader
 from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams import make_upstream
 from barriered.datasource.upstreams.base import Upstream
-from barriered.datasource.upstreams.options import UPSTREAM, Options
+from barriered.datasource.upstreams.options import FORMAT, SCHEMA, UPSTREAM, Options
 from barriered.errors import ConfigError, RestoreError
 from barriered.statestore import checkpoints_table
 from barriered.statestore.fileio import (
@@ -216,5 +216,5 @@ def _check_schema(schema: StructType, upstream: Upstream) -> None:
             f"the {upstream.name} upstream now has the columns "
             f"{expected.simpleString()}, but the stream was loaded with "
             f"{schema.simpleString()} (the files its schema was inferred from changed in "
-            "between); set options 'format' and 'schema' and load the stream again"
+            f"between); set options {FORMAT.name!r} and {SCHEMA.name!r} and load the stream again"
         )

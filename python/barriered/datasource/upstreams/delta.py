@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from barriered.config.declaration import lookup
+from barriered.datasource.upstreams import options as opt
 from barriered.datasource.upstreams.manifest import (
     ChannelIndex,
     ManifestUpstream,
@@ -45,16 +45,7 @@ from barriered.datasource.upstreams.manifest import (
     schema_from_text,
     schema_to_text,
 )
-from barriered.datasource.upstreams.options import (
-    DEFAULT_CHANNELS,
-    DELTA_CHANNEL_BY,
-    DELTA_CHANNELS,
-    PATH,
-    STARTING_VERSION,
-    STORAGE_OPTIONS,
-    Options,
-    prefixed_options,
-)
+from barriered.datasource.upstreams.options import Options, prefixed_options
 from barriered.errors import ConfigError, SnapshotStoreError
 
 MANIFEST_NAME = "delta_manifest.jsonl"
@@ -221,18 +212,18 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
             must exist, it is never rebuilt from the table's log.
         """
         options = Options(options)
-        raw_path = PATH.read_str(options)
+        raw_path = opt.PATH.read_str(options)
         if raw_path is None:
             raise ConfigError(
-                f"option {PATH.name!r} is required by upstream 'delta': set it to the Delta "
+                f"{opt.PATH.where} is required by upstream 'delta': set it to the Delta "
                 "table's location (a folder or a URI such as s3://bucket/table)"
             )
         path = _local_path(raw_path) if _is_local(raw_path) else raw_path.rstrip("/")
-        storage_options = prefixed_options(options, STORAGE_OPTIONS.name)
-        channel_by = DELTA_CHANNEL_BY.read_str(options)
+        storage_options = prefixed_options(options, opt.STORAGE_OPTIONS.name)
+        channel_by = opt.DELTA_CHANNEL_BY.read_str(options)
         if channel_by is not None and channel_by.lower() == "file":
             channel_by = "file"
-        channels = DELTA_CHANNELS.read_int(options)
+        channels = opt.DELTA_CHANNELS.read_int(options)
         starting = _starting_version_option(options)
 
         from deltalake import DeltaTable
@@ -241,12 +232,12 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
             exists = DeltaTable.is_deltatable(path, storage_options or None)
         except Exception as exc:  # deltalake raises several types for storage errors
             raise ConfigError(
-                f"option {PATH.name!r}: cannot check for a Delta table at {path!r}: {exc}. Check "
+                f"{opt.PATH.where}: cannot check for a Delta table at {path!r}: {exc}. Check "
                 "the path and the 'storageOptions.*' options (credentials, region)"
             ) from exc
         if not exists:
             raise ConfigError(
-                f"option {PATH.name!r}: there is no Delta table at {path!r} (no _delta_log with "
+                f"{opt.PATH.where}: there is no Delta table at {path!r} (no _delta_log with "
                 "commits); check the path, or create the table before starting the stream"
             )
 
@@ -267,7 +258,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
         mapping = table.metadata().configuration.get("delta.columnMapping.mode", "none")
         if mapping not in ("none", None):
             raise ConfigError(
-                f"option {PATH.name!r}: Delta table {path!r} uses column mapping ({mapping!r}), "
+                f"{opt.PATH.where}: Delta table {path!r} uses column mapping ({mapping!r}), "
                 "which the delta upstream does not support; read a table without column "
                 "mapping"
             )
@@ -275,18 +266,18 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
         partition_columns = list(table.metadata().partition_columns)
         if channel_by is None or (channel_by == "file" and "file" not in partition_columns):
             channel_by = "file"
-            channels = channels or DEFAULT_CHANNELS
+            channels = channels or opt.DEFAULT_CHANNELS
         else:
             column = _match_column(channel_by, partition_columns, path)
             channel_by = column
             values = {p.get(column) for p in table.partitions()}
             if channels is None:
-                channels = len(values) or DEFAULT_CHANNELS
+                channels = len(values) or opt.DEFAULT_CHANNELS
             elif channels < len(values):
                 raise ConfigError(
-                    f"option {DELTA_CHANNELS.name!r} is {channels} but partition column "
+                    f"{opt.DELTA_CHANNELS.where} is {channels} but partition column "
                     f"{column!r} of {path!r} already has {len(values)} values (one channel "
-                    f"each); omit {DELTA_CHANNELS.name!r} or set it to at least {len(values)}"
+                    f"each); omit {opt.DELTA_CHANNELS.name!r} or set it to at least {len(values)}"
                 )
         if starting is None:
             starting = 0
@@ -294,7 +285,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
             starting = latest + 1
         elif isinstance(starting, int) and starting > latest:
             raise ConfigError(
-                f"option {STARTING_VERSION.name!r} is {starting} but Delta table {path!r} is at "
+                f"{opt.STARTING_VERSION.where} is {starting} but Delta table {path!r} is at "
                 f"version {latest}; use a version <= {latest}, or 'latest' to read only "
                 "new commits"
             )
@@ -312,9 +303,9 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
         )
         if starting <= latest and upstream._read_commit(starting) is None:
             raise ConfigError(
-                f"option {STARTING_VERSION.name!r}: commit {starting} of Delta table {path!r} "
+                f"{opt.STARTING_VERSION.where}: commit {starting} of Delta table {path!r} "
                 "is no longer in its _delta_log (log retention removed it); set "
-                f"{STARTING_VERSION.name!r} "
+                f"{opt.STARTING_VERSION.name!r} "
                 "to a version whose commit file is still there"
             )
         upstream._reset()
@@ -473,7 +464,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
                 f"Delta table {self.path!r} version {version} adds partition value {value!r} "
                 f"of column {self.channel_by!r}, but all {self.channels} channels are taken "
                 f"by {self._values}; channels are fixed for the life of the stream: start it "
-                f"on a new snapshot path with a larger option {DELTA_CHANNELS.name!r}"
+                f"on a new snapshot path with a larger option {opt.DELTA_CHANNELS.name!r}"
             )
         self._values.append(value)
         return len(self._values) - 1
@@ -545,7 +536,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
                     "delta upstream is append-only (like Spark's Delta source without "
                     "ignoreChanges), so deletes, updates, merges and overwrites cannot be "
                     "streamed. Only append to the table, or start the stream on a new "
-                    f"snapshot path with option {STARTING_VERSION.name!r} after this version"
+                    f"snapshot path with option {opt.STARTING_VERSION.name!r} after this version"
                 )
             if "metaData" in action:
                 self._check_metadata(version, action["metaData"])
@@ -662,18 +653,13 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
 
 def _starting_version_option(options: Mapping[str, str]) -> int | str | None:
     """``startingVersion``: ``"latest"``, a version, or None when not given."""
-    raw = lookup(options, STARTING_VERSION.name)
-    if raw is None or not str(raw).strip():
-        return None
-    text = str(raw).strip()
-    if text.lower() == "latest":
-        return "latest"
-    if not text.isdigit():
-        raise ConfigError(
-            f"{STARTING_VERSION.where}: invalid value {raw!r}; expected 'latest' or a table "
-            "version (an integer, at least 0)"
-        )
-    return int(text)
+    text = (opt.STARTING_VERSION.given(options) or "").lower()
+    if text in ("", "latest") or text.isdigit():
+        return int(text) if text.isdigit() else text or None
+    raise ConfigError(
+        f"{opt.STARTING_VERSION.where}: invalid value {text!r}; expected 'latest' or a table "
+        "version (an integer, at least 0)"
+    )
 
 
 def _match_column(name: str, partition_columns: list[str], path: str) -> str:
@@ -688,7 +674,7 @@ def _match_column(name: str, partition_columns: list[str], path: str) -> str:
         else "'file' (the table is not partitioned)"
     )
     raise ConfigError(
-        f"option {DELTA_CHANNEL_BY.name!r} must be 'file' or a partition column of Delta "
+        f"{opt.DELTA_CHANNEL_BY.where} must be 'file' or a partition column of Delta "
         f"table {path!r}, "
         f"got {name!r}; use {hint}"
     )

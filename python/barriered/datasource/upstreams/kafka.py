@@ -36,20 +36,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from barriered.config.declaration import lookup
 from barriered.datasource.upstreams import kafka_cluster as cluster
+from barriered.datasource.upstreams import options as opt
 from barriered.datasource.upstreams.base import Upstream
-from barriered.datasource.upstreams.options import (
-    ASSIGN,
-    FAIL_ON_DATA_LOSS,
-    INCLUDE_HEADERS,
-    KAFKA_CLIENT,
-    POLL_TIMEOUT_MS,
-    STARTING_OFFSETS,
-    SUBSCRIBE,
-    SUBSCRIBE_PATTERN,
-    prefixed_options,
-)
+from barriered.datasource.upstreams.options import prefixed_options
 from barriered.errors import ConfigError, SnapshotStoreError, UpstreamError
 from barriered.statestore.fileio import read_json, write_json
 
@@ -60,7 +50,7 @@ MANIFEST_NAME = "kafka_manifest.json"
 LOST_DIR = "kafka_lost"
 #: Client settings the upstream sets itself (Spark's Kafka source refuses the same).
 _MANAGED = {
-    "auto.offset.reset": f"use the option {STARTING_OFFSETS.name}",
+    "auto.offset.reset": f"use the option {opt.STARTING_OFFSETS.name}",
     "enable.auto.commit": "offsets live in the barriered checkpoint",
     "enable.partition.eof": "the reader needs it",
 }
@@ -174,7 +164,7 @@ class KafkaUpstream(Upstream):
         SnapshotStoreError
             When the manifest is missing although ``required_by`` refers to positions.
         """
-        prefix = KAFKA_CLIENT.name
+        prefix = opt.KAFKA_CLIENT.name
         client = prefixed_options(options, prefix)
         if not client.get("bootstrap.servers"):
             raise ConfigError(
@@ -191,19 +181,20 @@ class KafkaUpstream(Upstream):
                 f"read_uncommitted, got {isolation!r}"
             )
         subscription = {
-            k.name: str(lookup(options, k.name))
-            for k in (SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN)
-            if lookup(options, k.name) is not None
+            k.name: str(options[k.name])
+            for k in (opt.SUBSCRIBE, opt.SUBSCRIBE_PATTERN, opt.ASSIGN)
+            if k.name in options
         }
         if len(subscription) != 1:
             raise ConfigError(
-                f"upstream 'kafka' needs exactly one of the options {SUBSCRIBE.name} (topics, "
-                f"comma separated), {SUBSCRIBE_PATTERN.name} (a regular expression) or "
-                f'{ASSIGN.name} (JSON {{"topic": [0, 1]}}), got {sorted(subscription) or "none"}'
+                f"upstream 'kafka' needs exactly one of the options {opt.SUBSCRIBE.name} "
+                f"(topics, comma separated), {opt.SUBSCRIBE_PATTERN.name} (a regular "
+                f'expression) or {opt.ASSIGN.name} (JSON {{"topic": [0, 1]}}), got '
+                f"{sorted(subscription) or 'none'}"
             )
-        fail_on_data_loss = FAIL_ON_DATA_LOSS.read_bool(options)
-        include_headers = INCLUDE_HEADERS.read_bool(options)
-        poll_timeout_ms = POLL_TIMEOUT_MS.read_int(options)
+        fail_on_data_loss = opt.FAIL_ON_DATA_LOSS.read_bool(options)
+        include_headers = opt.INCLUDE_HEADERS.read_bool(options)
+        poll_timeout_ms = opt.POLL_TIMEOUT_MS.read_int(options)
         assert poll_timeout_ms is not None  # declared with a default
         manifest_path = f"{state_dir.rstrip('/')}/{MANIFEST_NAME}"
         saved = read_json(manifest_path, default=None)
@@ -431,9 +422,9 @@ class KafkaUpstream(Upstream):
         from confluent_kafka import TopicCollection, TopicPartition
 
         topics = sorted(self.topic_ids)
-        if SUBSCRIBE_PATTERN.name in self.subscription:
+        if opt.SUBSCRIBE_PATTERN.name in self.subscription:
             admin = self._admin()
-            pattern = re.compile(self.subscription[SUBSCRIBE_PATTERN.name])
+            pattern = re.compile(self.subscription[opt.SUBSCRIBE_PATTERN.name])
             topics = sorted(
                 {
                     *topics,
@@ -462,7 +453,7 @@ class KafkaUpstream(Upstream):
                     "so it is not read again from the start. Start the stream on a new "
                     "snapshot path"
                 )
-            if ASSIGN.name not in self.subscription:
+            if opt.ASSIGN.name not in self.subscription:
                 found += [(topic, p.id) for p in info.partitions if (topic, p.id) not in known]
         if not found:
             return []

@@ -9,7 +9,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from barriered.config.declaration import lookup
 from barriered.datasource.upstreams.options import (
     ASSIGN,
     STARTING_OFFSETS,
@@ -81,7 +80,7 @@ def resolve(admin: Any, subscription: Mapping[str, str]) -> dict[str, Any]:
             try:
                 pattern = re.compile(raw)
             except re.error as exc:
-                raise ConfigError(f"option {SUBSCRIBE_PATTERN.name!r} {raw!r}: {exc}") from None
+                raise ConfigError(f"{SUBSCRIBE_PATTERN.where} {raw!r}: {exc}") from None
             names = [t for t in listed if pattern.fullmatch(t)]
         missing = [t for t in names if t not in listed]
         if missing or not names:
@@ -98,7 +97,7 @@ def resolve(admin: Any, subscription: Mapping[str, str]) -> dict[str, Any]:
             unknown = sorted(set(assigned[topic]) - set(partitions))
             if unknown:
                 raise ConfigError(
-                    f"option {ASSIGN.name!r} names partitions {unknown} of topic {topic!r}, which "
+                    f"{ASSIGN.where} names partitions {unknown} of topic {topic!r}, which "
                     f"has {len(partitions)}"
                 )
             partitions = sorted(assigned[topic])
@@ -113,7 +112,7 @@ def starting_offsets(
     ``startingTimestamp``; default ``latest``, as Spark's Kafka source)."""
     from confluent_kafka import TopicPartition
 
-    raw_offsets = lookup(options, STARTING_OFFSETS.name)
+    raw_offsets = STARTING_OFFSETS.given(options)
     stamp = STARTING_TIMESTAMP.read_int(options)
     if raw_offsets and stamp is not None:
         raise ConfigError(
@@ -137,13 +136,13 @@ def starting_offsets(
                 }
             except (ValueError, TypeError, AttributeError):
                 raise ConfigError(
-                    f"option {STARTING_OFFSETS.name!r} must be earliest, latest or JSON like "
+                    f"{STARTING_OFFSETS.where} must be earliest, latest or JSON like "
                     f'{{"topic": {{"0": 23, "1": -2}}}} (-2 earliest, -1 latest), got {text!r}'
                 ) from None
             missing = sorted(set(partitions) - set(given))
             if missing:
                 raise ConfigError(
-                    f"option {STARTING_OFFSETS.name!r} has no offset for {missing}; give every "
+                    f"{STARTING_OFFSETS.where} has no offset for {missing}; give every "
                     "subscribed topic-partition one (-2 earliest, -1 latest)"
                 )
             for tp in partitions:

@@ -15,7 +15,6 @@ from collections.abc import Iterator, Mapping
 import pyarrow as pa
 
 from barriered.config import ConfigKey
-from barriered.datasource.upstreams.file_formats import FORMATS
 from barriered.errors import ConfigError
 
 _OWNER = "upstream option"
@@ -84,7 +83,7 @@ FORMAT = ConfigKey(
     "enum",
     None,
     "`json` (`.json`, `.jsonl`, `.ndjson`), `csv` or `parquet`.",
-    choices=FORMATS,
+    choices=("json", "csv", "parquet"),
     owner=_OWNER,
     default_doc="from the first file's extension",
 )
@@ -318,7 +317,7 @@ def schema_option(options: Mapping[str, str]) -> pa.Schema | None:
 def prefixed_options(options: Mapping[str, str], prefix: str) -> dict[str, str]:
     """Return the options whose name starts with ``prefix`` (any case), prefix removed.
 
-    ``prefixed_options({"storageOptions.AWS_REGION": "eu-west-1"}, "storageOptions.")``
+    ``prefixed_options({"storageOptions.AWS_REGION": "eu-west-1"}, STORAGE_OPTIONS.name)``
     is ``{"AWS_REGION": "eu-west-1"}``.
     """
     low = prefix.lower()

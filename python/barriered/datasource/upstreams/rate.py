@@ -27,6 +27,7 @@ from barriered.datasource.upstreams.options import (
     ROWS_PER_CHANNEL,
     ROWS_PER_SECOND,
     SKEW,
+    UPSTREAM,
     parse_channel_factors,
 )
 from barriered.errors import ConfigError
@@ -147,10 +148,10 @@ class RateUpstream(Upstream):
 
     def describe(self) -> Mapping[str, object]:
         return {
-            "upstream": self.name,
-            "channels": self.channels,
-            "rowsPerSecond": self.rows_per_second,
-            "rowsPerChannel": self.rows_per_channel,
-            "keys": self.keys,
-            "skew": {str(k): v for k, v in self.skew.items()},
+            UPSTREAM.name: self.name,
+            CHANNELS.name: self.channels,
+            ROWS_PER_SECOND.name: self.rows_per_second,
+            ROWS_PER_CHANNEL.name: self.rows_per_channel,
+            KEYS.name: self.keys,
+            SKEW.name: {str(k): v for k, v in self.skew.items()},
         }
