@@ -627,7 +627,8 @@ def _archive_option(options: Mapping[str, str], path: str) -> str | None:
     inside = os.path.relpath(archive, path)
     if inside == "." or (not inside.startswith("..") and not _ignored(inside.split(os.sep, 1)[0])):
         raise ConfigError(
-            f"{opt.ARCHIVE_TO.where} ({archive!r}) lies inside {opt.PATH.where} ({path!r}), so "
+            f"{opt.ARCHIVE_TO.where} ({archive!r}) lies inside option {opt.PATH.name!r} "
+            f"({path!r}), so "
             "archived files would be discovered again; use a folder outside "
             f"{opt.PATH.name!r} (or a hidden one, e.g. '_archive')"
         )
