@@ -9,6 +9,7 @@ checked against the declarations.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import re
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from barriered import config_doc
-from barriered.config import KEYS, ConfigKey
+from barriered.config import KEYS, BarrieredConf, ConfigKey
 from barriered.config.conf import field_value
 from barriered.coordinator.settings import FIELD_KEYS, CoordinatorSettings
 from barriered.datasource.options import (
@@ -170,6 +171,14 @@ def test_a_generic_name_has_one_declaration_per_component(name: str, declared: i
 def test_the_session_prefix_is_written_once() -> None:
     files = [f for f, text in SOURCES.items() if '"spark.sql.streaming.barriered."' in text]
     assert files == ["config/declaration.py"]
+
+
+def test_barriered_conf_has_one_field_per_key_with_the_declared_default() -> None:
+    conf = BarrieredConf()
+    assert [f.name for f in dataclasses.fields(conf)] == [k.field for k in KEYS]
+    for config_key in KEYS:
+        expected = field_value(config_key, config_key.default_value)
+        assert getattr(conf, config_key.field) == expected, config_key.name
 
 
 def test_coordinator_defaults_and_bounds_are_the_declared_ones() -> None:
