@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from barriered.datasource.options import RESTORE_FROM
 from barriered.errors import BarrieredError
 from barriered.tools.progress import reporting
 
@@ -134,7 +135,7 @@ def cmd_savepoint(args: argparse.Namespace) -> int:
         f"savepoint of checkpoint {saved.checkpoint_id} written to {saved.path} "
         f"({saved.state_files} state files, {saved.state_bytes} bytes, "
         f"{saved.inflight_rows} in-flight rows); restore it with "
-        f".option('restoreFrom', {saved.path!r}) on a new snapshot path"
+        f".option({RESTORE_FROM.name!r}, {saved.path!r}) on a new snapshot path"
     )
     return 0
 
@@ -163,7 +164,9 @@ def cmd_restore_plan(args: argparse.Namespace) -> int:
             line += f", replays [{a}, {b}) {how}, then reads the upstream from {barrier}"
         print(line)
     print(f"  operators: {', '.join(sorted(point.operators())) or 'none'}")
-    print(f'restore with .option("restoreFrom", "{args.source}") and a new checkpointLocation')
+    print(
+        f'restore with .option("{RESTORE_FROM.name}", "{args.source}") and a new checkpointLocation'
+    )
     return 0
 
 

@@ -1,8 +1,9 @@
 """The reference tables of ``docs/configuration.md``, generated from the declarations.
 
-``python -m barriered.config_doc_doc [--check] [PATH]`` regenerates them (a test fails when the
-document is stale): every session key of :data:`barriered.config.KEYS` between the
-config-table markers, the "barriered-delta" sink's options between the sink-options ones.
+``python -m barriered.config_doc [--check] [PATH]`` regenerates them (a test fails when
+the document is stale): every session key of :data:`barriered.config.KEYS` between the
+config-table markers, the source's and each upstream's options between the
+source-options ones, the "barriered-delta" sink's options between the sink-options ones.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from barriered.config import BUFFER_PER_CHANNEL, KEYS, SINK_OPTIONS, ConfigKey
+from barriered.config import BUFFER_PER_CHANNEL, KEYS, ConfigKey
+from barriered.datasource.options import SOURCE_OPTIONS
+from barriered.datasource.upstreams.options import UPSTREAM_OPTIONS
 from barriered.durations import format_duration
 from barriered.errors import ConfigError
 
@@ -20,8 +23,10 @@ __all__ = [
     "DOC_MARKER_START",
     "config_table_markdown",
     "main",
+    "options_markdown",
     "render_configuration_doc",
     "sink_options_markdown",
+    "source_options_markdown",
     "write_configuration_doc",
 ]
 
@@ -34,6 +39,8 @@ def _md(text: str) -> str:
 
 
 def _type_cell(config_key: ConfigKey) -> str:
+    if config_key.type == "prefix":
+        return "options passed on"
     if config_key.type == "enum":
         return "enum: " + " \\| ".join(f"`{c}`" for c in config_key.choices)
     fmt = format_duration if config_key.type == "duration" else str
@@ -72,17 +79,44 @@ def config_table_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+SOURCE_DOC_MARKER_START = "<!-- source-options:start -->"
+SOURCE_DOC_MARKER_END = "<!-- source-options:end -->"
 SINK_DOC_MARKER_START = "<!-- sink-options:start -->"
 SINK_DOC_MARKER_END = "<!-- sink-options:end -->"
 
 
+def options_markdown(options: Sequence[ConfigKey]) -> str:
+    """The reference table of some options (of the source, an upstream or the sink).
+
+    Returns
+    -------
+    str
+        A table with one row per option: name (``kafka.*`` for a family passed on to a
+        client), type with bounds or choices, default, doc. Ends with a newline.
+    """
+    lines = ["| Option | Type | Default | Meaning |", "|---|---|---|---|"]
+    for option in options:
+        name = option.name + ("*" if option.type == "prefix" else "")
+        default = option.default_doc or (
+            f"`{option.default}`" if option.default is not None else "(none)"
+        )
+        lines.append(f"| `{name}` | {_type_cell(option)} | {default} | {_md(option.doc)} |")
+    return "\n".join(lines) + "\n"
+
+
+def source_options_markdown() -> str:
+    """The source's options and each upstream's, under ``###`` headings, as Markdown."""
+    parts = ["### Source options\n\n" + options_markdown(SOURCE_OPTIONS)]
+    for upstream, options in UPSTREAM_OPTIONS.items():
+        parts.append(f"### Upstream `{upstream}`\n\n" + options_markdown(options))
+    return "\n".join(parts)
+
+
 def sink_options_markdown() -> str:
     """The reference table of the "barriered-delta" sink's options, as Markdown."""
-    lines = ["| Option | Type | Default | Meaning |", "|---|---|---|---|"]
-    for option in SINK_OPTIONS.values():
-        default = f"`{option.default}`" if option.default is not None else "(none)"
-        lines.append(f"| `{option.name}` | {_type_cell(option)} | {default} | {_md(option.doc)} |")
-    return "\n".join(lines) + "\n"
+    from barriered.sink.options import SINK_OPTIONS  # here: barriered.sink imports PySpark
+
+    return options_markdown(list(SINK_OPTIONS.values()))
 
 
 def _replace_between(text: str, start_marker: str, end_marker: str, table: str) -> str:
@@ -108,7 +142,8 @@ def render_configuration_doc(text: str) -> str:
     -------
     str
         The document with the current :func:`config_table_markdown` between them (and
-        :func:`sink_options_markdown` between the sink-options markers, when present).
+        :func:`source_options_markdown` and :func:`sink_options_markdown` between the
+        source-options and sink-options markers, when present).
 
     Raises
     ------
@@ -116,6 +151,10 @@ def render_configuration_doc(text: str) -> str:
         If the markers are missing or out of order.
     """
     text = _replace_between(text, DOC_MARKER_START, DOC_MARKER_END, config_table_markdown())
+    if SOURCE_DOC_MARKER_START in text:
+        text = _replace_between(
+            text, SOURCE_DOC_MARKER_START, SOURCE_DOC_MARKER_END, source_options_markdown()
+        )
     if SINK_DOC_MARKER_START in text:
         text = _replace_between(
             text, SINK_DOC_MARKER_START, SINK_DOC_MARKER_END, sink_options_markdown()

@@ -23,22 +23,46 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from barriered.config import (
+    ALIGNED_CHECKPOINT_TIMEOUT,
+    BUFFER_PER_CHANNEL,
+    CHECKPOINT_INTERVAL,
+    MAX_PARALLELISM,
+    SNAPSHOT_PATH,
+    UNALIGNED_ADAPTIVE,
+    UNALIGNED_ENABLED,
+)
+from barriered.datasource.options import MAX_ROWS_PER_CHANNEL
+from barriered.datasource.upstreams.options import (
+    CHANNELS,
+    KAFKA_CLIENT,
+    KEYS,
+    ROWS_PER_SECOND,
+    SKEW,
+    STARTING_OFFSETS,
+    SUBSCRIBE,
+    UPSTREAM,
+)
 from barriered.errors import BarrieredError, ConfigError
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from barriered.tools.progress import Progress
 
-PREFIX = "spark.sql.streaming.barriered."
-
 #: Session keys per demo phase (on top of the common ones in :func:`run_demo`).
 PHASES: dict[str, dict[str, str]] = {
-    "aligned": {"unaligned.enabled": "false"},
-    "unaligned": {"unaligned.enabled": "true", "alignedCheckpointTimeout": "0s"},
+    "aligned": {UNALIGNED_ENABLED.key: "false"},
+    "unaligned": {UNALIGNED_ENABLED.key: "true", ALIGNED_CHECKPOINT_TIMEOUT.key: "0s"},
     "aligned_with_timeout": {
-        "unaligned.enabled": "true",
-        "alignedCheckpointTimeout": "1500ms",
-        "unaligned.adaptive": "false",
+        UNALIGNED_ENABLED.key: "true",
+        ALIGNED_CHECKPOINT_TIMEOUT.key: "1500ms",
+        UNALIGNED_ADAPTIVE.key: "false",
     },
+}
+#: Session keys of every phase.
+COMMON_KEYS = {
+    CHECKPOINT_INTERVAL.key: "2s",
+    MAX_PARALLELISM.key: "32",
+    BUFFER_PER_CHANNEL.key: "600",
 }
 
 #: Seconds a phase's query may take to run its first micro-batch.
@@ -46,12 +70,12 @@ START_TIMEOUT_S = 120.0
 
 #: The skewed upstream: channel 0 produces 4x the others but is admitted like them.
 SOURCE = {
-    "upstream": "rate",
-    "channels": "4",
-    "rowsPerSecond": "150",
-    "skew": "0:4",
-    "keys": "1000",
-    "maxRowsPerChannel": "250",
+    UPSTREAM.name: "rate",
+    CHANNELS.name: "4",
+    ROWS_PER_SECOND.name: "150",
+    SKEW.name: "0:4",
+    KEYS.name: "1000",
+    MAX_ROWS_PER_CHANNEL.name: "250",
 }
 
 #: The Kafka variant: records per second of demo ``duration`` written to partitions
@@ -105,11 +129,11 @@ def kafka_topic(bootstrap: str, duration: float) -> tuple[str, dict[str, str]]:
     if producer.flush(60) != 0:
         raise BarrieredError(f"demo: records to topic {topic!r} were not acknowledged")
     options = {
-        "upstream": "kafka",
-        "kafka.bootstrap.servers": bootstrap,
-        "subscribe": topic,
-        "startingOffsets": "earliest",
-        "maxRowsPerChannel": SOURCE["maxRowsPerChannel"],
+        UPSTREAM.name: "kafka",
+        KAFKA_CLIENT.name + "bootstrap.servers": bootstrap,
+        SUBSCRIBE.name: topic,
+        STARTING_OFFSETS.name: "earliest",
+        MAX_ROWS_PER_CHANNEL.name: SOURCE[MAX_ROWS_PER_CHANNEL.name],
     }
     return topic, options
 
@@ -207,15 +231,15 @@ def run_phase(
     from barriered.examples import RunningTotals
 
     for key, value in PHASES[phase].items():
-        spark.conf.set(PREFIX + key, value)
+        spark.conf.set(key, value)
     snap = out / "snapshots" / phase
     events = (
         spark.readStream.format("barriered")
         .options(**source)
-        .option("snapshotPath", str(snap))
+        .option(SNAPSHOT_PATH.name, str(snap))
         .load()
     )
-    if source.get("upstream") == "kafka":
+    if source.get(UPSTREAM.name) == "kafka":
         events = events.withColumn("user_id", F.col("key").cast("string")).withColumn(
             "amount", F.col("value").cast("string").cast("long")
         )
@@ -313,9 +337,8 @@ def run_demo(
         )
     try:
         barriered.install(spark)
-        spark.conf.set(PREFIX + "checkpointInterval", "2s")
-        spark.conf.set(PREFIX + "maxParallelism", "32")
-        spark.conf.set(PREFIX + "bufferPerChannel", "600")
+        for key, value in COMMON_KEYS.items():
+            spark.conf.set(key, value)
         results = {}
         for phase in PHASES:
             seconds = duration / len(PHASES)

@@ -25,6 +25,7 @@ from barriered.datasource.options import SESSION_CONF_OPTION, SESSION_EXTENSIONS
 from barriered.datasource.source import BarrieredDataSource
 from barriered.errors import CheckpointError
 from barriered.sink import BarrieredDeltaSink, writer
+from barriered.sink.options import PATH as SINK_PATH
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ def _hook_start(cls: Any) -> None:
                 }
                 path = kw.get("path") or (args[0] if args else None)
                 if path is not None:
-                    sink_options["path"] = str(path)
+                    sink_options[SINK_PATH.name] = str(path)
                 writer.before_start(sink_options, df.schema)
         return original_start(self, *args, **kw)
 

@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from barriered.config import BarrieredConf, resolve
+from barriered.config.conf import field_value
 from barriered.coordinator import (
     STATS_COLUMNS,
     CheckpointStats,
@@ -14,6 +16,7 @@ from barriered.coordinator import (
     ManualClock,
     SystemClock,
 )
+from barriered.coordinator.settings import FIELD_KEYS, SETTING_KEYS, settings_from_conf
 from barriered.errors import CheckpointError, ConfigError
 
 
@@ -21,24 +24,68 @@ def test_defaults_are_valid() -> None:
     s = CoordinatorSettings()
     assert s.checkpoint_interval_ms == 10_000
     assert s.max_concurrent == 1
+    assert s.tolerable_failures == 3
     assert s.exactly_once is True
+
+
+def test_defaults_are_the_declared_ones() -> None:
+    settings = CoordinatorSettings()
+    for name, config_key in FIELD_KEYS.items():
+        declared = field_value(config_key, config_key.default_value)
+        assert getattr(settings, name) == declared, name
+    assert settings == settings_from_conf(BarrieredConf()) == settings_from_conf(resolve({}))
+    assert {name: k.key for name, k in FIELD_KEYS.items()} == SETTING_KEYS
+
+
+def test_a_conf_reaches_every_field() -> None:
+    given = {
+        "checkpoint_interval_ms": "3s",
+        "checkpoint_timeout_ms": "4s",
+        "min_pause_ms": "1s",
+        "max_concurrent": "2",
+        "tolerable_failures": "5",
+        "adaptive": "false",
+        "buffer_per_channel_rows": "7",
+    }
+    conf = resolve({FIELD_KEYS[name].key: value for name, value in given.items()})
+    settings = settings_from_conf(conf)
+    assert (
+        settings.checkpoint_interval_ms,
+        settings.checkpoint_timeout_ms,
+        settings.min_pause_ms,
+        settings.max_concurrent,
+        settings.tolerable_failures,
+        settings.adaptive,
+        settings.buffer_per_channel_rows,
+    ) == (3000, 4000, 1000, 2, 5, False, 7)
+
+
+@pytest.mark.parametrize("name", [n for n, k in FIELD_KEYS.items() if k.min_value is not None])
+def test_bounds_are_the_declared_ones(name: str) -> None:
+    config_key = FIELD_KEYS[name]
+    assert config_key.min_value is not None
+    CoordinatorSettings(**{name: config_key.min_value})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as info:
+        CoordinatorSettings(**{name: config_key.min_value - 1})  # type: ignore[arg-type]
+    assert config_key.range_text().removeprefix(",") in str(info.value)
+    assert config_key.key in str(info.value)
 
 
 @pytest.mark.parametrize(
     ("field", "value", "expected"),
     [
-        ("checkpoint_interval_ms", 0, "checkpoint_interval_ms (spark.sql.streaming.barriered"
-         ".checkpointInterval) must be > 0, got 0"),
+        ("checkpoint_interval_ms", 9, "checkpoint_interval_ms (spark.sql.streaming.barriered"
+         ".checkpointInterval) must be at least 10ms, got 9 ms"),
         ("checkpoint_timeout_ms", -1, "checkpoint_timeout_ms (spark.sql.streaming.barriered"
-         ".checkpointTimeout) must be > 0, got -1"),
+         ".checkpointTimeout) must be at least 10ms, got -1 ms"),
         ("min_pause_ms", -5, "min_pause_ms (spark.sql.streaming.barriered"
-         ".minPauseBetweenCheckpoints) must be >= 0, got -5"),
+         ".minPauseBetweenCheckpoints) must be at least 0s, got -5 ms"),
         ("max_concurrent", 0, "max_concurrent (spark.sql.streaming.barriered"
-         ".maxConcurrentCheckpoints) must be > 0, got 0"),
+         ".maxConcurrentCheckpoints) must be at least 1, got 0"),
         ("tolerable_failures", -1, "tolerable_failures (spark.sql.streaming.barriered"
-         ".tolerableCheckpointFailures) must be >= 0, got -1"),
+         ".tolerableCheckpointFailures) must be at least 0, got -1"),
         ("aligned_timeout_ms", -1, "aligned_timeout_ms (spark.sql.streaming.barriered"
-         ".alignedCheckpointTimeout) must be >= 0, got -1"),
+         ".alignedCheckpointTimeout) must be at least 0s, got -1 ms"),
         ("buffer_per_channel_rows", 0, "buffer_per_channel_rows"),
         ("alignment_history_size", 0, "alignment_history_size must be > 0"),
         ("alignment_min_samples", 0, "alignment_min_samples must be > 0"),

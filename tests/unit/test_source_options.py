@@ -27,7 +27,7 @@ def test_session_keys_arrive_through_the_hidden_option_and_options_override_them
 
 
 def test_unknown_option_is_named_with_a_suggestion() -> None:
-    with pytest.raises(ConfigError, match=r"'maxrowsperchanel' \(did you mean 'maxrowsperchannel'"):
+    with pytest.raises(ConfigError, match=r"'maxrowsperchanel' \(did you mean 'maxRowsPerChannel'"):
         parse_source_options({**BASE, "maxRowsPerChanel": "5"})
 
 
@@ -62,8 +62,12 @@ def test_restore_from_takes_latest_an_id_or_a_path() -> None:
 
 
 def test_admission_must_be_positive() -> None:
-    with pytest.raises(ConfigError, match="'maxrowsperchannel' must be >= 1"):
+    with pytest.raises(ConfigError) as err:
         parse_source_options({**BASE, "maxRowsPerChannel": "0"})
+    assert str(err.value) == (
+        "source option 'maxRowsPerChannel': value '0' is out of range; expected an integer, "
+        "at least 1"
+    )
     assert parse_source_options({**BASE, "maxRowsPerChannel": "7"}).max_rows_per_channel == 7
 
 

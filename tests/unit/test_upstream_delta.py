@@ -297,7 +297,11 @@ def test_starting_version(table: Path, tmp_path: Path) -> None:
     assert read_all(latest, 0) == batch(600, 2).to_pylist()
     with pytest.raises(ConfigError, match=r"'startingVersion' is 99 but .* version 6"):
         DeltaUpstream.from_options(opts(table, startingVersion="99"), str(tmp_path / "s3"))
-    with pytest.raises(ConfigError, match=r"option 'startingVersion' must be an integer"):
+    with pytest.raises(
+        ConfigError,
+        match=r"upstream option 'startingVersion': invalid value 'first'; expected 'latest' or a "
+        r"table version \(an integer, at least 0\)",
+    ):
         DeltaUpstream.from_options(opts(table, startingVersion="first"), str(tmp_path / "s4"))
 
 

@@ -596,7 +596,11 @@ def test_missing_path_messages(tmp_path: Path, state: str) -> None:
 
 def test_bad_format_messages(data: Path, state: str) -> None:
     write_json(data / "a.json", rows_for("a", 1))
-    with pytest.raises(ConfigError, match=r"option 'format' must be one of json, csv, parquet"):
+    with pytest.raises(
+        ConfigError,
+        match=r"upstream option 'format': invalid value 'avro' \(not one of the choices\); "
+        r"expected one of json, csv, parquet \(any case\)",
+    ):
         FilesUpstream.from_options(opts(data, format="avro"), state)
     (data / "a.json").rename(data / "a.dat")
     with pytest.raises(ConfigError, match=r"cannot be inferred from the first file 'a\.dat'"):

@@ -1,9 +1,11 @@
-"""Settings of the checkpoint coordinator (validated, immutable).
+"""Settings of the checkpoint coordinator (validated, immutable), derived from the keys.
 
-:class:`CoordinatorSettings` is the coordinator's own view of the
-``spark.sql.streaming.barriered.*`` keys, already parsed into milliseconds and counts.
-Every field is checked in ``__post_init__``; a bad value raises
-:class:`~barriered.errors.ConfigError` naming the field and the Spark key it comes from.
+:class:`CoordinatorSettings` is the coordinator's view of ten
+``spark.sql.streaming.barriered.*`` keys (:data:`SETTING_KEYS`), already parsed into
+milliseconds and counts: each of those fields takes its default and bounds from the key's
+declaration in :mod:`barriered.config.keys`, and a bad value raises
+:class:`~barriered.errors.ConfigError` naming the field, the key and the declared bounds.
+Three more fields tune the mode policy and the in-memory statistics; they have no key.
 """
 
 from __future__ import annotations
@@ -11,28 +13,49 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from barriered.config import (
+    ALIGNED_CHECKPOINT_TIMEOUT,
+    BUFFER_PER_CHANNEL,
+    CHECKPOINT_INTERVAL,
+    CHECKPOINT_TIMEOUT,
+    MAX_CONCURRENT_CHECKPOINTS,
+    MIN_PAUSE_BETWEEN_CHECKPOINTS,
+    MODE,
+    TOLERABLE_CHECKPOINT_FAILURES,
+    UNALIGNED_ADAPTIVE,
+    UNALIGNED_ENABLED,
+    ConfigKey,
+)
+from barriered.config.conf import field_value
 from barriered.errors import ConfigError
 
 if TYPE_CHECKING:
     from barriered.config import BarrieredConf
 
-__all__ = ["SETTING_KEYS", "CoordinatorSettings"]
+__all__ = ["FIELD_KEYS", "SETTING_KEYS", "CoordinatorSettings", "settings_from_conf"]
 
-_PREFIX = "spark.sql.streaming.barriered."
-
-SETTING_KEYS: dict[str, str] = {
-    "checkpoint_interval_ms": _PREFIX + "checkpointInterval",
-    "checkpoint_timeout_ms": _PREFIX + "checkpointTimeout",
-    "min_pause_ms": _PREFIX + "minPauseBetweenCheckpoints",
-    "max_concurrent": _PREFIX + "maxConcurrentCheckpoints",
-    "tolerable_failures": _PREFIX + "tolerableCheckpointFailures",
-    "exactly_once": _PREFIX + "mode",
-    "unaligned_enabled": _PREFIX + "unaligned.enabled",
-    "adaptive": _PREFIX + "unaligned.adaptive",
-    "aligned_timeout_ms": _PREFIX + "alignedCheckpointTimeout",
-    "buffer_per_channel_rows": _PREFIX + "bufferPerChannel",
+#: Field of :class:`CoordinatorSettings` -> the declaration of the key it is read from.
+FIELD_KEYS: dict[str, ConfigKey] = {
+    "checkpoint_interval_ms": CHECKPOINT_INTERVAL,
+    "checkpoint_timeout_ms": CHECKPOINT_TIMEOUT,
+    "min_pause_ms": MIN_PAUSE_BETWEEN_CHECKPOINTS,
+    "max_concurrent": MAX_CONCURRENT_CHECKPOINTS,
+    "tolerable_failures": TOLERABLE_CHECKPOINT_FAILURES,
+    "exactly_once": MODE,
+    "unaligned_enabled": UNALIGNED_ENABLED,
+    "adaptive": UNALIGNED_ADAPTIVE,
+    "aligned_timeout_ms": ALIGNED_CHECKPOINT_TIMEOUT,
+    "buffer_per_channel_rows": BUFFER_PER_CHANNEL,
 }
-"""Field of :class:`CoordinatorSettings` -> the Spark configuration key it is read from."""
+
+#: Field of :class:`CoordinatorSettings` -> the full session key it is read from.
+SETTING_KEYS: dict[str, str] = {name: k.key for name, k in FIELD_KEYS.items()}
+
+
+def _default(name: str) -> int:
+    value = field_value(FIELD_KEYS[name], FIELD_KEYS[name].default_value)
+    assert isinstance(value, int)  # bool is an int
+    return value
 
 
 @dataclass(frozen=True)
@@ -41,32 +64,19 @@ class CoordinatorSettings:
 
     Parameters
     ----------
-    checkpoint_interval_ms : int, default 10000
-        Time between two periodic checkpoint triggers (> 0).
-    checkpoint_timeout_ms : int, default 600000
-        A checkpoint still pending this long after its trigger is aborted as ``"expired"``
-        (> 0).
-    min_pause_ms : int, default 0
-        Minimum time between the end (completion or abort) of a checkpoint and the next
-        periodic trigger (>= 0).
-    max_concurrent : int, default 1
-        Periodic checkpoints are only triggered while fewer than this many checkpoints
-        (savepoints included) are pending (>= 1).
-    tolerable_failures : int, default 0
-        Consecutive checkpoint failures tolerated; one more fails the query (>= 0).
-    exactly_once : bool, default True
-        ``False`` selects at-least-once mode (barriers never block, no in-flight capture).
-    unaligned_enabled : bool, default False
-        Whether checkpoints may be unaligned (barriers overtake the backlog).
-    adaptive : bool, default True
-        Whether the policy may start a checkpoint unaligned at once from measured
-        signals (else it always starts aligned with the timeout).
-    aligned_timeout_ms : int, default 0
-        With unaligned enabled: how long an alignment may last before the checkpoint
-        switches to unaligned; ``0`` means unaligned straight away (>= 0).
-    buffer_per_channel_rows : int or None, default None
-        The source's per-channel read-ahead bound: the backlog behind a barrier is never
-        larger, so the mode policy caps a channel's backlog at it (> 0 when set).
+    checkpoint_interval_ms, checkpoint_timeout_ms, min_pause_ms : int
+        ``checkpointInterval``, ``checkpointTimeout``, ``minPauseBetweenCheckpoints``.
+    max_concurrent, tolerable_failures : int
+        ``maxConcurrentCheckpoints``, ``tolerableCheckpointFailures``.
+    exactly_once : bool
+        ``mode == exactlyOnce`` (``False``: barriers never block, no in-flight capture).
+    unaligned_enabled, adaptive : bool
+        ``unaligned.enabled``, ``unaligned.adaptive``.
+    aligned_timeout_ms : int
+        ``alignedCheckpointTimeout``.
+    buffer_per_channel_rows : int
+        ``bufferPerChannel``: the backlog behind a barrier is never larger, so the mode
+        policy caps a channel's backlog at it.
     alignment_history_size : int, default 5
         The mode policy looks at the alignments of the last this-many completed
         checkpoints (>= 1).
@@ -77,41 +87,38 @@ class CoordinatorSettings:
         Finished checkpoints whose statistics are kept in memory (>= 1); pending ones are
         always kept. The full history lives in the ``_checkpoints`` table.
 
+    The fields named after a key (:data:`FIELD_KEYS`) default to, and are bounded by,
+    its declaration (see ``docs/configuration.md``).
+
     Raises
     ------
     barriered.errors.ConfigError
-        If a field has the wrong type or is out of range; the message names the field.
+        If a field has the wrong type or is out of range; the message names the field,
+        its key and the declared bounds.
     """
 
-    checkpoint_interval_ms: int = 10_000
-    checkpoint_timeout_ms: int = 600_000
-    min_pause_ms: int = 0
-    max_concurrent: int = 1
-    tolerable_failures: int = 0
-    exactly_once: bool = True
-    unaligned_enabled: bool = False
-    adaptive: bool = True
-    aligned_timeout_ms: int = 0
-    buffer_per_channel_rows: int | None = None
+    checkpoint_interval_ms: int = _default("checkpoint_interval_ms")
+    checkpoint_timeout_ms: int = _default("checkpoint_timeout_ms")
+    min_pause_ms: int = _default("min_pause_ms")
+    max_concurrent: int = _default("max_concurrent")
+    tolerable_failures: int = _default("tolerable_failures")
+    exactly_once: bool = bool(_default("exactly_once"))
+    unaligned_enabled: bool = bool(_default("unaligned_enabled"))
+    adaptive: bool = bool(_default("adaptive"))
+    aligned_timeout_ms: int = _default("aligned_timeout_ms")
+    buffer_per_channel_rows: int = _default("buffer_per_channel_rows")
     alignment_history_size: int = 5
     alignment_min_samples: int = 3
     stats_history_size: int = 1000
 
     def __post_init__(self) -> None:
-        _check_int(self, "checkpoint_interval_ms", 1)
-        _check_int(self, "checkpoint_timeout_ms", 1)
-        _check_int(self, "min_pause_ms", 0)
-        _check_int(self, "max_concurrent", 1)
-        _check_int(self, "tolerable_failures", 0)
-        _check_bool(self, "exactly_once")
-        _check_bool(self, "unaligned_enabled")
-        _check_bool(self, "adaptive")
-        _check_int(self, "aligned_timeout_ms", 0)
-        if self.buffer_per_channel_rows is not None:
-            _check_int(self, "buffer_per_channel_rows", 1)
-        _check_int(self, "alignment_history_size", 1)
-        _check_int(self, "alignment_min_samples", 1)
-        _check_int(self, "stats_history_size", 1)
+        for name, config_key in FIELD_KEYS.items():
+            if config_key.type == "bool" or config_key is MODE:
+                _check_bool(self, name)
+            else:
+                _check_int(self, name, config_key)
+        for name in ("alignment_history_size", "alignment_min_samples", "stats_history_size"):
+            _check_int(self, name, None)
         if self.alignment_min_samples > self.alignment_history_size:
             raise ConfigError(
                 f"CoordinatorSettings.alignment_min_samples must be <= "
@@ -125,15 +132,20 @@ def _where(name: str) -> str:
     return f"CoordinatorSettings.{name}" + (f" ({key})" if key else "")
 
 
-def _check_int(settings: CoordinatorSettings, name: str, minimum: int) -> None:
+def _check_int(settings: CoordinatorSettings, name: str, config_key: ConfigKey | None) -> None:
     value = getattr(settings, name)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(
             f"{_where(name)} must be an integer, got {type(value).__name__} {value!r}"
         )
-    if value < minimum:
-        bound = "> 0" if minimum == 1 else f">= {minimum}"
-        raise ConfigError(f"{_where(name)} must be {bound}, got {value}")
+    if config_key is None:
+        if value < 1:
+            raise ConfigError(f"{_where(name)} must be > 0, got {value}")
+        return
+    if not config_key.in_range(value):
+        unit = " ms" if config_key.type == "duration" else ""
+        bounds = config_key.range_text().removeprefix(",")
+        raise ConfigError(f"{_where(name)} must be{bounds}, got {value}{unit}")
 
 
 def _check_bool(settings: CoordinatorSettings, name: str) -> None:
@@ -145,14 +157,5 @@ def _check_bool(settings: CoordinatorSettings, name: str) -> None:
 def settings_from_conf(conf: BarrieredConf) -> CoordinatorSettings:
     """Map the session/source configuration onto the coordinator's settings."""
     return CoordinatorSettings(
-        checkpoint_interval_ms=conf.checkpoint_interval_ms,
-        checkpoint_timeout_ms=conf.checkpoint_timeout_ms,
-        min_pause_ms=conf.min_pause_ms,
-        max_concurrent=conf.max_concurrent_checkpoints,
-        tolerable_failures=conf.tolerable_checkpoint_failures,
-        exactly_once=conf.exactly_once,
-        unaligned_enabled=conf.unaligned_enabled,
-        adaptive=conf.unaligned_adaptive,
-        aligned_timeout_ms=conf.aligned_checkpoint_timeout_ms,
-        buffer_per_channel_rows=conf.buffer_per_channel,
+        **{name: getattr(conf, config_key.field) for name, config_key in FIELD_KEYS.items()}
     )

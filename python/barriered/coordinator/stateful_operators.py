@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+from barriered.datasource.options import RESTORE_FROM
+
 #: The progress name of ``applyInPandasWithState``, the one barriered.keyed() uses.
 KEYED_OPERATOR = "applyInPandasWithState"
 
@@ -122,5 +124,5 @@ def unrestored(stores: Iterable[str], operator_count: int, checkpoint: str) -> s
         f"whose operator the restored query does not run (it runs {operator_count} "
         "stateful operator(s)): that state would be silently dropped. The query changed "
         "since the checkpoint: restore with the query that wrote it, or start without "
-        "restoreFrom"
+        f"{RESTORE_FROM.name}"
     )

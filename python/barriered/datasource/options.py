@@ -16,45 +16,55 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from barriered.config import KEYS, BarrieredConf, closest, resolve, split_options
-from barriered.datasource.upstreams.options import Options, int_option
+from barriered.config import KEYS, BarrieredConf, ConfigKey, closest, resolve, split_options
+from barriered.datasource.upstreams.options import UPSTREAM, UPSTREAM_OPTIONS, Options
 from barriered.errors import ConfigError
 
 SESSION_CONF_OPTION = "barriered.sessionconf"
 #: The one session key outside ``spark.sql.streaming.barriered.*`` the hidden option
 #: carries: a restore needs the provider's session extension (:mod:`barriered.provider`).
 SESSION_EXTENSIONS = "spark.sql.extensions"
+_OWNER = "source option"
 
-#: The source's own options (lower case, as PySpark passes them) and their docs.
-SOURCE_OPTIONS: dict[str, str] = {
-    "upstream": "Where records come from: rate (default), files, delta or kafka.",
-    "maxrowsperchannel": "Admission control: most rows one micro-batch takes from a "
-    "channel (default: no limit). A channel whose upstream grows faster lags.",
-    "rowsperpartition": "Largest range of one channel read by one Spark task (default 100000).",
-    "restorefrom": "Restore from 'latest' or a checkpoint id (of this snapshot path), or "
-    "from a savepoint folder; use a new checkpointLocation (see statestore/README.md).",
-}
-
-#: Options of each upstream (lower case).
-UPSTREAM_OPTIONS: dict[str, frozenset[str]] = {
-    "rate": frozenset({"channels", "rowspersecond", "rowsperchannel", "keys", "skew"}),
-    "files": frozenset({"path", "format", "channels", "channelby", "schema", "archiveto"}),
-    "delta": frozenset({"path", "channels", "channelby", "startingversion"}),
-    "kafka": frozenset(
-        {
-            "subscribe",
-            "subscribepattern",
-            "assign",
-            "startingoffsets",
-            "startingtimestamp",
-            "failondataloss",
-            "includeheaders",
-            "kafkaconsumer.polltimeoutms",
-        }
-    ),
-}
-#: Prefixes of options passed on to an upstream's client (lower case).
-UPSTREAM_PREFIXES: dict[str, str] = {"delta": "storageoptions.", "kafka": "kafka."}
+MAX_ROWS_PER_CHANNEL = ConfigKey(
+    "maxRowsPerChannel",
+    "int",
+    None,
+    "Admission control: the most rows one micro-batch takes from a channel. A channel "
+    "whose upstream grows faster than this builds a backlog and lags; that is what makes "
+    "alignment cost latency and what an unaligned checkpoint stores as in-flight records.",
+    min_value=1,
+    owner=_OWNER,
+    default_doc="no limit",
+)
+ROWS_PER_PARTITION = ConfigKey(
+    "rowsPerPartition",
+    "int",
+    "100000",
+    "The largest range of one channel that one Spark task reads; a larger range is split "
+    "over several tasks.",
+    min_value=1,
+    owner=_OWNER,
+)
+RESTORE_FROM = ConfigKey(
+    "restoreFrom",
+    "str",
+    None,
+    "Start from a snapshot: `latest` or a checkpoint id of this snapshot path, or a "
+    "savepoint folder (restored into a new snapshot path), always with a new Spark "
+    "`checkpointLocation` (one that already holds offsets is refused: Spark would resume "
+    "from it and ignore `restoreFrom`) and any `spark.sql.shuffle.partitions` (see "
+    "statestore/README.md, restore and rescale). It takes the snapshot path over, even "
+    "from a running query, which is then fenced (one writer per snapshot path).",
+    owner=_OWNER,
+)
+#: The source's own options (the upstream's are in ``UPSTREAM_OPTIONS``).
+SOURCE_OPTIONS: tuple[ConfigKey, ...] = (
+    UPSTREAM,
+    MAX_ROWS_PER_CHANNEL,
+    ROWS_PER_PARTITION,
+    RESTORE_FROM,
+)
 
 
 @dataclass(frozen=True)
@@ -71,15 +81,16 @@ class SourceSettings:
     extensions: tuple[str, ...] = ()
 
 
-def _did_you_mean(name: str, known: set[str]) -> str:
-    """`` (did you mean ...?)`` for an unknown option close to a source option or to a
-    ``spark.sql.streaming.barriered.*`` key (which is also a source option), else ``""``."""
-    keys = {k.name.lower(): k for k in KEYS}
-    match = closest(name, sorted(known | set(keys)))
+def _did_you_mean(name: str, known: list[ConfigKey]) -> str:
+    """`` (did you mean ...?)`` for an unknown option close to an option of the source or
+    its upstream, or to a ``spark.sql.streaming.barriered.*`` key (which is also a source
+    option), else ``""``."""
+    candidates = {k.name: k for k in (*known, *KEYS)}
+    match = closest(name, candidates)
     if match is None:
         return ""
-    config_key = keys.get(match)
-    if config_key is None:
+    config_key = candidates[match]
+    if config_key.owner:
         return f" (did you mean {match!r}?)"
     return f" (did you mean {config_key.name!r}, or the session key {config_key.key!r}?)"
 
@@ -105,39 +116,37 @@ def parse_source_options(options: Mapping[str, str]) -> SourceSettings:
     session = json.loads(opts.pop(SESSION_CONF_OPTION) or "{}")
     _, rest = split_options(opts)
     conf = resolve(session, opts)
-    upstream = rest.get("upstream", "rate").lower()
-    if upstream not in UPSTREAM_OPTIONS:
-        raise ConfigError(
-            f"option 'upstream' must be one of {sorted(UPSTREAM_OPTIONS)}, got {upstream!r}"
-        )
-    known = set(SOURCE_OPTIONS) | UPSTREAM_OPTIONS[upstream]
-    prefix = UPSTREAM_PREFIXES.get(upstream)
-    unknown = [k for k in rest if k not in known and not (prefix and k.startswith(prefix))]
+    upstream = UPSTREAM.read_str(rest)
+    assert upstream is not None  # declared with a default
+    known = [*SOURCE_OPTIONS, *UPSTREAM_OPTIONS[upstream]]
+    names = {k.name.lower() for k in known if k.type != "prefix"}
+    prefixes = tuple(k.name.lower() for k in known if k.type == "prefix")
+    unknown = [k for k in rest if k not in names and not k.startswith(prefixes or ("\0",))]
     if unknown:
         hints = [f"{name!r}{_did_you_mean(name, known)}" for name in sorted(unknown)]
+        listed = ", ".join(k.name + ("*" if k.type == "prefix" else "") for k in known)
         raise ConfigError(
             f"unknown option(s) for the barriered source with upstream {upstream!r}: "
-            f"{', '.join(hints)}. Known options: {', '.join(sorted(known))}, plus the "
+            f"{', '.join(hints)}. Known options: {listed}, plus the "
             "spark.sql.streaming.barriered.* keys (see docs/configuration.md)"
         )
-    max_rows = (
-        int_option(rest, "maxrowsperchannel", 0, minimum=1)
-        if rest.get("maxrowsperchannel")
-        else None
-    )
+    max_rows = MAX_ROWS_PER_CHANNEL.read_int(rest)
+    rows_per_partition = ROWS_PER_PARTITION.read_int(rest)
+    assert rows_per_partition is not None  # declared with a default
     conf.require_snapshot_path()
-    restore_from = rest.get("restorefrom", "").strip() or None
+    restore_from = RESTORE_FROM.read_str(rest)
     if restore_from is not None and restore_from.lstrip("-").isdigit() and int(restore_from) < 1:
         raise ConfigError(
-            f"option 'restoreFrom' must be 'latest', a checkpoint id >= 1 or a savepoint "
-            f"path, got {restore_from!r}"
+            f"option {RESTORE_FROM.name!r} must be 'latest', a checkpoint id >= 1 or a "
+            f"savepoint path, got {restore_from!r}"
         )
+    own = {k.name.lower() for k in SOURCE_OPTIONS}
     return SourceSettings(
         conf=conf,
-        upstream_options=Options({k: v for k, v in rest.items() if k not in SOURCE_OPTIONS}),
+        upstream_options=Options({k: v for k, v in rest.items() if k not in own}),
         upstream=upstream,
         max_rows_per_channel=max_rows,
-        rows_per_partition=int_option(rest, "rowsperpartition", 100_000, minimum=1),
+        rows_per_partition=rows_per_partition,
         restore_from=restore_from,
         extensions=tuple(e.strip() for e in session.get(SESSION_EXTENSIONS, "").split(",")),
     )

@@ -28,7 +28,7 @@ from barriered.coordinator import ownership, stateful_operators
 from barriered.datasource import mirror, replay
 from barriered.datasource.columns import data_batch, marker_batch
 from barriered.datasource.offsets import SourceOffset
-from barriered.datasource.options import SourceSettings
+from barriered.datasource.options import RESTORE_FROM, SourceSettings
 from barriered.datasource.planner import PlanInput, plan
 from barriered.datasource.schedule import Schedule
 from barriered.datasource.triggers import TriggerLog
@@ -289,7 +289,8 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             else "a run that was not restored"
         )
         raise RestoreError(
-            f"option 'restoreFrom'={self.settings.restore_from!r} names {point.describe()}, "
+            f"option {RESTORE_FROM.name!r}={self.settings.restore_from!r} names "
+            f"{point.describe()}, "
             "but the query's checkpointLocation already holds offsets (of "
             f"{resumed}, delivered up to {list(begin.positions)}): Spark resumes a query "
             "from its checkpointLocation and would ignore restoreFrom. Nothing was written. "

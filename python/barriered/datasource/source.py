@@ -20,12 +20,12 @@ from barriered.datasource.columns import (
     META_SNAPSHOT_PATH,
     output_schema,
 )
-from barriered.datasource.options import SourceSettings
+from barriered.datasource.options import RESTORE_FROM, SourceSettings
 from barriered.datasource.reader import BarrieredStreamReader
 from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams import make_upstream
 from barriered.datasource.upstreams.base import Upstream
-from barriered.datasource.upstreams.options import Options
+from barriered.datasource.upstreams.options import FORMAT, SCHEMA, UPSTREAM, Options
 from barriered.errors import ConfigError, RestoreError
 from barriered.statestore import checkpoints_table
 from barriered.statestore.fileio import (
@@ -160,7 +160,7 @@ def _start_run(
 
 def _upstream(settings: SourceSettings, state_dir: str, required_by: str | None) -> Upstream:
     return make_upstream(
-        Options({**settings.upstream_options, "upstream": settings.upstream}),
+        Options({**settings.upstream_options, UPSTREAM.name: settings.upstream}),
         state_dir,
         required_by,
     )
@@ -199,7 +199,7 @@ def _adopts_manifest(point: RestorePoint, layout: SnapshotLayout) -> bool:
         return False
     if checkpoints_table.read_rows(layout) or exists(layout.state_table):
         raise RestoreError(
-            f"option 'restoreFrom' names {point.describe()}, but snapshotPath "
+            f"option {RESTORE_FROM.name!r} names {point.describe()}, but snapshotPath "
             f"{layout.root!r} already holds checkpoints of another run. Restore into a new, "
             "empty snapshotPath, or use restoreFrom=latest to continue this one"
         )
@@ -216,5 +216,5 @@ def _check_schema(schema: StructType, upstream: Upstream) -> None:
             f"the {upstream.name} upstream now has the columns "
             f"{expected.simpleString()}, but the stream was loaded with "
             f"{schema.simpleString()} (the files its schema was inferred from changed in "
-            "between); set options 'format' and 'schema' and load the stream again"
+            f"between); set options {FORMAT.name!r} and {SCHEMA.name!r} and load the stream again"
         )

@@ -1,19 +1,91 @@
-"""The options of the "barriered-delta" sink, parsed and checked (declared in config.py)."""
+"""The options of the "barriered-delta" sink: declared once here, parsed and checked."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from barriered.config import PREFIX, SINK_OPTIONS, closest
+from barriered.config import SNAPSHOT_PATH, ConfigKey, closest
 from barriered.datasource.options import SESSION_CONF_OPTION
 from barriered.errors import ConfigError
 from barriered.statestore.fileio import to_local_or_uri
 
 APPEND = "append"
 UPDATE = "update"
+_OWNER = "barriered-delta sink option"
+
+PATH = ConfigKey(
+    "path",
+    "path",
+    None,
+    "The output Delta table (a folder, or a URI delta-rs and pyarrow understand); "
+    "created on the first checkpoint that commits output. Also start(path).",
+    field="path",
+    owner=_OWNER,
+)
+#: The session key's declaration, as an option of the sink (its default).
+SNAPSHOT_PATH_OPTION = dataclasses.replace(
+    SNAPSHOT_PATH,
+    doc="The snapshot path of the barriered source of the same query (default: the "
+    f"session key {SNAPSHOT_PATH.key}); its coordinator commits the staged output with "
+    "each checkpoint.",
+    owner=_OWNER,
+)
+MODE = ConfigKey(
+    "mode",
+    "enum",
+    APPEND,
+    "append adds every output row; update merges each checkpoint's rows into the "
+    "table by keyColumns (the last row of a key wins: running totals, upserts).",
+    field="mode",
+    choices=(APPEND, UPDATE),
+    owner=_OWNER,
+)
+KEY_COLUMNS = ConfigKey(
+    "keyColumns",
+    "str",
+    None,
+    "Comma-separated key columns of mode update (required there, refused in append).",
+    field="key_columns",
+    owner=_OWNER,
+)
+PARTITION_BY = ConfigKey(
+    "partitionBy",
+    "str",
+    None,
+    "Comma-separated partition columns of the output table (Hive-style folders).",
+    field="partition_by",
+    owner=_OWNER,
+)
+SINK_ID = ConfigKey(
+    "sinkId",
+    "str",
+    None,
+    "Name of the sink under the snapshot path (_sink/<sinkId>/) and of its Delta "
+    "app transaction; default: the output table's folder name. Give each sink of "
+    "a query its own, and a second query writing the same table its own.",
+    field="sink_id",
+    owner=_OWNER,
+)
+ADOPT_TABLE = ConfigKey(
+    "adoptTable",
+    "bool",
+    "false",
+    "Let the sink take over an existing Delta table that no barriered-delta sink "
+    "owns (created by another writer; its columns must be the output's). The sink "
+    "then owns it: a table another query's sink owns is never taken over.",
+    field="adopt_table",
+    owner=_OWNER,
+)
+#: The options of ``writeStream.format("barriered-delta")``, by name; the session's
+#: snapshot path reaches the sink as it reaches the source.
+SINK_OPTIONS: dict[str, ConfigKey] = {
+    k.name: k
+    for k in (PATH, SNAPSHOT_PATH_OPTION, MODE, KEY_COLUMNS, PARTITION_BY, SINK_ID, ADOPT_TABLE)
+}
 #: Options Spark itself reads and hands on to every sink (lower case).
 SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname"})
 
@@ -91,8 +163,8 @@ class SinkSettings:
             Naming the option, the missing columns and the output's columns.
         """
         for option, wanted in (
-            ("keyColumns", self.key_columns),
-            ("partitionBy", self.partition_by),
+            (KEY_COLUMNS.name, self.key_columns),
+            (PARTITION_BY.name, self.partition_by),
         ):
             missing = [c for c in wanted if c not in columns]
             if missing:
@@ -102,7 +174,7 @@ class SinkSettings:
                 )
         if len(self.partition_by) >= len(columns):
             raise ConfigError(
-                "barriered-delta sink option 'partitionBy' names every output column; "
+                f"{PARTITION_BY.where} names every output column; "
                 "keep at least one column out of the partitioning"
             )
 
@@ -135,50 +207,49 @@ def parse(options: Mapping[str, str]) -> SinkSettings:
         if key is None:
             problems.append(f"unknown barriered-delta sink option {name!r}{_did_you_mean(name)}")
             continue
-        values[key.field] = key.parse(raw, f"barriered-delta sink option {key.name!r}")
+        values[key.field] = key.parse(raw)
     if problems:
         raise ConfigError(
             "; ".join(problems) + f". Options: {', '.join(SINK_OPTIONS)} (Spark hands the "
             "sink the option names lower-cased, so they are quoted that way)"
         )
-    if values.get("snapshot_path") is None and session.get(PREFIX + "snapshotPath"):
-        values["snapshot_path"] = session[PREFIX + "snapshotPath"]
-    for field, what in (("path", "path (or start(path))"), ("snapshot_path", "snapshotPath")):
-        if not values.get(field):
-            raise ConfigError(
-                f"the barriered-delta sink needs the option {what}"
-                + (
-                    ": the snapshot path of the query's barriered source (or the session "
-                    f"key {PREFIX}snapshotPath, with barriered.install(spark))"
-                    if field == "snapshot_path"
-                    else ": the output Delta table"
-                )
-            )
-    path = to_local_or_uri(str(values["path"]))
-    mode = str(values.get("mode") or APPEND)
-    keys = _columns(values.get("key_columns"))
+    if values.get(SNAPSHOT_PATH.field) is None and session.get(SNAPSHOT_PATH.key):
+        values[SNAPSHOT_PATH.field] = session[SNAPSHOT_PATH.key]
+    for option, what in (
+        (PATH, f"{PATH.name} (or start(path)): the output Delta table"),
+        (
+            SNAPSHOT_PATH_OPTION,
+            f"{SNAPSHOT_PATH.name}: the snapshot path of the query's barriered source (or "
+            f"the session key {SNAPSHOT_PATH.key}, with barriered.install(spark))",
+        ),
+    ):
+        if not values.get(option.field):
+            raise ConfigError(f"the barriered-delta sink needs the option {what}")
+    path = to_local_or_uri(str(values[PATH.field]))
+    mode = str(values.get(MODE.field) or APPEND)
+    keys = _columns(values.get(KEY_COLUMNS.field))
     if mode == UPDATE and not keys:
         raise ConfigError(
-            "barriered-delta sink mode 'update' merges by key: set the option keyColumns "
-            "(e.g. .option('keyColumns', 'user_id'))"
+            f"barriered-delta sink mode {UPDATE!r} merges by key: set the option "
+            f"{KEY_COLUMNS.name} (e.g. .option({KEY_COLUMNS.name!r}, 'user_id'))"
         )
     if mode == APPEND and keys:
         raise ConfigError(
-            "barriered-delta sink option keyColumns is only for mode 'update' (a merge by "
-            "key); drop it, or set .option('mode', 'update')"
+            f"barriered-delta sink option {KEY_COLUMNS.name} is only for mode {UPDATE!r} (a "
+            f"merge by key); drop it, or set .option({MODE.name!r}, {UPDATE!r})"
         )
-    sink_id = str(values.get("sink_id") or path.rstrip("/").rsplit("/", 1)[-1])
+    sink_id = str(values.get(SINK_ID.field) or path.rstrip("/").rsplit("/", 1)[-1])
     if not sink_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise ConfigError(
-            f"barriered-delta sink id {sink_id!r} (option sinkId, default the output "
-            "folder's name) may hold only letters, digits, '-', '_' and '.'; set sinkId"
+            f"barriered-delta sink id {sink_id!r} (option {SINK_ID.name}, default the output "
+            f"folder's name) may hold only letters, digits, '-', '_' and '.'; set {SINK_ID.name}"
         )
     return SinkSettings(
         path=path,
-        snapshot_path=to_local_or_uri(str(values["snapshot_path"])),
+        snapshot_path=to_local_or_uri(str(values[SNAPSHOT_PATH.field])),
         mode=mode,
         key_columns=keys,
-        partition_by=_columns(values.get("partition_by")),
+        partition_by=_columns(values.get(PARTITION_BY.field)),
         sink_id=sink_id,
-        adopt_table=bool(values.get("adopt_table", False)),
+        adopt_table=bool(values.get(ADOPT_TABLE.field, False)),
     )

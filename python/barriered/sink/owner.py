@@ -35,7 +35,7 @@ from deltalake import DeltaTable
 from deltalake.transaction import CommitProperties
 
 from barriered.errors import SinkError
-from barriered.sink.options import SinkSettings
+from barriered.sink.options import ADOPT_TABLE, PATH, SinkSettings
 from barriered.statestore.fileio import read_json
 from barriered.statestore.layout import SnapshotLayout
 
@@ -125,8 +125,8 @@ def check(
             f"barriered-delta sink {sid!r} of snapshot path {root!r}: the output table "
             f"{path!r} exists and no barriered-delta sink wrote it (no table property "
             f"{owner_property(sid)!r}); the sink owns its table. Nothing was written. "
-            "Write to a new table (option path), or set .option('adoptTable', 'true') to "
-            "let this query's sink take the table over"
+            f"Write to a new table (option {PATH.name}), or set .option({ADOPT_TABLE.name!r}, "
+            "'true') to let this query's sink take the table over"
         )
     done = table.transaction_version(settings.app_id)
     if restored is not None and restored.origin == owner:

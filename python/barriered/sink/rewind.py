@@ -29,6 +29,7 @@ from deltalake.transaction import CommitProperties
 
 from barriered.errors import SinkRewindError
 from barriered.sink.committer import CREATED_KEY, SinkPlan, plans_from_metadata
+from barriered.sink.options import PATH
 from barriered.sink.owner import RECORDED_KEY, SINK_ID_KEY, SNAPSHOT_PATH_KEY
 from barriered.statestore.delta_tables import open_table
 from barriered.statestore.fileio import join, read_json, write_json
@@ -95,7 +96,7 @@ def _target(sink_id: str, path: str, root: str, checkpoint_id: int) -> Rewind | 
             f"(version {'none' if target == EMPTY else target}, the table is at {latest}), "
             f"but version(s) {sorted(foreign)} after it were not written by this sink; "
             "undoing the later checkpoints' output would undo those writes too. Nothing "
-            "was written. Point the sink at a new table (option 'path'), or restore the "
+            f"was written. Point the sink at a new table (option {PATH.name!r}), or restore the "
             "latest checkpoint"
         )
     return Rewind(sink_id, path, checkpoint_id, target if ours_after else latest, latest)

@@ -218,7 +218,7 @@ class BarrieredDeltaWriter(DataSourceStreamArrowWriter):
 class BarrieredDeltaSink(DataSource):
     """``writeStream.format("barriered-delta")``: a Delta table committed with the checkpoints.
 
-    Options (declared in ``barriered.config.SINK_OPTIONS``): ``path`` (or
+    Options (declared in ``barriered.sink.options.SINK_OPTIONS``): ``path`` (or
     ``start(path)``), ``snapshotPath`` (default: the session key), ``mode``
     (``append``/``update``), ``keyColumns``, ``partitionBy``, ``sinkId``, ``adoptTable``.
     The stream must come from a barriered source; the table must be the sink's own

@@ -15,6 +15,7 @@ from deltalake import write_deltalake
 from deltalake.transaction import CommitProperties
 
 from barriered.coordinator.stats import STATS_COLUMNS
+from barriered.datasource.options import RESTORE_FROM
 from barriered.errors import SnapshotStoreError
 from barriered.statestore.delta_tables import (
     Commit,
@@ -70,7 +71,7 @@ def read_rows(layout: SnapshotLayout) -> list[dict[str, Any]]:
             f"the checkpoint history of {layout.root!r} cannot be read: {exc}. Put an intact "
             "copy of that file back (from a backup); until then nothing can be restored into "
             "this snapshot path, but its checkpoints can be restored onto a new snapshot path "
-            f"with .option('restoreFrom', {layout.root!r})"
+            f"with .option({RESTORE_FROM.name!r}, {layout.root!r})"
         ) from exc
     return sorted(rows, key=lambda r: (r["checkpoint_id"], r.get("end_timestamp_ms") or 0))
 

@@ -134,10 +134,12 @@ def ensure_dir(uri: str) -> None:
     try:
         fs.create_dir(path, recursive=True)
     except OSError as exc:
+        from barriered.config import SNAPSHOT_PATH  # here: barriered.config imports fileio
+
         raise SnapshotStoreError(
             f"snapshot path {uri!r} cannot be created or written: {exc}. Set "
-            "spark.sql.streaming.barriered.snapshotPath (or the source option "
-            "'snapshotPath') to a folder the driver and executors can write"
+            f"{SNAPSHOT_PATH.key} (or the source option {SNAPSHOT_PATH.name!r}) to a folder "
+            "the driver and executors can write"
         ) from exc
 
 

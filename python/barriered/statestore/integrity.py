@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from barriered.datasource.options import RESTORE_FROM
 from barriered.errors import SnapshotStoreError
 from barriered.statestore import checkpoints_table
 from barriered.statestore.delta_tables import log_file_problem, open_table
@@ -94,7 +95,7 @@ class PathIntegrity:
         return (
             f"{what}{also}. Nothing was changed. The newest checkpoint that can be restored "
             f"is {self.restore_id}; restoring it loses what the later ones recorded, so it is "
-            f"not chosen silently: pass its id explicitly (.option('restoreFrom', "
+            f"not chosen silently: pass its id explicitly (.option({RESTORE_FROM.name!r}, "
             f"'{self.restore_id}'), barriered restore-plan {self.root} --from "
             f"{self.restore_id}), or put the missing file back"
         )

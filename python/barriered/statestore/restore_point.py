@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from barriered.config import BarrieredConf, check_restore_compatible
+from barriered.datasource.options import RESTORE_FROM as RESTORE_FROM_OPTION
 from barriered.datasource.schedule import Schedule
 from barriered.datasource.triggers import TriggerLog
 from barriered.errors import ConfigError, RestoreError
@@ -35,7 +36,7 @@ from barriered.statestore.layout import SnapshotLayout
 log = logging.getLogger(__name__)
 
 #: The default of :func:`resolve`'s ``asked_by``: the source's option.
-RESTORE_FROM = "option 'restoreFrom'"
+RESTORE_FROM = f"option {RESTORE_FROM_OPTION.name!r}"
 
 
 @dataclass(frozen=True)
@@ -366,7 +367,7 @@ def resolve(
             raise RestoreError(f"{asked}{refusal}")
         if found.restore_id is None:
             advice = (
-                " to restore. Remove 'restoreFrom' to start from the beginning"
+                f" to restore. Remove {RESTORE_FROM_OPTION.name!r} to start from the beginning"
                 if asked_by == RESTORE_FROM
                 else ". Nothing was written; a checkpoint must complete first (barriered "
                 "checkpoints PATH lists them)"

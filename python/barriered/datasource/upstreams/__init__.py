@@ -29,7 +29,9 @@ def make_upstream(
         path's configuration or checkpoints): a manifest upstream then refuses to start
         without its manifest instead of building a new one.
     """
-    name = str(options.get("upstream", "rate")).lower()
+    from barriered.datasource.upstreams.options import UPSTREAM
+
+    name = str(UPSTREAM.read(options))  # declared with a default
     state_dir = local_dir(state_dir, name)
     if name == "rate":
         from barriered.datasource.upstreams.rate import RateUpstream
@@ -47,9 +49,7 @@ def make_upstream(
         from barriered.datasource.upstreams.kafka import KafkaUpstream
 
         return KafkaUpstream.from_options(options, state_dir, required_by)
-    raise ConfigError(
-        f"option 'upstream' must be one of 'rate', 'files', 'delta', 'kafka', got {name!r}"
-    )
+    raise ConfigError(f"{UPSTREAM.where} must be one of {UPSTREAM.choices}, got {name!r}")
 
 
 def manifest_name(upstream: str) -> str | None:

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from barriered.datasource.upstreams import options as opt
 from barriered.datasource.upstreams.arrow_rows import cast_column, read_parquet_rows
 from barriered.datasource.upstreams.manifest import (
     ChannelIndex,
@@ -40,12 +41,10 @@ from barriered.datasource.upstreams.manifest import (
     schema_from_text,
     schema_to_text,
 )
-from barriered.datasource.upstreams.options import Options, int_option, prefixed_options
+from barriered.datasource.upstreams.options import Options, prefixed_options
 from barriered.errors import ConfigError, SnapshotStoreError
 
 MANIFEST_NAME = "delta_manifest.jsonl"
-DEFAULT_CHANNELS = 4
-STORAGE_PREFIX = "storageOptions."
 
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
 
@@ -207,22 +206,18 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
             must exist, it is never rebuilt from the table's log.
         """
         options = Options(options)
-        raw_path = str(options.get("path") or "").strip()
-        if not raw_path:
+        raw_path = opt.PATH.read_str(options)
+        if raw_path is None:
             raise ConfigError(
-                "option 'path' is required by upstream 'delta': set it to the Delta table's "
-                "location (a folder or a URI such as s3://bucket/table)"
+                f"{opt.PATH.where} is required by upstream 'delta': set it to the Delta "
+                "table's location (a folder or a URI such as s3://bucket/table)"
             )
         path = _local_path(raw_path) if _is_local(raw_path) else raw_path.rstrip("/")
-        storage_options = prefixed_options(options, STORAGE_PREFIX)
-        channel_by = str(options.get("channelBy") or "").strip() or None
+        storage_options = prefixed_options(options, opt.STORAGE_OPTIONS.name)
+        channel_by = opt.DELTA_CHANNEL_BY.read_str(options)
         if channel_by is not None and channel_by.lower() == "file":
             channel_by = "file"
-        channels = (
-            int_option(options, "channels", DEFAULT_CHANNELS, minimum=1)
-            if str(options.get("channels") or "").strip()
-            else None
-        )
+        channels = opt.DELTA_CHANNELS.read_int(options)
         starting = _starting_version_option(options)
 
         from deltalake import DeltaTable
@@ -231,12 +226,12 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
             exists = DeltaTable.is_deltatable(path, storage_options or None)
         except Exception as exc:  # deltalake raises several types for storage errors
             raise ConfigError(
-                f"option 'path': cannot check for a Delta table at {path!r}: {exc}. Check "
+                f"{opt.PATH.where}: cannot check for a Delta table at {path!r}: {exc}. Check "
                 "the path and the 'storageOptions.*' options (credentials, region)"
             ) from exc
         if not exists:
             raise ConfigError(
-                f"option 'path': there is no Delta table at {path!r} (no _delta_log with "
+                f"{opt.PATH.where}: there is no Delta table at {path!r} (no _delta_log with "
                 "commits); check the path, or create the table before starting the stream"
             )
 
@@ -256,7 +251,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
         mapping = table.metadata().configuration.get("delta.columnMapping.mode", "none")
         if mapping not in ("none", None):
             raise ConfigError(
-                f"option 'path': Delta table {path!r} uses column mapping ({mapping!r}), "
+                f"{opt.PATH.where}: Delta table {path!r} uses column mapping ({mapping!r}), "
                 "which the delta upstream does not support; read a table without column "
                 "mapping"
             )
@@ -264,18 +259,18 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
         partition_columns = list(table.metadata().partition_columns)
         if channel_by is None or (channel_by == "file" and "file" not in partition_columns):
             channel_by = "file"
-            channels = channels or DEFAULT_CHANNELS
+            channels = channels or opt.DEFAULT_CHANNELS
         else:
             column = _match_column(channel_by, partition_columns, path)
             channel_by = column
             values = {p.get(column) for p in table.partitions()}
             if channels is None:
-                channels = len(values) or DEFAULT_CHANNELS
+                channels = len(values) or opt.DEFAULT_CHANNELS
             elif channels < len(values):
                 raise ConfigError(
-                    f"option 'channels' is {channels} but partition column {column!r} of "
-                    f"{path!r} already has {len(values)} values (one channel each); omit "
-                    f"'channels' or set it to at least {len(values)}"
+                    f"{opt.DELTA_CHANNELS.where} is {channels} but partition column "
+                    f"{column!r} of {path!r} already has {len(values)} values (one channel "
+                    f"each); omit {opt.DELTA_CHANNELS.name!r} or set it to at least {len(values)}"
                 )
         if starting is None:
             starting = 0
@@ -283,7 +278,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
             starting = latest + 1
         elif isinstance(starting, int) and starting > latest:
             raise ConfigError(
-                f"option 'startingVersion' is {starting} but Delta table {path!r} is at "
+                f"{opt.STARTING_VERSION.where} is {starting} but Delta table {path!r} is at "
                 f"version {latest}; use a version <= {latest}, or 'latest' to read only "
                 "new commits"
             )
@@ -301,8 +296,9 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
         )
         if starting <= latest and upstream._read_commit(starting) is None:
             raise ConfigError(
-                f"option 'startingVersion': commit {starting} of Delta table {path!r} is no "
-                "longer in its _delta_log (log retention removed it); set 'startingVersion' "
+                f"{opt.STARTING_VERSION.where}: commit {starting} of Delta table {path!r} "
+                "is no longer in its _delta_log (log retention removed it); set "
+                f"{opt.STARTING_VERSION.name!r} "
                 "to a version whose commit file is still there"
             )
         upstream._reset()
@@ -435,7 +431,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
                 f"Delta table {self.path!r} version {version} adds partition value {value!r} "
                 f"of column {self.channel_by!r}, but all {self.channels} channels are taken "
                 f"by {self._values}; channels are fixed for the life of the stream: start it "
-                "on a new snapshot path with a larger option 'channels'"
+                f"on a new snapshot path with a larger option {opt.DELTA_CHANNELS.name!r}"
             )
         self._values.append(value)
         return len(self._values) - 1
@@ -507,7 +503,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
                     "delta upstream is append-only (like Spark's Delta source without "
                     "ignoreChanges), so deletes, updates, merges and overwrites cannot be "
                     "streamed. Only append to the table, or start the stream on a new "
-                    "snapshot path with option 'startingVersion' after this version"
+                    f"snapshot path with option {opt.STARTING_VERSION.name!r} after this version"
                 )
             if "metaData" in action:
                 self._check_metadata(version, action["metaData"])
@@ -623,12 +619,14 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
 
 
 def _starting_version_option(options: Mapping[str, str]) -> int | str | None:
-    raw = str(options.get("startingVersion") or "").strip()
-    if not raw:
-        return None
-    if raw.lower() == "latest":
-        return "latest"
-    return int_option(options, "startingVersion", 0, minimum=0)
+    """``startingVersion``: ``"latest"``, a version, or None when not given."""
+    text = (opt.STARTING_VERSION.given(options) or "").lower()
+    if text in ("", "latest") or text.isdigit():
+        return int(text) if text.isdigit() else text or None
+    raise ConfigError(
+        f"{opt.STARTING_VERSION.where}: invalid value {text!r}; expected 'latest' or a table "
+        "version (an integer, at least 0)"
+    )
 
 
 def _match_column(name: str, partition_columns: list[str], path: str) -> str:
@@ -643,6 +641,7 @@ def _match_column(name: str, partition_columns: list[str], path: str) -> str:
         else "'file' (the table is not partitioned)"
     )
     raise ConfigError(
-        f"option 'channelBy' must be 'file' or a partition column of Delta table {path!r}, "
+        f"{opt.DELTA_CHANNEL_BY.where} must be 'file' or a partition column of Delta "
+        f"table {path!r}, "
         f"got {name!r}; use {hint}"
     )

@@ -16,9 +16,10 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from barriered.datasource.upstreams.arrow_rows import ARROW_ERRORS, conform, normalize_schema
+from barriered.datasource.upstreams.options import FORMAT, SCHEMA
 from barriered.errors import ConfigError
 
-FORMATS = ("json", "csv", "parquet")
+FORMATS = FORMAT.choices
 EXTENSIONS = {
     ".json": "json",
     ".jsonl": "json",
@@ -38,8 +39,8 @@ def infer_format(first_file: str) -> str:
         if lower.endswith(ext):
             return fmt
     raise ConfigError(
-        f"option 'format' is not set and cannot be inferred from the first file "
-        f"{first_file!r} (known extensions: {', '.join(EXTENSIONS)}); set option 'format' "
+        f"option {FORMAT.name!r} is not set and cannot be inferred from the first file "
+        f"{first_file!r} (known extensions: {', '.join(EXTENSIONS)}); set option {FORMAT.name!r} "
         f"to one of {', '.join(FORMATS)}"
     )
 
@@ -49,7 +50,7 @@ def infer_schema(file_path: str, fmt: str) -> pa.Schema:
     if os.path.getsize(file_path) == 0:
         raise ConfigError(
             f"cannot infer the schema from the first file {file_path!r}: it is empty; "
-            "set option 'schema' (e.g. 'id long, name string')"
+            f"set option {SCHEMA.name!r} (e.g. 'id long, name string')"
         )
     try:
         if fmt == "parquet":
@@ -61,11 +62,11 @@ def infer_schema(file_path: str, fmt: str) -> pa.Schema:
     except READ_ERRORS as exc:
         raise ConfigError(
             f"cannot infer the schema from the first file {file_path!r} as {fmt} ({exc}); "
-            "check option 'format' or set option 'schema'"
+            f"check option {FORMAT.name!r} or set option {SCHEMA.name!r}"
         ) from exc
     if len(schema) == 0:
         raise ConfigError(
-            f"the first file {file_path!r} has no columns; set option 'schema' "
+            f"the first file {file_path!r} has no columns; set option {SCHEMA.name!r} "
             "(e.g. 'id long, name string')"
         )
     return normalize_schema(schema)

@@ -33,9 +33,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from barriered.datasource.upstreams import options as opt
 from barriered.datasource.upstreams.arrow_rows import conform, read_parquet_rows
 from barriered.datasource.upstreams.file_formats import (
-    FORMATS,
     READ_ERRORS,
     infer_format,
     infer_schema,
@@ -49,19 +49,12 @@ from barriered.datasource.upstreams.manifest import (
     schema_from_text,
     schema_to_text,
 )
-from barriered.datasource.upstreams.options import (
-    Options,
-    choice_option,
-    int_option,
-    schema_option,
-)
+from barriered.datasource.upstreams.options import Options, schema_option
 from barriered.errors import ConfigError, SnapshotStoreError
 
 log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "files_manifest.jsonl"
-CHANNEL_BY = ("folder", "hash")
-DEFAULT_CHANNELS = 4
 
 
 # --------------------------------------------------------------------------------------
@@ -225,25 +218,21 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             must exist, it is never rebuilt from the listing.
         """
         options = Options(options)
-        raw_path = options.get("path")
-        if raw_path is None or not str(raw_path).strip():
+        raw_path = opt.PATH.read_str(options)
+        if raw_path is None:
             raise ConfigError(
-                "option 'path' is required by upstream 'files': set it to the directory "
-                "the files are written to"
+                f"{opt.PATH.where} is required by upstream 'files': set it to the "
+                "directory the files are written to"
             )
-        path = os.path.abspath(os.path.expanduser(str(raw_path).strip()))
+        path = os.path.abspath(os.path.expanduser(raw_path))
         if not os.path.exists(path):
-            raise ConfigError(f"option 'path': directory {path!r} does not exist; create it")
+            raise ConfigError(f"{opt.PATH.where}: directory {path!r} does not exist; create it")
         if not os.path.isdir(path):
-            raise ConfigError(f"option 'path': {path!r} is not a directory")
-        fmt = choice_option(options, "format", FORMATS)
-        channel_by = choice_option(options, "channelBy", CHANNEL_BY)
-        channels = (
-            int_option(options, "channels", DEFAULT_CHANNELS, minimum=1)
-            if str(options.get("channels") or "").strip()
-            else None
-        )
-        schema = schema_option(options, "schema")
+            raise ConfigError(f"{opt.PATH.where}: {path!r} is not a directory")
+        fmt = opt.FORMAT.read_str(options)
+        channel_by = opt.CHANNEL_BY.read_str(options)
+        channels = opt.FILES_CHANNELS.read_int(options)
+        schema = schema_option(options)
         archive_to = _archive_option(options, path)
         given = {
             "path": path,
@@ -259,9 +248,9 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
         folders, files = _listing(path)
         if not files and (fmt is None or schema is None):
             raise ConfigError(
-                f"option 'path': directory {path!r} has no data files yet, so the format "
-                "and schema cannot be inferred; set options 'format' and 'schema' "
-                "(e.g. 'id long, name string') to start on an empty directory"
+                f"{opt.PATH.where}: directory {path!r} has no data files yet, so the format "
+                f"and schema cannot be inferred; set options {opt.FORMAT.name!r} and "
+                f"{opt.SCHEMA.name!r} (e.g. 'id long, name string') to start on an empty directory"
             )
         top_files = [f for f in files if "/" not in f]
         if channel_by is None:
@@ -269,25 +258,25 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
         if channel_by == "folder":
             if not folders:
                 raise ConfigError(
-                    f"option 'channelBy' is 'folder' but {path!r} has no sub-folders; "
-                    "create one sub-folder per channel or use channelBy 'hash'"
+                    f"{opt.CHANNEL_BY.where} is 'folder' but {path!r} has no sub-folders; "
+                    f"create one sub-folder per channel or use {opt.CHANNEL_BY.name} 'hash'"
                 )
             if top_files:
                 raise ConfigError(
-                    f"option 'channelBy' is 'folder' but file {top_files[0]!r} lies directly "
-                    f"in {path!r}; put every file in a channel sub-folder or use "
-                    "channelBy 'hash'"
+                    f"{opt.CHANNEL_BY.where} is 'folder' but file {top_files[0]!r} lies "
+                    f"directly in {path!r}; put every file in a channel sub-folder or use "
+                    f"{opt.CHANNEL_BY.name} 'hash'"
                 )
             if channels is not None and channels != len(folders):
                 raise ConfigError(
-                    f"option 'channels' is {channels} but channelBy 'folder' found "
-                    f"{len(folders)} sub-folders in {path!r} ({', '.join(folders)}); omit "
-                    "'channels' or make them equal"
+                    f"{opt.FILES_CHANNELS.where} is {channels} but {opt.CHANNEL_BY.name} 'folder' "
+                    f"found {len(folders)} sub-folders in {path!r} ({', '.join(folders)}); "
+                    f"omit {opt.FILES_CHANNELS.name!r} or make them equal"
                 )
             channels = len(folders)
         else:
             folders = []
-            channels = channels or DEFAULT_CHANNELS
+            channels = channels or opt.DEFAULT_CHANNELS
         if fmt is None:
             fmt = infer_format(files[0])
         if schema is None:
@@ -381,7 +370,7 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             raise ConfigError(
                 f"file {file_path!r} cannot be read as {self.format} with the stream's "
                 f"schema ({', '.join(describe_schema(self._schema))}): {exc}. Fix or remove "
-                "the file (before it is picked up), or set option 'schema' on a new "
+                f"the file (before it is picked up), or set option {opt.SCHEMA.name!r} on a new "
                 "snapshot path"
             ) from exc
 
@@ -391,7 +380,7 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             folders, files = _listing(self.path)
         except FileNotFoundError:
             raise ConfigError(
-                f"option 'path': directory {self.path!r} no longer exists; the files "
+                f"{opt.PATH.where}: directory {self.path!r} no longer exists; the files "
                 "upstream needs it for the life of the stream"
             ) from None
         if self.channel_by == "folder":
@@ -506,7 +495,7 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             f"file {os.path.join(self.path, entry.path)!r} (records {entry.start}.."
             f"{entry.start + entry.rows} of channel {entry.channel}) disappeared before it "
             f"was released. The upstream must not modify or delete files in place; set "
-            "option 'archiveTo' to let the source move files it no longer needs"
+            f"{opt.ARCHIVE_TO.where} to let the source move files it no longer needs"
         )
 
     def _find(self, entry: FileEntry) -> str | None:
@@ -590,19 +579,20 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
 
 
 def _archive_option(options: Mapping[str, str], path: str) -> str | None:
-    raw = options.get("archiveTo")
-    if raw is None or not str(raw).strip():
+    raw = opt.ARCHIVE_TO.read_str(options)
+    if raw is None:
         return None
-    archive = os.path.abspath(os.path.expanduser(str(raw).strip()))
+    archive = os.path.abspath(os.path.expanduser(raw))
     inside = os.path.relpath(archive, path)
     if inside == "." or (not inside.startswith("..") and not _ignored(inside.split(os.sep, 1)[0])):
         raise ConfigError(
-            f"option 'archiveTo' ({archive!r}) lies inside option 'path' ({path!r}), so "
-            "archived files would be discovered again; use a folder outside 'path' (or a "
-            "hidden one, e.g. '_archive')"
+            f"{opt.ARCHIVE_TO.where} ({archive!r}) lies inside option {opt.PATH.name!r} "
+            f"({path!r}), so "
+            "archived files would be discovered again; use a folder outside "
+            f"{opt.PATH.name!r} (or a hidden one, e.g. '_archive')"
         )
     if os.path.exists(archive) and not os.path.isdir(archive):
-        raise ConfigError(f"option 'archiveTo': {archive!r} is not a folder")
+        raise ConfigError(f"{opt.ARCHIVE_TO.where}: {archive!r} is not a folder")
     return archive  # created by the first release that moves a file
 
 

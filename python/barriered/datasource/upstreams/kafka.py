@@ -37,8 +37,9 @@ from typing import Any
 import pyarrow as pa
 
 from barriered.datasource.upstreams import kafka_cluster as cluster
+from barriered.datasource.upstreams import options as opt
 from barriered.datasource.upstreams.base import Upstream
-from barriered.datasource.upstreams.options import choice_option, int_option, prefixed_options
+from barriered.datasource.upstreams.options import prefixed_options
 from barriered.errors import ConfigError, SnapshotStoreError, UpstreamError
 from barriered.statestore.fileio import read_json, write_json
 
@@ -47,10 +48,9 @@ log = logging.getLogger(__name__)
 MANIFEST_NAME = "kafka_manifest.json"
 #: Where the ranges skipped with ``failOnDataLoss=false`` are recorded (one file each).
 LOST_DIR = "kafka_lost"
-CLIENT_PREFIX = "kafka."
 #: Client settings the upstream sets itself (Spark's Kafka source refuses the same).
 _MANAGED = {
-    "auto.offset.reset": "use the option startingOffsets",
+    "auto.offset.reset": f"use the option {opt.STARTING_OFFSETS.name}",
     "enable.auto.commit": "offsets live in the barriered checkpoint",
     "enable.partition.eof": "the reader needs it",
 }
@@ -164,33 +164,38 @@ class KafkaUpstream(Upstream):
         SnapshotStoreError
             When the manifest is missing although ``required_by`` refers to positions.
         """
-        client = prefixed_options(options, CLIENT_PREFIX)
+        prefix = opt.KAFKA_CLIENT.name
+        client = prefixed_options(options, prefix)
         if not client.get("bootstrap.servers"):
             raise ConfigError(
-                "upstream 'kafka' needs the option kafka.bootstrap.servers "
-                "(e.g. .option('kafka.bootstrap.servers', 'host1:9092,host2:9092'))"
+                f"upstream 'kafka' needs the option {prefix}bootstrap.servers "
+                f"(e.g. .option('{prefix}bootstrap.servers', 'host1:9092,host2:9092'))"
             )
         for setting, why in _MANAGED.items():
             if setting in client:
-                raise ConfigError(f"option 'kafka.{setting}' is not supported: {why}")
+                raise ConfigError(f"option '{prefix}{setting}' is not supported: {why}")
         isolation = client.setdefault("isolation.level", "read_committed")
         if isolation not in ("read_committed", "read_uncommitted"):
             raise ConfigError(
-                "option 'kafka.isolation.level' must be read_committed or read_uncommitted, "
-                f"got {isolation!r}"
+                f"option '{prefix}isolation.level' must be read_committed or "
+                f"read_uncommitted, got {isolation!r}"
             )
         subscription = {
-            k: options[k] for k in ("subscribe", "subscribePattern", "assign") if k in options
+            k.name: str(options[k.name])
+            for k in (opt.SUBSCRIBE, opt.SUBSCRIBE_PATTERN, opt.ASSIGN)
+            if k.name in options
         }
         if len(subscription) != 1:
             raise ConfigError(
-                "upstream 'kafka' needs exactly one of the options subscribe (topics, comma "
-                "separated), subscribePattern (a regular expression) or assign (JSON "
-                f'{{"topic": [0, 1]}}), got {sorted(subscription) or "none"}'
+                f"upstream 'kafka' needs exactly one of the options {opt.SUBSCRIBE.name} "
+                f"(topics, comma separated), {opt.SUBSCRIBE_PATTERN.name} (a regular "
+                f'expression) or {opt.ASSIGN.name} (JSON {{"topic": [0, 1]}}), got '
+                f"{sorted(subscription) or 'none'}"
             )
-        fail_on_data_loss = choice_option(options, "failOnDataLoss", ("true", "false")) != "false"
-        include_headers = choice_option(options, "includeHeaders", ("true", "false")) == "true"
-        poll_timeout_ms = int_option(options, "kafkaConsumer.pollTimeoutMs", 120_000, minimum=1)
+        fail_on_data_loss = opt.FAIL_ON_DATA_LOSS.read_bool(options)
+        include_headers = opt.INCLUDE_HEADERS.read_bool(options)
+        poll_timeout_ms = opt.POLL_TIMEOUT_MS.read_int(options)
+        assert poll_timeout_ms is not None  # declared with a default
         manifest_path = f"{state_dir.rstrip('/')}/{MANIFEST_NAME}"
         saved = read_json(manifest_path, default=None)
         common = (fail_on_data_loss, include_headers, poll_timeout_ms, manifest_path)
@@ -417,9 +422,9 @@ class KafkaUpstream(Upstream):
         from confluent_kafka import TopicCollection, TopicPartition
 
         topics = sorted(self.topic_ids)
-        if "subscribePattern" in self.subscription:
+        if opt.SUBSCRIBE_PATTERN.name in self.subscription:
             admin = self._admin()
-            pattern = re.compile(self.subscription["subscribePattern"])
+            pattern = re.compile(self.subscription[opt.SUBSCRIBE_PATTERN.name])
             topics = sorted(
                 {
                     *topics,
@@ -448,7 +453,7 @@ class KafkaUpstream(Upstream):
                     "so it is not read again from the start. Start the stream on a new "
                     "snapshot path"
                 )
-            if "assign" not in self.subscription:
+            if opt.ASSIGN.name not in self.subscription:
                 found += [(topic, p.id) for p in info.partitions if (topic, p.id) not in known]
         if not found:
             return []

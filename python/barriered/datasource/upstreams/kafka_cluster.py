@@ -9,7 +9,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from barriered.datasource.upstreams.options import int_option
+from barriered.datasource.upstreams.options import (
+    ASSIGN,
+    STARTING_OFFSETS,
+    STARTING_TIMESTAMP,
+    SUBSCRIBE,
+    SUBSCRIBE_PATTERN,
+)
 from barriered.errors import ConfigError, UpstreamError
 
 #: ``startingOffsets`` JSON's special offsets.
@@ -57,24 +63,24 @@ def resolve(admin: Any, subscription: Mapping[str, str]) -> dict[str, Any]:
 
     ((kind, raw),) = subscription.items()
     assigned: dict[str, list[int]] | None = None
-    if kind == "assign":
+    if kind == ASSIGN.name:
         try:
             parsed = json.loads(raw)
             assigned = {str(t): [int(p) for p in ps] for t, ps in parsed.items()}
         except (ValueError, TypeError, AttributeError):
             raise ConfigError(
-                f"option 'assign' must be JSON like {{\"topic\": [0, 1]}}, got {raw!r}"
+                f'option {ASSIGN.name!r} must be JSON like {{"topic": [0, 1]}}, got {raw!r}'
             ) from None
         names = sorted(assigned)
     else:
         listed = sorted(t for t in admin.list_topics(timeout=30).topics if not t.startswith("__"))
-        if kind == "subscribe":
+        if kind == SUBSCRIBE.name:
             names = [t.strip() for t in raw.split(",") if t.strip()]
         else:
             try:
                 pattern = re.compile(raw)
             except re.error as exc:
-                raise ConfigError(f"option 'subscribePattern' {raw!r}: {exc}") from None
+                raise ConfigError(f"{SUBSCRIBE_PATTERN.where} {raw!r}: {exc}") from None
             names = [t for t in listed if pattern.fullmatch(t)]
         missing = [t for t in names if t not in listed]
         if missing or not names:
@@ -91,7 +97,7 @@ def resolve(admin: Any, subscription: Mapping[str, str]) -> dict[str, Any]:
             unknown = sorted(set(assigned[topic]) - set(partitions))
             if unknown:
                 raise ConfigError(
-                    f"option 'assign' names partitions {unknown} of topic {topic!r}, which "
+                    f"{ASSIGN.where} names partitions {unknown} of topic {topic!r}, which "
                     f"has {len(partitions)}"
                 )
             partitions = sorted(assigned[topic])
@@ -106,17 +112,19 @@ def starting_offsets(
     ``startingTimestamp``; default ``latest``, as Spark's Kafka source)."""
     from confluent_kafka import TopicPartition
 
-    raw_offsets = options.get("startingOffsets")
-    raw_time = options.get("startingTimestamp")
-    if raw_offsets and raw_time:
-        raise ConfigError("set one of the options startingOffsets and startingTimestamp, not both")
+    raw_offsets = STARTING_OFFSETS.given(options)
+    stamp = STARTING_TIMESTAMP.read_int(options)
+    if raw_offsets and stamp is not None:
+        raise ConfigError(
+            f"set one of the options {STARTING_OFFSETS.name} and {STARTING_TIMESTAMP.name}, "
+            "not both"
+        )
     wanted: dict[tuple[str, int], Any] = {}
     partitions = [(t, p) for t, info in topics.items() for p in info["partitions"]]
-    if raw_time:
-        stamp = int_option(options, "startingTimestamp", 0, minimum=0)
+    if stamp is not None:
         wanted = {tp: spec("for_timestamp", stamp) for tp in partitions}
     else:
-        text = (raw_offsets or "latest").strip()
+        text = STARTING_OFFSETS.read_str(options) or ""
         if text.lower() in ("earliest", "latest"):
             wanted = {tp: spec(text.lower()) for tp in partitions}
         else:
@@ -128,13 +136,13 @@ def starting_offsets(
                 }
             except (ValueError, TypeError, AttributeError):
                 raise ConfigError(
-                    "option 'startingOffsets' must be earliest, latest or JSON like "
+                    f"{STARTING_OFFSETS.where} must be earliest, latest or JSON like "
                     f'{{"topic": {{"0": 23, "1": -2}}}} (-2 earliest, -1 latest), got {text!r}'
                 ) from None
             missing = sorted(set(partitions) - set(given))
             if missing:
                 raise ConfigError(
-                    f"option 'startingOffsets' has no offset for {missing}; give every "
+                    f"{STARTING_OFFSETS.where} has no offset for {missing}; give every "
                     "subscribed topic-partition one (-2 earliest, -1 latest)"
                 )
             for tp in partitions:

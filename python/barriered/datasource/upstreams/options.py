@@ -1,32 +1,253 @@
-"""Small, shared parsers for upstream options; errors name the option."""
+"""The options of each upstream, declared once, and the parsers of their richer values.
+
+Each upstream's options are :class:`~barriered.config.ConfigKey` declarations (type,
+default, doc, bounds), parsed by :meth:`ConfigKey.read` with the same messages as the
+session keys; :data:`UPSTREAM_OPTIONS` lists them per upstream for the source's
+unknown-option check and for ``docs/configuration.md`` (``python -m
+barriered.config_doc``). Options of ``type="prefix"`` are families passed on to a client.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import dataclasses
+from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
 
+from barriered.config import ConfigKey
 from barriered.errors import ConfigError
 
+_OWNER = "upstream option"
+#: Channels of an upstream that does not derive them from its input.
+DEFAULT_CHANNELS = 4
 
-def int_option(
-    options: Mapping[str, str], name: str, default: int, minimum: int | None = None
-) -> int:
-    """Return option ``name`` as an int (``default`` when absent), checking ``minimum``."""
-    raw = options.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise ConfigError(f"option {name!r} must be an integer, got {raw!r}") from None
-    if minimum is not None and value < minimum:
-        raise ConfigError(f"option {name!r} must be >= {minimum}, got {value}")
-    return value
+CHANNELS = ConfigKey(
+    "channels",
+    "int",
+    None,
+    "Number of channels.",
+    min_value=1,
+    owner=_OWNER,
+    default_doc=f"`{DEFAULT_CHANNELS}`",
+)
+PATH = ConfigKey(
+    "path",
+    "path",
+    None,
+    "files: the folder the files are written to; delta: the table, a folder or a URI "
+    "(`s3://bucket/table`, `abfss://...`).",
+    owner=_OWNER,
+    default_doc="required",
+)
+
+# -- rate ------------------------------------------------------------------------------
+ROWS_PER_SECOND = ConfigKey(
+    "rowsPerSecond",
+    "float",
+    "100",
+    "Records produced per second per channel; `0` makes all of `rowsPerChannel` available "
+    "at once (a finite, instant input: the tests and notebooks use it with "
+    "`Trigger.AvailableNow`).",
+    min_value=0,
+    owner=_OWNER,
+)
+ROWS_PER_CHANNEL = ConfigKey(
+    "rowsPerChannel",
+    "int",
+    None,
+    "Records per channel (before `skew`); required when `rowsPerSecond` is `0`.",
+    min_value=0,
+    owner=_OWNER,
+    default_doc="unbounded",
+)
+KEYS = ConfigKey(
+    "keys",
+    "int",
+    "1000",
+    "Distinct `user_id` values (`user-0` ...).",
+    min_value=1,
+    owner=_OWNER,
+)
+SKEW = ConfigKey(
+    "skew",
+    "str",
+    None,
+    "Per-channel factor on rate and bound, `CHANNEL:FACTOR[,...]`: `0:4` makes channel 0 "
+    "produce four times as much. With `maxRowsPerChannel` the skewed channel lags.",
+    owner=_OWNER,
+)
+
+# -- files -----------------------------------------------------------------------------
+FORMAT = ConfigKey(
+    "format",
+    "enum",
+    None,
+    "`json` (`.json`, `.jsonl`, `.ndjson`), `csv` or `parquet`.",
+    choices=("json", "csv", "parquet"),
+    owner=_OWNER,
+    default_doc="from the first file's extension",
+)
+CHANNEL_BY = ConfigKey(
+    "channelBy",
+    "enum",
+    None,
+    "`folder`: each immediate sub-folder is one channel; `hash`: crc32 of the file's "
+    "relative path modulo `channels`.",
+    choices=("folder", "hash"),
+    owner=_OWNER,
+    default_doc="`folder` when `path` holds only sub-folders, else `hash`",
+)
+FILES_CHANNELS = dataclasses.replace(
+    CHANNELS, default_doc=f"`{DEFAULT_CHANNELS}` (`hash`); the number of sub-folders (`folder`)"
+)
+SCHEMA = ConfigKey(
+    "schema",
+    "str",
+    None,
+    "Columns as `name type, ...`; types `string`, `long`/`bigint`, `int`/`integer`, "
+    "`double`, `boolean`/`bool`, `timestamp`. Required to start on an empty folder.",
+    owner=_OWNER,
+    default_doc="inferred from the first file",
+)
+ARCHIVE_TO = ConfigKey(
+    "archiveTo",
+    "path",
+    None,
+    "A folder outside `path`: files whose records all lie before the oldest retained "
+    "checkpoint may be moved there by the upstream's release step (they stay readable for "
+    "replay).",
+    owner=_OWNER,
+)
+
+# -- delta -----------------------------------------------------------------------------
+DELTA_CHANNEL_BY = dataclasses.replace(
+    CHANNEL_BY,
+    type="str",
+    choices=(),
+    doc="`file`: crc32 of the data file path modulo `channels`; or a partition column: one "
+    "channel per partition value, in first-seen order.",
+    default_doc="`file`",
+)
+DELTA_CHANNELS = dataclasses.replace(CHANNELS, default_doc=f"`{DEFAULT_CHANNELS}` (`file`)")
+STARTING_VERSION = ConfigKey(
+    "startingVersion",
+    "str",
+    "0",
+    "The first version read, or `latest` (only commits after the current one).",
+    owner=_OWNER,
+)
+STORAGE_OPTIONS = ConfigKey(
+    "storageOptions.",
+    "prefix",
+    None,
+    "delta-rs storage options of the table, e.g. `storageOptions.AWS_REGION`.",
+    owner=_OWNER,
+)
+
+# -- kafka -----------------------------------------------------------------------------
+SUBSCRIBE = ConfigKey(
+    "subscribe",
+    "str",
+    None,
+    "Topics, comma separated. Exactly one of `subscribe`, `subscribePattern`, `assign`.",
+    owner=_OWNER,
+)
+SUBSCRIBE_PATTERN = ConfigKey(
+    "subscribePattern",
+    "str",
+    None,
+    "A regular expression over topic names (internal `__` topics excluded).",
+    owner=_OWNER,
+)
+ASSIGN = ConfigKey(
+    "assign",
+    "str",
+    None,
+    'JSON `{"topic": [0, 1]}`: these partitions only (no new ones join).',
+    owner=_OWNER,
+)
+STARTING_OFFSETS = ConfigKey(
+    "startingOffsets",
+    "str",
+    "latest",
+    'Where a new stream starts: `earliest`, `latest`, or JSON `{"topic": {"0": 23, "1": '
+    "-2}}` (-2 earliest, -1 latest). A restarted or restored stream starts at its "
+    "checkpoint's offsets.",
+    owner=_OWNER,
+)
+STARTING_TIMESTAMP = ConfigKey(
+    "startingTimestamp",
+    "int",
+    None,
+    "Milliseconds since the epoch: each partition starts at its first record at or after "
+    "it (its end if none).",
+    min_value=0,
+    owner=_OWNER,
+)
+FAIL_ON_DATA_LOSS = ConfigKey(
+    "failOnDataLoss",
+    "bool",
+    "true",
+    "Fail when records were deleted before they were read; `false` skips them.",
+    owner=_OWNER,
+)
+INCLUDE_HEADERS = ConfigKey(
+    "includeHeaders",
+    "bool",
+    "false",
+    "Add the `headers` column (`array<struct<key string, value binary>>`).",
+    owner=_OWNER,
+)
+POLL_TIMEOUT_MS = ConfigKey(
+    "kafkaConsumer.pollTimeoutMs",
+    "int",
+    "120000",
+    "How long (ms) a task waits for records it knows exist before it fails.",
+    min_value=1,
+    owner=_OWNER,
+)
+KAFKA_CLIENT = ConfigKey(
+    "kafka.",
+    "prefix",
+    None,
+    "librdkafka client settings: `kafka.bootstrap.servers` (required: the brokers), "
+    "`kafka.security.protocol`, `kafka.sasl.*`, `kafka.isolation.level`, ...",
+    owner=_OWNER,
+)
+
+#: Every upstream's options, by upstream name, in documentation order.
+UPSTREAM_OPTIONS: dict[str, tuple[ConfigKey, ...]] = {
+    "rate": (CHANNELS, ROWS_PER_SECOND, ROWS_PER_CHANNEL, KEYS, SKEW),
+    "files": (PATH, FORMAT, CHANNEL_BY, FILES_CHANNELS, SCHEMA, ARCHIVE_TO),
+    "delta": (PATH, DELTA_CHANNEL_BY, DELTA_CHANNELS, STARTING_VERSION, STORAGE_OPTIONS),
+    "kafka": (
+        SUBSCRIBE,
+        SUBSCRIBE_PATTERN,
+        ASSIGN,
+        STARTING_OFFSETS,
+        STARTING_TIMESTAMP,
+        FAIL_ON_DATA_LOSS,
+        INCLUDE_HEADERS,
+        POLL_TIMEOUT_MS,
+        KAFKA_CLIENT,
+    ),
+}
+
+#: The option that chooses the upstream (an option of the source).
+UPSTREAM = ConfigKey(
+    "upstream",
+    "enum",
+    "rate",
+    "Where records come from: `rate`, `files`, `delta` or `kafka` (the tables below).",
+    choices=tuple(UPSTREAM_OPTIONS),
+    owner="source option",
+)
 
 
 def parse_channel_factors(raw: str, name: str, channels: int) -> dict[int, float]:
-    """Parse ``"0:4,3:0.5"`` into ``{0: 4.0, 3: 0.5}``; channels must be in range."""
+    """Parse ``"0:4,3:0.5"`` into ``{0: 4.0, 3: 0.5}``; channels must be in range.
+
+    ``name`` is the option's, for the message."""
     out: dict[int, float] = {}
     for part in filter(None, (p.strip() for p in raw.split(","))):
         try:
@@ -59,16 +280,17 @@ SCHEMA_TYPES: dict[str, pa.DataType] = {
 }
 
 
-def schema_option(options: Mapping[str, str], name: str = "schema") -> pa.Schema | None:
-    """Parse option ``name`` (``"id long, name string"``) into an Arrow schema.
+def schema_option(options: Mapping[str, str]) -> pa.Schema | None:
+    """Parse option :data:`SCHEMA` (``"id long, name string"``) into an Arrow schema.
 
     Types are ``string``, ``long`` (``bigint``), ``int`` (``integer``), ``double``,
     ``boolean`` and ``timestamp`` (microseconds, UTC). Returns None when the option is
     absent or empty.
     """
-    raw = options.get(name)
-    if raw is None or not str(raw).strip():
+    raw = SCHEMA.read_str(options)
+    if raw is None:
         return None
+    name = SCHEMA.name
     fields: list[pa.Field] = []
     seen: set[str] = set()
     for part in str(raw).split(","):
@@ -92,21 +314,10 @@ def schema_option(options: Mapping[str, str], name: str = "schema") -> pa.Schema
     return pa.schema(fields)
 
 
-def choice_option(options: Mapping[str, str], name: str, choices: Sequence[str]) -> str | None:
-    """Return option ``name`` lower-cased if it is one of ``choices``; None when absent."""
-    raw = options.get(name)
-    if raw is None or not str(raw).strip():
-        return None
-    value = str(raw).strip().lower()
-    if value not in choices:
-        raise ConfigError(f"option {name!r} must be one of {', '.join(choices)}, got {raw!r}")
-    return value
-
-
 def prefixed_options(options: Mapping[str, str], prefix: str) -> dict[str, str]:
     """Return the options whose name starts with ``prefix`` (any case), prefix removed.
 
-    ``prefixed_options({"storageOptions.AWS_REGION": "eu-west-1"}, "storageOptions.")``
+    ``prefixed_options({"storageOptions.AWS_REGION": "eu-west-1"}, STORAGE_OPTIONS.name)``
     is ``{"AWS_REGION": "eu-west-1"}``.
     """
     low = prefix.lower()

@@ -20,7 +20,16 @@ from collections.abc import Mapping
 import pyarrow as pa
 
 from barriered.datasource.upstreams.base import Upstream
-from barriered.datasource.upstreams.options import int_option, parse_channel_factors
+from barriered.datasource.upstreams.options import (
+    CHANNELS,
+    DEFAULT_CHANNELS,
+    KEYS,
+    ROWS_PER_CHANNEL,
+    ROWS_PER_SECOND,
+    SKEW,
+    UPSTREAM,
+    parse_channel_factors,
+)
 from barriered.errors import ConfigError
 
 SCHEMA = pa.schema([("user_id", pa.string()), ("amount", pa.int64())])
@@ -69,8 +78,8 @@ class RateUpstream(Upstream):
     ) -> None:
         if rows_per_second <= 0 and rows_per_channel is None:
             raise ConfigError(
-                "option 'rowsPerSecond' is 0 but 'rowsPerChannel' is not set: the rate "
-                "upstream would produce an infinite burst; set one of them"
+                f"option {ROWS_PER_SECOND.name!r} is 0 but {ROWS_PER_CHANNEL.name!r} is not "
+                "set: the rate upstream would produce an infinite burst; set one of them"
             )
         self.channels = channels
         self.rows_per_second = rows_per_second
@@ -82,22 +91,14 @@ class RateUpstream(Upstream):
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], state_dir: str) -> RateUpstream:
-        """Build from source options (``channels``, ``rowsPerSecond``, ``rowsPerChannel``,
-        ``keys``, ``skew``)."""
-        channels = int_option(options, "channels", 4, minimum=1)
-        try:
-            rate = float(options.get("rowsPerSecond", "100"))
-        except ValueError:
-            raise ConfigError(
-                f"option 'rowsPerSecond' must be a number of rows per second per channel, "
-                f"got {options.get('rowsPerSecond')!r}"
-            ) from None
-        if rate < 0 or math.isnan(rate):
-            raise ConfigError(f"option 'rowsPerSecond' must be >= 0, got {rate}")
-        bound = options.get("rowsPerChannel")
-        rows_per_channel = int_option(options, "rowsPerChannel", 0, minimum=0) if bound else None
-        keys = int_option(options, "keys", 1000, minimum=1)
-        skew = parse_channel_factors(options.get("skew", ""), "skew", channels)
+        """Build from source options (:data:`~barriered.datasource.upstreams.options.
+        UPSTREAM_OPTIONS` of ``rate``)."""
+        channels = CHANNELS.read_int(options) or DEFAULT_CHANNELS
+        rate = ROWS_PER_SECOND.read_float(options)
+        keys = KEYS.read_int(options)
+        assert rate is not None and keys is not None  # declared with defaults
+        skew = parse_channel_factors(SKEW.read_str(options) or "", SKEW.name, channels)
+        rows_per_channel = ROWS_PER_CHANNEL.read_int(options)
         return cls(channels, rate, rows_per_channel, keys, skew, state_dir)
 
     def schema(self) -> pa.Schema:
@@ -147,10 +148,10 @@ class RateUpstream(Upstream):
 
     def describe(self) -> Mapping[str, object]:
         return {
-            "upstream": self.name,
-            "channels": self.channels,
-            "rowsPerSecond": self.rows_per_second,
-            "rowsPerChannel": self.rows_per_channel,
-            "keys": self.keys,
-            "skew": {str(k): v for k, v in self.skew.items()},
+            UPSTREAM.name: self.name,
+            CHANNELS.name: self.channels,
+            ROWS_PER_SECOND.name: self.rows_per_second,
+            ROWS_PER_CHANNEL.name: self.rows_per_channel,
+            KEYS.name: self.keys,
+            SKEW.name: {str(k): v for k, v in self.skew.items()},
         }
