@@ -561,8 +561,10 @@ def test_schema_option_parser() -> None:
     assert schema_option({}) is None
     with pytest.raises(ConfigError, match=r"column 'b' has unknown type 'varchar'"):
         schema_option({"schema": "a string, b varchar"})
+    with pytest.raises(ConfigError, match=r"column 'a' has unknown type 'string b long'"):
+        schema_option({"schema": "a string b long"})  # a comma missing
     with pytest.raises(ConfigError, match=r"must look like 'column type, column type'"):
-        schema_option({"schema": "a string b long"})
+        schema_option({"schema": "a string, b"})
     with pytest.raises(ConfigError, match=r"column 'a' appears twice"):
         schema_option({"schema": "a string, a long"})
 

@@ -38,6 +38,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from barriered import ddl
 from barriered.errors import KeyGroupError
 
 __all__ = [
@@ -213,17 +214,14 @@ def key_types(key_schema: str) -> list[tuple[str, str]]:
     KeyGroupError
         When a key column has a type whose hash is not computed here.
     """
-    pairs = []
-    for part in _top_level(key_schema):
-        name, _, type_name = part.strip().partition(" ")
-        type_name = type_name.strip().lower()
+    pairs = ddl.columns(key_schema, "the recorded key schema")
+    for name, type_name in pairs:
         if type_name not in SUPPORTED_TYPES:
             raise KeyGroupError(
                 f"key column {name!r} has type {type_name!r}, whose key group cannot be "
                 f"computed outside Spark; supported key types are {', '.join(SUPPORTED_TYPES)}"
                 f" (look the key group up in Spark: pmod(hash({name}), maxParallelism))"
             )
-        pairs.append((name, type_name))
     return pairs
 
 
@@ -269,20 +267,6 @@ def store_key_types(key_schema: Mapping[str, Any], columns: int) -> list[tuple[s
 
     leaves(list(key_schema["fields"])[:columns], "")
     return pairs
-
-
-def _top_level(ddl: str) -> list[str]:
-    """Split a DDL column list at its top-level commas (not those of ``decimal(10,2)``
-    or ``struct<a:int,b:int>``)."""
-    parts, depth, current = [], 0, ""
-    for ch in ddl:
-        depth += (ch in "(<") - (ch in ")>")
-        if ch == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-    return [*parts, current]
 
 
 def parse_key(texts: Sequence[str], types: Sequence[tuple[str, str]]) -> tuple[object, ...]:

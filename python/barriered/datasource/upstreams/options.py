@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
 
+from barriered import ddl
 from barriered.config import ConfigKey
 from barriered.errors import ConfigError
 
@@ -292,24 +293,13 @@ def schema_option(options: Mapping[str, str]) -> pa.Schema | None:
         return None
     name = SCHEMA.name
     fields: list[pa.Field] = []
-    seen: set[str] = set()
-    for part in str(raw).split(","):
-        words = part.split()
-        if len(words) != 2:
-            raise ConfigError(
-                f"option {name!r} must look like 'column type, column type' (e.g. "
-                f"'id long, name string'), got {part.strip()!r} in {raw!r}"
-            )
-        column, type_name = words
-        data_type = SCHEMA_TYPES.get(type_name.lower())
+    for column, type_name in ddl.columns(raw, f"option {name!r}"):
+        data_type = SCHEMA_TYPES.get(type_name)
         if data_type is None:
             raise ConfigError(
                 f"option {name!r}: column {column!r} has unknown type {type_name!r}; use "
                 f"one of {', '.join(sorted(SCHEMA_TYPES))}"
             )
-        if column in seen:
-            raise ConfigError(f"option {name!r}: column {column!r} appears twice in {raw!r}")
-        seen.add(column)
         fields.append(pa.field(column, data_type))
     return pa.schema(fields)
 
