@@ -41,7 +41,7 @@ def columns(ddl: str, what: str) -> list[tuple[str, str]]:
         if not name or not type_name:
             raise ConfigError(
                 f"{what} must look like 'column type, column type' (e.g. 'id long, name "
-                f"string'), got {part.strip()!r} in {ddl!r}"
+                f"string'), got {part!r} in {ddl!r}"
             )
         if any(name == seen for seen, _ in pairs):
             raise ConfigError(f"{what}: column {name!r} appears twice in {ddl!r}")
