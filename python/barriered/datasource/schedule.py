@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from barriered.barrier import Mode
 from barriered.datasource.triggers import TriggerRequest
 from barriered.statestore.fileio import read_json, write_json
 
@@ -46,7 +47,7 @@ class Schedule:
         The id reserved for it.
     due_ms : int
         Wall-clock time (ms) from which on it may start.
-    mode : str
+    mode : Mode
         The mode it is to be taken in.
     reason : str
         Why that mode (recorded in ``_checkpoints``).
@@ -58,7 +59,7 @@ class Schedule:
 
     checkpoint_id: int
     due_ms: int
-    mode: str
+    mode: Mode
     reason: str = ""
     paused: str | None = None
     epoch: int | None = None
@@ -68,7 +69,7 @@ class Schedule:
         return {
             "checkpoint_id": self.checkpoint_id,
             "due_ms": self.due_ms,
-            "mode": self.mode,
+            "mode": self.mode.value,
             "reason": self.reason,
             "paused": self.paused,
             "epoch": self.epoch,
@@ -80,7 +81,7 @@ class Schedule:
         return cls(
             checkpoint_id=int(d["checkpoint_id"]),
             due_ms=int(d["due_ms"]),
-            mode=str(d["mode"]),
+            mode=Mode(d["mode"]),
             reason=str(d.get("reason", "")),
             paused=None if d.get("paused") is None else str(d["paused"]),
             epoch=None if d.get("epoch") is None else int(d["epoch"]),
@@ -121,7 +122,7 @@ class Schedule:
         if self.paused is not None or now_ms < self.due_ms or self.checkpoint_id <= last_id:
             return None
         return TriggerRequest(
-            id=self.checkpoint_id,
+            checkpoint_id=self.checkpoint_id,
             kind="checkpoint",
             mode=self.mode,
             reason=self.reason,
