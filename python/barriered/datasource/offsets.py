@@ -34,6 +34,9 @@ class StartedCheckpoint:
     requested_ms: int = 0
     reason: str = ""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", Mode(self.mode))  # a mode name is accepted too
+
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""
         return {
@@ -97,6 +100,9 @@ class ActiveCheckpoint:
     reason: str = ""
     first_barrier_ms: int | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", Mode(self.mode))  # a mode name is accepted too
+
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""
         return {
@@ -138,6 +144,9 @@ class Cut:
     inflight: tuple[tuple[int, int, int], ...]
     base: int | None
     at_ms: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", Mode(self.mode))  # a mode name is accepted too
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""

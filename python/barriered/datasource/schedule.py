@@ -64,6 +64,9 @@ class Schedule:
     paused: str | None = None
     epoch: int | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", Mode(self.mode))  # a mode name is accepted too
+
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""
         return {

@@ -50,6 +50,9 @@ class TriggerRequest:
     reason: str = ""
     requested_ms: int = 0
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", Mode(self.mode))  # a mode name is accepted too
+
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""
         return {
