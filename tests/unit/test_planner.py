@@ -380,6 +380,22 @@ def test_unaligned_in_flight_lists_every_lagging_channel_and_only_those() -> Non
     assert run[1].positions == (10, 20, 30, 8)
 
 
+def test_unaligned_with_every_channel_lagging_still_cuts_in_its_first_batch() -> None:
+    """No channel would reach its barrier in the batch: the barrier of the one closest to
+    it (channel 1: 40 rows behind, against 90) goes where the batch's delivery ends there,
+    arrives first and triggers; channel 0's backlog is overtaken (in flight)."""
+    run = simulate(
+        2,
+        available=[(100, 50)],
+        admission=(10, 10),
+        requests={0: [req(1, "unaligned")]},
+    )
+    assert run[0].started[0].barrier == (100, 10)
+    assert run[0].positions == (10, 10)
+    assert run[0].cut == Cut(1, "checkpoint", "unaligned", (100, 10), ((0, 10, 100),), None, 0)
+    assert run[1].positions == (20, 20) and run[1].end.active is None
+
+
 def test_unaligned_without_backlog_has_no_in_flight_data() -> None:
     run = simulate(
         2,
@@ -945,13 +961,20 @@ def scenarios(draw: st.DrawFn, modes: Sequence[str]) -> Scenario:
     )
 
 
-def barrier_of(pos: Sequence[int], inp: PlanInput) -> tuple[int, ...]:
-    """B_n(c) = min(available(c), D(c) + buffer), never past an availableNow target."""
+def barrier_of(pos: Sequence[int], inp: PlanInput, mode: str = "aligned") -> tuple[int, ...]:
+    """B_n(c) = min(available(c), D(c) + buffer), never past an availableNow target; in
+    unaligned mode, when no channel would reach it in the batch, the channel closest to it
+    has it where the batch's delivery ends (so that a barrier arrives and triggers)."""
     reach = inp.available if inp.target is None else inp.target
-    return tuple(
+    barrier = [
         max(p, min(a, r, p + inp.buffer_per_channel))
         for p, a, r in zip(pos, inp.available, reach, strict=True)
-    )
+    ]
+    full = full_delivery(SourceOffset(positions=tuple(pos)), inp)
+    if mode == "unaligned" and all(b > f for b, f in zip(barrier, full, strict=True)):
+        first = min(range(len(barrier)), key=lambda c: barrier[c] - full[c])
+        barrier[first] = full[first]
+    return tuple(barrier)
 
 
 def full_delivery(start: SourceOffset, inp: PlanInput) -> list[int]:
@@ -992,7 +1015,7 @@ def model_batch(start: SourceOffset, inp: PlanInput) -> tuple[list[int], list[in
             last = r.checkpoint_id
             started.append(r.checkpoint_id)
             mode = "aligned" if r.kind == "savepoint" else r.mode
-            active = (mode, barrier_of(start.positions, inp), set())
+            active = (mode, barrier_of(start.positions, inp, mode), set())
             switch = False
     end = full_delivery(start, inp)
     if switch:
@@ -1037,7 +1060,7 @@ def check_invariants(run: Sequence[Batch]) -> None:
         assert ids == sorted(set(ids)) and all(i > s.last_id for i in ids)
         for ev in requested:
             r = next(r for r in inp.requests if r.checkpoint_id == ev.checkpoint_id)
-            assert list(ev.barrier) == list(barrier_of(s.positions, inp))
+            assert list(ev.barrier) == list(barrier_of(s.positions, inp, ev.mode))
             assert ev.mode == ("aligned" if r.kind == "savepoint" else r.mode)
             assert ev.kind == r.kind
             assert ev.at_ms == inp.now_ms
@@ -1079,9 +1102,8 @@ def check_invariants(run: Sequence[Batch]) -> None:
             a = e.active
             assert a.checkpoint_id in fixed and a.checkpoint_id not in aborted
             assert list(a.barrier) == list(fixed[a.checkpoint_id].barrier)
-            assert a.mode == fixed[a.checkpoint_id].mode
-            assert a.mode != "unaligned" or a.arrived == ()  # waits for its first barrier
-            assert e.cut is None or e.cut.checkpoint_id != a.id
+            assert a.mode == fixed[a.checkpoint_id].mode != "unaligned"
+            assert e.cut is None or e.cut.checkpoint_id != a.checkpoint_id
             assert not all(p >= q for p, q in zip(e.positions, a.barrier, strict=True))
             assert set(a.arrived) == {
                 c for c, (p, q) in enumerate(zip(e.positions, a.barrier, strict=True)) if p >= q
@@ -1119,13 +1141,8 @@ def check_invariants(run: Sequence[Batch]) -> None:
             assert cut.mode == "at_least_once" == ev.mode
             assert all(p >= q for p, q in pairs)
             assert cut.inflight == ()
-        if ev.mode == "unaligned":  # cut in the batch its first barrier arrived in
-            assert (
-                s.active is None
-                or s.active.checkpoint_id != cut.checkpoint_id
-                or (s.active.arrived == ())
-            )
-            assert any(r >= q for q, r in zip(cut.barrier, e.positions, strict=True))
+        if ev.mode == "unaligned":
+            assert ev in e.started  # cut in the batch it started in
         assert not cut_ids or cut.checkpoint_id > cut_ids[-1]
         cut_ids.append(cut.checkpoint_id)
 

@@ -129,6 +129,13 @@ class _Step:
             for p, a, r in zip(self.positions, inp.available, reach, strict=True)
         )
         mode = Mode.ALIGNED if request.kind == "savepoint" else request.mode
+        upto = self.reach()
+        if mode is Mode.UNALIGNED and all(b > r for b, r in zip(barrier, upto, strict=True)):
+            # No barrier would arrive in this batch, so nothing would trigger: the barrier
+            # of the channel closest to it goes where this batch's delivery ends there;
+            # it arrives first, and the others overtake their backlogs (in flight).
+            first = min(range(len(barrier)), key=lambda c: barrier[c] - upto[c])
+            barrier = (*barrier[:first], upto[first], *barrier[first + 1 :])
         cid = request.checkpoint_id
         self.alignment = Alignment(
             ActiveCheckpoint(cid, request.kind, mode, barrier, (), inp.now_ms, request.reason),
