@@ -286,7 +286,7 @@ class CheckpointCoordinator(CheckpointEvents):
         """The next periodic checkpoint, for the source planner to start when it is due.
 
         Reserves an id for it (kept until the source starts it or passes it by), so a
-        forced checkpoint or savepoint requested meanwhile gets another id. The due time
+        savepoint requested meanwhile gets another id. The due time
         follows the interval and min pause rules; ``paused`` is set while
         ``max_concurrent`` checkpoints are pending; the mode is the policy's decision for
         a checkpoint triggered now. The source's start comes back through :meth:`adopt`.

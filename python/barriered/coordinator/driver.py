@@ -7,7 +7,7 @@ After every micro-batch the listener hands the barriered source's progress to
    barrier positions fixed, aborts, the cut with its in-flight ranges),
 2. collects the acknowledgements the executors published under ``_acks/<id>/``,
 3. lets the coordinator complete checkpoints (one Delta commit each, see
-   :mod:`barriered.statestore.delta_tables`), expire old ones, trigger forced ones
+   :mod:`barriered.statestore.delta_tables`), expire old ones, hand out requested savepoints
    (written to the trigger log the planner reads) and publish the schedule of the next
    periodic one (:mod:`barriered.datasource.schedule`), which the planner starts itself
    when it is due; the coordinator adopts it from the offset that reports it started.
@@ -444,7 +444,7 @@ class QueryCoordinator:
     def tick(
         self, batch_id: int | None = None, signals: ChannelSignals | None = None
     ) -> list[TriggerRequest]:
-        """Expire, publish forced trigger requests and the schedule to the source."""
+        """Expire, publish savepoint requests and the schedule to the source."""
         if self._crashed or self._fenced:
             return []
         out = self.core.tick(batch_id=batch_id, signals=signals)

@@ -24,7 +24,8 @@ __all__ = [
 ]
 
 CheckpointKind = Literal["checkpoint", "savepoint"]
-"""A periodic/manual checkpoint, or a user-requested savepoint (never subsumed)."""
+"""A periodic checkpoint (or an availableNow run's final one), or a user-requested
+savepoint (never subsumed)."""
 
 CHECKPOINT: CheckpointKind = "checkpoint"
 SAVEPOINT: CheckpointKind = "savepoint"

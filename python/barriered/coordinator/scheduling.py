@@ -11,8 +11,8 @@ it is due; the coordinator adopts it from the offset. Rules:
 - **Max concurrent**: paused while ``max_concurrent`` checkpoints (savepoints included)
   are pending.
 - **Reserved id**: the published schedule carries an id reserved for it, kept until the
-  source starts it (adoption) or passes it by (its last id is at or above it), so a forced
-  checkpoint or savepoint requested meanwhile gets another id.
+  source starts it (adoption) or passes it by (its last id is at or above it), so a savepoint
+  requested meanwhile gets another id.
 """
 
 from __future__ import annotations

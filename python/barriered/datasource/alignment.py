@@ -183,6 +183,7 @@ class Alignment:
 
     def cancel(self) -> None:
         """The coordinator cancelled the checkpoint (R5)."""
+        self.controller.clear()
         self._feed(Cancel(self.checkpoint.checkpoint_id, 0))
 
     def batch(self, positions: Sequence[int], reach: Sequence[int], now_ms: int) -> list[int]:

@@ -8,7 +8,7 @@ How a checkpoint ``n`` travels (see DESIGN.md, "The model, in micro-batch terms"
 
 1. ``n`` starts: a periodic checkpoint in the first batch planned once the coordinator's
    schedule (:mod:`barriered.datasource.schedule`) says it is due and not paused, a
-   forced checkpoint or savepoint when the coordinator's request for ``n`` in the
+   savepoint when the coordinator's request for ``n`` in the
    trigger log is picked up. The barrier positions are fixed,
    ``B_n(c) = min(available(c), D(c) + bufferPerChannel)``. The source has one
    checkpoint in flight: a newer one retires the one still aligning (aborted,
@@ -268,7 +268,7 @@ class Planner:
                 step.start(request)
         if inp.schedule is not None and not step.started:
             # The periodic checkpoint the coordinator scheduled, in the first batch planned
-            # once it is due (a forced one started now goes first: this one would subsume it).
+            # once it is due (a requested one started now goes first: this one would subsume it).
             due = inp.schedule.request(inp.now_ms, step.last_id)
             if due is not None and due.checkpoint_id not in inp.cancelled:
                 step.start(due)

@@ -8,8 +8,8 @@ due and how it is to be taken: ``_coordinator/schedule.json``, written atomicall
 the planner reads before every batch and acts on itself, in the first batch planned
 once the checkpoint is due. The coordinator keeps every decision:
 
-* ``checkpoint_id``: the id it reserved for the checkpoint (forced checkpoints and
-  savepoints take other ids, so the two never collide);
+* ``checkpoint_id``: the id it reserved for the checkpoint (savepoints take
+  other ids, so the two never collide);
 * ``due_ms``: the earliest start, from ``checkpointInterval`` and
   ``minPauseBetweenCheckpoints``;
 * ``mode`` and ``reason``: the aligned/unaligned decision from its measured signals;

@@ -27,7 +27,7 @@ _KEEP = 32
 
 @dataclass(frozen=True)
 class TriggerRequest:
-    """A checkpoint the source is to start: a forced one or savepoint the coordinator
+    """A checkpoint the source is to start: a savepoint the coordinator
     triggered (written to the trigger log), or the periodic one of its schedule.
 
     Attributes
