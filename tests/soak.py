@@ -11,9 +11,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from barriered.barrier import AbortReason
 from barriered.config import BarrieredConf
 from barriered.coordinator.driver import QueryCoordinator
-from barriered.datasource.offsets import Cut, SourceOffset
+from barriered.datasource.offsets import AbortedCheckpoint, Cut, SourceOffset, StartedCheckpoint
 from barriered.statestore.acks import (
     Ack,
     inflight_participant,
@@ -121,14 +122,14 @@ class SoakQuery:
         for _, start, end in inflight:
             write_ack(self.layout, self._inflight_ack(cid, start, end))
         mode = "unaligned" if unaligned else "aligned"
-        started = {"id": cid, "mode": mode, "reason": "soak", "at_ms": now, "barrier": barrier}
+        started = StartedCheckpoint(cid, "checkpoint", mode, barrier, now, reason="soak")
         if aborted:
             self.totals = saved
             offset = SourceOffset(
                 positions=barrier,
                 last_id=cid,
                 started=(started,),
-                aborted=({"id": cid, "reason": "soak abort"},),
+                aborted=(AbortedCheckpoint(cid, AbortReason.CANCELLED),),
             )
         else:
             cut = Cut(cid, "checkpoint", mode, barrier, inflight, base=None, at_ms=now)

@@ -78,7 +78,7 @@ def _series(batches: list[Progress]) -> list[dict[str, Any]]:
                 "fast": sum(per_channel) - per_channel[LAGGING],
                 "backlog": available[LAGGING] - end.positions[LAGGING],
                 "aligning": end.active is not None,
-                "cut": end.cut.id if end.cut is not None else None,
+                "cut": end.cut.checkpoint_id if end.cut is not None else None,
             }
         )
     return out

@@ -156,7 +156,7 @@ def test_a_due_unaligned_checkpoint_is_cut_in_the_first_batch_planned_after(
     planned = {
         b: SourceOffset.from_dict(json.loads(p.sources[0].endOffset)) for b, p in progress.items()
     }
-    starts = {int(s["id"]): (b, s) for b, end in planned.items() for s in end.started}
+    starts = {s.checkpoint_id: (b, s) for b, end in planned.items() for s in end.started}
     checked = 0
     rows = checkpoints_table.completed(layout)
     for previous, row in itertools.pairwise(rows):
@@ -166,12 +166,12 @@ def test_a_due_unaligned_checkpoint_is_cut_in_the_first_batch_planned_after(
         assert row["effective_mode"] == "unaligned"
         # Due by the coordinator's rules: the interval after the previous start, and not
         # before the previous end (minPauseBetweenCheckpoints 0).
-        at_previous = int(starts[previous["checkpoint_id"]][1]["at_ms"])
+        at_previous = starts[previous["checkpoint_id"]][1].at_ms
         due = at_previous + 3_000
-        if previous["end_timestamp_ms"] <= int(started["at_ms"]):
+        if previous["end_timestamp_ms"] <= started.at_ms:
             due = max(due, previous["end_timestamp_ms"])
-        assert int(started["requested_ms"]) == due, (cid, started, previous)
-        assert int(started["at_ms"]) >= due  # not before it was due
+        assert started.requested_ms == due, (cid, started, previous)
+        assert started.at_ms >= due  # not before it was due
         if batch - 1 in progress:  # the batch before began planning before it was due
             began = datetime.fromisoformat(progress[batch - 1].timestamp.replace("Z", "+00:00"))
             assert began.timestamp() * 1000 < due, (cid, batch)

@@ -11,22 +11,21 @@ from barriered.barrier import (
     Barrier,
     BarrierHandler,
     Cancel,
-    CheckpointMode,
     Data,
     EndOfPartition,
     ManualClock,
     Mode,
     Phase,
-    RecordingController,
     TimeAdvance,
     format_event,
     parse_event,
 )
 from barriered.errors import BarrierProtocolError, ConfigError
+from barriered.testing.recording import RecordingController
 
-ALIGNED = CheckpointMode.ALIGNED
-UNALIGNED = CheckpointMode.UNALIGNED
-AT_LEAST_ONCE = CheckpointMode.AT_LEAST_ONCE
+ALIGNED = Mode.ALIGNED
+UNALIGNED = Mode.UNALIGNED
+AT_LEAST_ONCE = Mode.AT_LEAST_ONCE
 SUBSUMED = AbortReason.SUBSUMED
 CANCELLED = AbortReason.CANCELLED
 
@@ -365,7 +364,7 @@ def test_r8_unaligned_subsumption_discards_state() -> None:
 
 
 @pytest.mark.parametrize(("elapsed", "mode"), [(9, ALIGNED), (10, UNALIGNED), (11, UNALIGNED)])
-def test_r9_switch_exactly_at_timeout(elapsed: int, mode: CheckpointMode) -> None:
+def test_r9_switch_exactly_at_timeout(elapsed: int, mode: Mode) -> None:
     rig = Rig(2, Mode.ALIGNED_WITH_TIMEOUT, timeout=10)
     rig.h.on_barrier(0, 1)
     assert rig.h.alignment_deadline_ms() == 10

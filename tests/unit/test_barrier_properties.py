@@ -18,17 +18,16 @@ from barriered.barrier import (
     Barrier,
     BarrierHandler,
     Cancel,
-    CheckpointMode,
     Data,
     EndOfPartition,
     Event,
     ManualClock,
     Mode,
-    RecordingController,
     TimeAdvance,
     parse_event,
 )
 from barriered.testing.conformance import run_scenario
+from barriered.testing.recording import RecordingController
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -124,14 +123,14 @@ def processed_at(r: Run) -> dict[int, int]:
     return {item: at for at, calls in enumerate(r.calls) for item in r.processed_in(calls)}
 
 
-def triggered_at(r: Run) -> dict[int, tuple[int, CheckpointMode]]:
+def triggered_at(r: Run) -> dict[int, tuple[int, Mode]]:
     """Checkpoint id -> (index of the triggering event, checkpoint mode)."""
-    out: dict[int, tuple[int, CheckpointMode]] = {}
+    out: dict[int, tuple[int, Mode]] = {}
     for at, calls in enumerate(r.calls):
         for call in calls:
             if call[0] == "trigger":
                 cid, mode = call[1], call[2]
-                assert isinstance(cid, int) and isinstance(mode, CheckpointMode)
+                assert isinstance(cid, int) and isinstance(mode, Mode)
                 assert cid not in out, f"checkpoint {cid} triggered twice"
                 out[cid] = (at, mode)
     return out
@@ -194,7 +193,7 @@ def check_blocking(sc: Scenario, r: Run) -> None:
         assert all(channel in r.blocked[k] for k in range(index, at))
         assert at in decisive or events[at] == EndOfPartition(channel)
     for cid, (k, mode) in triggered_at(r).items():  # R3: aligning channels stay blocked
-        if mode is not CheckpointMode.ALIGNED:
+        if mode is not Mode.ALIGNED:
             continue
         for channel in range(sc.channels):
             arrivals = [j for j, e in enumerate(events[:k]) if e == Barrier(cid, channel)]
@@ -237,13 +236,13 @@ def check_triggers(sc: Scenario, r: Run) -> None:
             if first_at is not None and len(done) == sc.channels:
                 complete_at = at
                 break
-        if cid in triggers and triggers[cid][1] is not CheckpointMode.UNALIGNED:
+        if cid in triggers and triggers[cid][1] is not Mode.UNALIGNED:
             assert complete_at is not None and triggers[cid][0] >= complete_at
         if cid in triggers and sc.mode is Mode.ALIGNED_WITH_TIMEOUT:
             assert sc.timeout is not None and first_at is not None
             at, mode = triggers[cid]
             elapsed = clock[at] - clock[first_at]
-            if mode is CheckpointMode.ALIGNED:  # completed before any timeout check fired
+            if mode is Mode.ALIGNED:  # completed before any timeout check fired
                 assert at == first_at or clock[at - 1] - clock[first_at] < sc.timeout
             else:  # switched at the first event where the timeout was reached
                 assert elapsed >= sc.timeout
@@ -261,17 +260,17 @@ def check_triggers(sc: Scenario, r: Run) -> None:
         if not undisturbed:
             continue
         assert cid in triggers, f"checkpoint {cid} should have triggered by event {end}"
-        expected = (end, CheckpointMode.AT_LEAST_ONCE)
+        expected = (end, Mode.AT_LEAST_ONCE)
         if sc.mode is Mode.ALIGNED:
-            expected = (end, CheckpointMode.ALIGNED)
+            expected = (end, Mode.ALIGNED)
         elif sc.mode is Mode.UNALIGNED:
-            expected = (end, CheckpointMode.UNALIGNED)
+            expected = (end, Mode.UNALIGNED)
         elif sc.mode is Mode.ALIGNED_WITH_TIMEOUT:
             assert sc.timeout is not None
-            expected = (end, CheckpointMode.ALIGNED)
+            expected = (end, Mode.ALIGNED)
             for at in range(first_at, end):  # completion at `end` wins over the switch
                 if clock[at] - clock[first_at] >= sc.timeout:
-                    expected = (at, CheckpointMode.UNALIGNED)
+                    expected = (at, Mode.UNALIGNED)
                     break
         assert triggers[cid] == expected
 
@@ -286,7 +285,7 @@ def check_channel_state(sc: Scenario, r: Run) -> None:
     events = sc.parsed
     expected: dict[int, list[int]] = {}
     for cid, (trigger_index, mode) in triggered_at(r).items():
-        if mode is not CheckpointMode.UNALIGNED or cid in aborted:
+        if mode is not Mode.UNALIGNED or cid in aborted:
             continue
         items = [
             i
@@ -306,10 +305,10 @@ def check_channel_state(sc: Scenario, r: Run) -> None:
 def check_modes(sc: Scenario, r: Run) -> None:
     modes = {mode for _, mode in r.controller.triggered}
     allowed = {
-        Mode.ALIGNED: {CheckpointMode.ALIGNED},
-        Mode.UNALIGNED: {CheckpointMode.UNALIGNED},
-        Mode.ALIGNED_WITH_TIMEOUT: {CheckpointMode.ALIGNED, CheckpointMode.UNALIGNED},
-        Mode.AT_LEAST_ONCE: {CheckpointMode.AT_LEAST_ONCE},
+        Mode.ALIGNED: {Mode.ALIGNED},
+        Mode.UNALIGNED: {Mode.UNALIGNED},
+        Mode.ALIGNED_WITH_TIMEOUT: {Mode.ALIGNED, Mode.UNALIGNED},
+        Mode.AT_LEAST_ONCE: {Mode.AT_LEAST_ONCE},
     }[sc.mode]
     assert modes <= allowed
 
@@ -358,5 +357,5 @@ def test_exactly_once_never_triggers_and_aborts_alike(data: st.DataObject) -> No
             assert ("trigger", cid) not in order[position:]
             assert order.count(("abort", cid)) == 1
     for cid, mode_ in r.controller.triggered:
-        if mode_ is CheckpointMode.ALIGNED:
+        if mode_ is Mode.ALIGNED:
             assert ("abort", cid) not in order

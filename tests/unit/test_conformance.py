@@ -34,3 +34,29 @@ def test_run_scenario_is_deterministic_and_leaves_input_alone(sc: dict[str, Any]
     before = copy.deepcopy(given)
     assert run_scenario(given) == run_scenario(given)
     assert given == before
+
+
+def test_the_scenarios_run_on_the_planners_controller_and_no_test_double_ships() -> None:
+    """run_scenario drives the handler with the planner's production controller, and no
+    module of the package outside barriered.testing imports a test double."""
+    import ast
+    import inspect
+
+    import barriered
+    from barriered.testing import conformance
+
+    source = inspect.getsource(conformance)
+    assert "BatchController()" in source and "RecordingController" not in source
+    package = Path(barriered.__file__).parent
+    offenders = []
+    for path in package.rglob("*.py"):
+        if path.parent.name == "testing":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "barriered.testing.recording"
+            ):
+                offenders.append(str(path))
+            if isinstance(node, ast.ClassDef) and node.name.startswith("Recording"):
+                offenders.append(str(path))
+    assert offenders == []

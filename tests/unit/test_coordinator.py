@@ -36,8 +36,31 @@ def make(
     return coordinator, clock
 
 
-def ids(requests: list[Any]) -> list[int]:
-    return [r.checkpoint_id for r in requests]
+def periodic(
+    c: CheckpointCoordinator,
+    clock: ManualClock,
+    batch_id: int | None = None,
+    signals: ChannelSignals | None = None,
+) -> list[int]:
+    """What production does after a batch: the coordinator ticks and publishes its
+    schedule; the source planner starts the scheduled checkpoint once it is due and not
+    paused; the coordinator adopts it from the offset. Returns the ids started."""
+    c.tick(batch_id=batch_id, signals=signals)
+    schedule = c.schedule()
+    request = None if schedule is None else schedule.request(clock.now_ms(), last_id=0)
+    if request is None:
+        return []
+    assert c.adopt(request.checkpoint_id, request.mode, request.reason, clock.now_ms())
+    return [request.checkpoint_id]
+
+
+def start(c: CheckpointCoordinator) -> int:
+    """The source starts the scheduled checkpoint at once (due or not: e.g. the final
+    checkpoint of an availableNow run) and the coordinator adopts it."""
+    schedule = c.schedule()
+    assert schedule is not None
+    assert c.adopt(schedule.checkpoint_id, schedule.mode, schedule.reason)
+    return schedule.checkpoint_id
 
 
 def status(c: CheckpointCoordinator, cid: int) -> tuple[str, str | None]:
@@ -49,26 +72,27 @@ def status(c: CheckpointCoordinator, cid: int) -> tuple[str, str | None]:
 # ---------------------------------------------------------------- triggering
 
 
-def test_periodic_trigger_after_each_interval() -> None:
+def test_periodic_checkpoint_after_each_interval() -> None:
     c, clock = make()
-    assert c.tick() == []
+    assert periodic(c, clock) == []
     clock.advance(999)
-    assert c.tick() == []
+    assert periodic(c, clock) == []
     clock.advance(1)
-    (req,) = c.tick(batch_id=4)
-    assert (req.checkpoint_id, req.kind, req.timestamp_ms, req.trigger_batch_id) == (
-        1,
+    assert periodic(c, clock, batch_id=4) == [1]
+    stats = c.stats(1)
+    assert stats is not None
+    assert (stats.kind, stats.trigger_timestamp_ms, stats.trigger_batch_id) == (
         "checkpoint",
         1_000,
         4,
     )
-    assert req.mode == "aligned" and req.savepoint_target is None
-    assert c.tick() == []  # handed out once
+    assert stats.mode == "aligned" and stats.savepoint_target is None
+    assert periodic(c, clock) == []  # the tick hands out savepoints only
     c.on_cut(1)  # no participants: the cut completes it
     clock.set(1_999)
-    assert c.tick() == []
+    assert periodic(c, clock) == []
     clock.set(2_000)
-    assert ids(c.tick()) == [2]
+    assert periodic(c, clock) == [2]
 
 
 def test_ids_start_at_next_id_and_strictly_increase() -> None:
@@ -76,9 +100,9 @@ def test_ids_start_at_next_id_and_strictly_increase() -> None:
     seen = []
     for _ in range(3):
         clock.advance(1_000)
-        seen += ids(c.tick())
+        seen += periodic(c, clock)
+    seen.append(start(c))
     seen.append(c.trigger_savepoint("/sp"))
-    seen.append(c.trigger_checkpoint())
     assert seen == [42, 43, 44, 45, 46]
     assert c.next_id == 47
 
@@ -86,40 +110,40 @@ def test_ids_start_at_next_id_and_strictly_increase() -> None:
 def test_min_pause_since_last_completion() -> None:
     c, clock = make(min_pause_ms=500, max_concurrent=5)
     clock.set(1_000)
-    assert ids(c.tick()) == [1]
+    assert periodic(c, clock) == [1]
     clock.set(1_800)
     c.on_cut(1)  # completes at 1800
     clock.set(2_000)  # interval elapsed, pause only 200 ms
-    assert c.tick() == []
+    assert periodic(c, clock) == []
     clock.set(2_299)
-    assert c.tick() == []
+    assert periodic(c, clock) == []
     clock.set(2_300)
-    assert ids(c.tick()) == [2]
+    assert periodic(c, clock) == [2]
 
 
 def test_min_pause_since_last_abort() -> None:
     c, clock = make(min_pause_ms=500)
     clock.set(1_000)
-    c.tick()
+    periodic(c, clock)
     clock.set(1_900)
     assert c.abort(1, "cancelled")
     clock.set(2_399)
-    assert c.tick() == []
+    assert periodic(c, clock) == []
     clock.set(2_400)
-    assert ids(c.tick()) == [2]
+    assert periodic(c, clock) == [2]
 
 
 def test_max_concurrent_pending() -> None:
     c, clock = make(KG, max_concurrent=2)
     clock.set(1_000)
-    assert ids(c.tick()) == [1]
+    assert periodic(c, clock) == [1]
     clock.set(2_000)
-    assert ids(c.tick()) == [2]
+    assert periodic(c, clock) == [2]
     clock.set(3_000)
-    assert c.tick() == []  # two pending
+    assert periodic(c, clock) == []  # two pending
     clock.set(3_500)
     c.abort(1, "cancelled")
-    assert ids(c.tick()) == [3]  # due since 3000, a slot is free now
+    assert periodic(c, clock) == [3]  # due since 3000, a slot is free now
     assert c.pending_ids == [2, 3]
 
 
@@ -128,19 +152,20 @@ def test_savepoint_counts_towards_max_concurrent() -> None:
     c.trigger_savepoint("/sp")
     clock.set(1_000)
     assert [r.kind for r in c.tick()] == ["savepoint"]
+    assert periodic(c, clock) == []  # due, but paused: the savepoint is pending
     clock.set(2_000)
-    assert c.tick() == []
+    assert periodic(c, clock) == []
 
 
 def test_expired_checkpoint_is_aborted_at_the_timeout() -> None:
     c, clock = make(KG, checkpoint_timeout_ms=5_000, tolerable_failures=5)
     clock.set(1_000)
-    assert ids(c.tick()) == [1]
+    assert periodic(c, clock) == [1]
     clock.set(5_999)
-    assert c.tick() == []
+    assert periodic(c, clock) == []
     assert status(c, 1) == ("pending", None)
     clock.set(6_000)
-    assert ids(c.tick()) == [2]  # expiry frees the slot for the next trigger
+    assert periodic(c, clock) == [2]  # expiry frees the slot for the next trigger
     assert status(c, 1) == ("aborted", "expired")
     stats = c.stats(1)
     assert stats is not None and stats.end_to_end_duration_ms == 5_000
@@ -155,13 +180,13 @@ def test_tolerable_failures_then_fatal_error() -> None:
     c, clock = make(KG, checkpoint_timeout_ms=1_500, tolerable_failures=2, max_concurrent=5)
     for t in (1_000, 2_000, 3_000, 4_000):
         clock.set(t)
-        c.tick()
+        periodic(c, clock)
     # checkpoint 1 expired at 2500 -> seen at 3000; checkpoint 2 expired at 4000
     assert c.consecutive_failures == 2
     assert c.pending_ids == [3, 4]
     clock.set(4_500)
     with pytest.raises(CheckpointFailureLimitExceeded) as info:
-        c.tick()
+        periodic(c, clock)
     assert str(info.value) == (
         "3 consecutive checkpoint failures (checkpoints 1, 2, 3), more than "
         "spark.sql.streaming.barriered.tolerableCheckpointFailures=2 allows; last failure: "
@@ -176,15 +201,15 @@ def test_tolerable_failures_then_fatal_error() -> None:
         "coordinator failed: too many consecutive checkpoint failures",
     )
     with pytest.raises(CheckpointFailureLimitExceeded):
-        c.tick()
+        periodic(c, clock)
     with pytest.raises(CheckpointFailureLimitExceeded):
         c.trigger_savepoint("/sp")
 
 
 def test_decline_limit_raises_from_decline() -> None:
     c, _ = make(KG, tolerable_failures=1, max_concurrent=5)
-    c.decline(c.trigger_checkpoint(), "op0/kg0", "disk full")
-    cid = c.trigger_checkpoint()
+    c.decline(start(c), "op0/kg0", "disk full")
+    cid = start(c)
     with pytest.raises(CheckpointFailureLimitExceeded, match=r"last failure: checkpoint 2 "
                        r"\(declined by op0/kg1: no space\)"):  # fmt: skip
         c.decline(cid, "op0/kg1", "no space")
@@ -192,24 +217,24 @@ def test_decline_limit_raises_from_decline() -> None:
 
 def test_completion_resets_the_failure_count() -> None:
     c, _ = make(KG, tolerable_failures=2, max_concurrent=5)
-    c.decline(c.trigger_checkpoint(), "op0/kg0", "x")
-    c.decline(c.trigger_checkpoint(), "op0/kg0", "x")
+    c.decline(start(c), "op0/kg0", "x")
+    c.decline(start(c), "op0/kg0", "x")
     assert c.consecutive_failures == 2
-    cid = c.trigger_checkpoint()
+    cid = start(c)
     c.on_cut(cid)
     c.acknowledge(cid, "op0/kg0")
     c.acknowledge(cid, "op0/kg1")
     assert status(c, cid) == ("completed", None)
     assert c.consecutive_failures == 0
-    c.decline(c.trigger_checkpoint(), "op0/kg0", "x")
+    c.decline(start(c), "op0/kg0", "x")
     assert c.consecutive_failures == 1
 
 
 def test_subsumed_and_cancelled_do_not_count() -> None:
     c, _ = make(KG, tolerable_failures=0, max_concurrent=5)
-    assert c.abort(c.trigger_checkpoint(), "cancelled")
-    older = c.trigger_checkpoint()
-    newer = c.trigger_checkpoint()
+    assert c.abort(start(c), "cancelled")
+    older = start(c)
+    newer = start(c)
     c.on_cut(newer)
     c.acknowledge(newer, "op0/kg0")
     c.acknowledge(newer, "op0/kg1")
@@ -220,13 +245,13 @@ def test_subsumed_and_cancelled_do_not_count() -> None:
 def test_abort_can_count_as_failure() -> None:
     c, _ = make(KG, tolerable_failures=0)
     with pytest.raises(CheckpointFailureLimitExceeded, match="executor lost"):
-        c.abort(c.trigger_checkpoint(), "executor lost", counts_as_failure=True)
+        c.abort(start(c), "executor lost", counts_as_failure=True)
 
 
 def test_failure_of_a_checkpoint_older_than_the_last_completed_is_not_counted() -> None:
     c, _ = make(KG, tolerable_failures=0, max_concurrent=5)
     sp = c.trigger_savepoint("/sp")  # not subsumed by the completion below
-    cid = c.trigger_checkpoint()
+    cid = start(c)
     c.on_cut(cid)
     c.acknowledge(cid, "op0/kg0")
     c.acknowledge(cid, "op0/kg1")
@@ -247,10 +272,10 @@ def test_savepoint_failure_does_not_count() -> None:
 
 def test_completion_subsumes_older_checkpoints_but_not_savepoints() -> None:
     c, _ = make(KG, max_concurrent=5)
-    cp1 = c.trigger_checkpoint()
+    cp1 = start(c)
     sp2 = c.trigger_savepoint("/sp")
-    cp3 = c.trigger_checkpoint()
-    cp4 = c.trigger_checkpoint()
+    cp3 = start(c)
+    cp4 = start(c)
     c.on_cut(cp3)
     c.acknowledge(cp3, "op0/kg0")
     c.acknowledge(cp3, "op0/kg1")
@@ -263,7 +288,7 @@ def test_completion_subsumes_older_checkpoints_but_not_savepoints() -> None:
 
 def test_completed_savepoint_subsumes_nothing() -> None:
     c, _ = make(KG, max_concurrent=5)
-    cp1 = c.trigger_checkpoint()
+    cp1 = start(c)
     sp2 = c.trigger_savepoint("/sp")
     c.on_cut(sp2)
     c.acknowledge(sp2, "op0/kg0")
@@ -277,7 +302,7 @@ def test_completed_savepoint_subsumes_nothing() -> None:
 
 def test_completion_only_on_full_ack_after_the_cut() -> None:
     c, _ = make(KG)
-    cid = c.trigger_checkpoint()
+    cid = start(c)
     assert c.acknowledge(cid, "op0/kg0") == "success"
     assert c.acknowledge(cid, "op0/kg0") == "duplicate"
     assert c.acknowledge(cid, "op9/kg9") == "unknown"
@@ -291,7 +316,7 @@ def test_completion_only_on_full_ack_after_the_cut() -> None:
 
 def test_all_acks_before_the_cut_complete_at_the_cut() -> None:
     c, _ = make(KG)
-    cid = c.trigger_checkpoint()
+    cid = start(c)
     c.acknowledge(cid, "op0/kg0")
     c.acknowledge(cid, "op0/kg1")
     assert status(c, cid) == ("pending", None)
@@ -301,7 +326,7 @@ def test_all_acks_before_the_cut_complete_at_the_cut() -> None:
 
 def test_expected_set_extended_before_the_cut() -> None:
     c, _ = make(KG)
-    cid = c.trigger_checkpoint()
+    cid = start(c)
     c.expect(cid, ["inflight/ch3"])
     c.acknowledge(cid, "op0/kg0")
     c.acknowledge(cid, "op0/kg1")
@@ -318,9 +343,9 @@ def test_expected_set_extended_before_the_cut() -> None:
 def test_participants_are_captured_at_the_trigger() -> None:
     groups = {"op0/kg0"}
     c, _ = make(lambda: frozenset(groups), max_concurrent=5)
-    first = c.trigger_checkpoint()
+    first = start(c)
     groups.add("op0/kg1")
-    second = c.trigger_checkpoint()
+    second = start(c)
     s1, s2 = c.stats(first), c.stats(second)
     assert s1 is not None and s2 is not None
     assert (s1.num_expected, s2.num_expected) == (1, 2)
@@ -330,7 +355,7 @@ def test_decline_aborts() -> None:
     aborted: list[CheckpointStats] = []
     c, _ = make(KG, tolerable_failures=3)
     c.add_abort_listener(aborted.append)
-    cid = c.trigger_checkpoint()
+    cid = start(c)
     c.acknowledge(cid, "op0/kg0")
     c.decline(cid, "op0/kg1", "disk full")
     assert status(c, cid) == ("aborted", "declined by op0/kg1: disk full")
@@ -347,7 +372,7 @@ def test_committer_receives_the_checkpoint_and_its_version_is_recorded() -> None
         return 17
 
     c, _ = make(KG, committer)
-    cid = c.trigger_checkpoint()
+    cid = start(c)
     c.on_barrier_positions(cid, {0: 10, 1: 20})
     c.on_cut(cid, batch_id=5)
     c.acknowledge(cid, "op0/kg1", AckStats(state_bytes=3, files=("b.parquet",)))
@@ -371,14 +396,14 @@ def test_committer_failure_aborts_and_counts() -> None:
 
     c, _ = make(KG, committer, tolerable_failures=1, max_concurrent=5)
     c.add_complete_listener(completed.append)
-    cid = c.trigger_checkpoint()
+    cid = start(c)
     c.on_cut(cid)
     c.acknowledge(cid, "op0/kg0")
     assert c.acknowledge(cid, "op0/kg1") == "success"
     assert status(c, cid) == ("aborted", "commit failed: OSError: boom")
     assert c.consecutive_failures == 1
     assert completed == []
-    cid = c.trigger_checkpoint()
+    cid = start(c)
     c.on_cut(cid)
     c.acknowledge(cid, "op0/kg0")
     with pytest.raises(CheckpointFailureLimitExceeded, match="commit failed") as info:
@@ -398,7 +423,7 @@ def test_complete_listeners_run_and_their_errors_are_logged(
     c.add_complete_listener(lambda done: calls.append(("first", done.checkpoint_id)))
     c.add_complete_listener(broken)
     c.add_complete_listener(lambda done: calls.append(("third", done.state_table_version or 0)))
-    cid = c.trigger_checkpoint()
+    cid = start(c)
     c.on_cut(cid)
     c.acknowledge(cid, "op0/kg0")
     with caplog.at_level(logging.ERROR, logger="barriered.coordinator"):
@@ -414,8 +439,8 @@ def test_stats_listener_sees_trigger_completion_and_abort() -> None:
     seen: list[tuple[int, str]] = []
     c, _ = make(KG, max_concurrent=5)
     c.add_stats_listener(lambda s: seen.append((s.checkpoint_id, s.status)))
-    a = c.trigger_checkpoint()
-    b = c.trigger_checkpoint()
+    a = start(c)
+    b = start(c)
     c.on_cut(b)
     c.acknowledge(b, "op0/kg0")
     c.acknowledge(b, "op0/kg1")
@@ -433,12 +458,13 @@ def test_savepoint_is_aligned_and_issued_at_the_next_tick() -> None:
     clock.set(20)
     (req,) = c.tick()  # interval not elapsed: issued anyway
     assert (req.checkpoint_id, req.kind, req.mode) == (sp, "savepoint", "aligned")
-    assert req.savepoint_target == "s3://bucket/sp-1"
-    assert req.timestamp_ms == 10
-    assert c.tick() == []
-    cp = c.trigger_checkpoint()  # a forced checkpoint ignores max_concurrent too
-    (req,) = c.tick()
-    assert (req.checkpoint_id, req.mode) == (cp, "unaligned")
+    assert req.requested_ms == 10
+    assert c.tick() == []  # handed out once
+    assert c.trigger_savepoint("/sp-2") == sp + 1  # forced: ignores max_concurrent too
+    assert [r.checkpoint_id for r in c.tick()] == [sp + 1]
+    cp = start(c)  # a checkpoint the source starts meanwhile gets the policy's mode
+    cp_stats = c.stats(cp)
+    assert cp_stats is not None and cp_stats.mode == "unaligned"
     stats = c.stats(sp)
     assert stats is not None and stats.savepoint_target == "s3://bucket/sp-1"
 
@@ -454,19 +480,20 @@ def test_savepoint_does_not_restart_the_periodic_interval() -> None:
     clock.set(900)
     c.trigger_savepoint("/sp")
     clock.set(1_000)
-    assert [r.kind for r in c.tick()] == ["savepoint", "checkpoint"]
+    assert [r.kind for r in c.tick()] == ["savepoint"]
+    assert periodic(c, clock) == [2]  # due 1000 after the start, as without the savepoint
 
 
-def test_manual_checkpoint_restarts_the_periodic_interval() -> None:
+def test_a_started_checkpoint_restarts_the_periodic_interval() -> None:
     c, clock = make(max_concurrent=5)
     clock.set(900)
-    c.trigger_checkpoint()
+    start(c)  # before it was due
     clock.set(1_000)
-    assert len(c.tick()) == 1
+    assert periodic(c, clock) == []
     clock.set(1_899)
-    assert c.tick() == []
+    assert periodic(c, clock) == []
     clock.set(1_900)
-    assert len(c.tick()) == 1
+    assert periodic(c, clock) == [2]
 
 
 # ---------------------------------------------------------------- statistics
@@ -475,8 +502,9 @@ def test_manual_checkpoint_restarts_the_periodic_interval() -> None:
 def test_stats_durations_acks_and_sizes() -> None:
     c, clock = make(KG)
     clock.set(1_000)
-    (req,) = c.tick(batch_id=7)
-    cid = req.checkpoint_id
+    (cid,) = periodic(c, clock, batch_id=7)
+    started = c.stats(cid)
+    assert started is not None
     c.on_barrier_positions(cid, {0: 100, 1: 250}, at_ms=1_150)
     c.on_alignment_started(cid, at_ms=1_400)
     c.on_alignment_started(cid, at_ms=1_600)  # only the first counts
@@ -497,7 +525,7 @@ def test_stats_durations_acks_and_sizes() -> None:
         checkpoint_id=cid,
         kind="checkpoint",
         mode="aligned",
-        mode_reason=req.mode_reason,
+        mode_reason=started.mode_reason,
         status="completed",
         trigger_timestamp_ms=1_000,
         end_timestamp_ms=2_300,
@@ -520,10 +548,10 @@ def test_stats_durations_acks_and_sizes() -> None:
 
 def test_history_in_id_order_with_pending_ones() -> None:
     c, _ = make(KG, max_concurrent=5)
-    a = c.trigger_checkpoint()
-    b = c.trigger_checkpoint()
+    a = start(c)
+    b = start(c)
     c.abort(a, "cancelled")
-    d = c.trigger_checkpoint()
+    d = start(c)
     history = c.history()
     assert [(s.checkpoint_id, s.status) for s in history] == [
         (a, "aborted"),
@@ -536,7 +564,7 @@ def test_history_in_id_order_with_pending_ones() -> None:
 def test_stats_history_is_bounded_and_forgotten_acks_are_unknown() -> None:
     c, _ = make(KG, stats_history_size=2, max_concurrent=5)
     for _ in range(4):
-        c.abort(c.trigger_checkpoint(), "cancelled")
+        c.abort(start(c), "cancelled")
     assert [s.checkpoint_id for s in c.history()] == [3, 4]
     assert c.acknowledge(3, "op0/kg0") == "discarded"
     assert c.acknowledge(1, "op0/kg0") == "unknown"  # not known to be aborted: keep files
@@ -544,11 +572,11 @@ def test_stats_history_is_bounded_and_forgotten_acks_are_unknown() -> None:
 
 def test_restore_from_history_continues_ids() -> None:
     old, _ = make(KG, max_concurrent=5)
-    done = old.trigger_checkpoint()
+    done = start(old)
     old.on_cut(done)
     old.acknowledge(done, "op0/kg0")
     old.acknowledge(done, "op0/kg1")
-    old.trigger_checkpoint()  # still pending when the run "crashed"
+    start(old)  # still pending when the run "crashed"
     rows = [s.to_row() for s in old.history()]
 
     clock = ManualClock(0)
@@ -560,18 +588,18 @@ def test_restore_from_history_continues_ids() -> None:
     assert restored.failure_reason.startswith("interrupted")
     latest = c.latest_completed()
     assert latest is not None and latest.checkpoint_id == 1
-    assert c.trigger_checkpoint() == 3
+    assert start(c) == 3
     again = CheckpointCoordinator.from_history(rows, CoordinatorSettings(), clock, KG, next_id=50)
     assert again.next_id == 50
 
 
 def test_shutdown_aborts_pending_without_counting() -> None:
     c, clock = make(KG, tolerable_failures=0)
-    cid = c.trigger_checkpoint()
+    cid = start(c)
     c.shutdown()
     assert status(c, cid) == ("aborted", "coordinator shut down")
     clock.advance(10_000)
-    assert c.tick() == []
+    assert periodic(c, clock) == []
     with pytest.raises(CheckpointError, match="shut down"):
         c.trigger_savepoint("/sp")
 
@@ -579,28 +607,27 @@ def test_shutdown_aborts_pending_without_counting() -> None:
 # ---------------------------------------------------------------- mode policy wiring
 
 
-def test_tick_signals_choose_the_mode() -> None:
+def test_signals_choose_the_scheduled_mode() -> None:
     c, clock = make(KG, unaligned_enabled=True, aligned_timeout_ms=1_000, max_concurrent=5)
     clock.set(1_000)
     calm = ChannelSignals({0: 0, 1: 10}, {0: 100.0, 1: 100.0})
-    (req,) = c.tick(signals=calm)
-    assert (req.mode, req.alignment_timeout_ms) == ("aligned_with_timeout", 1_000)
+    (first,) = periodic(c, clock, signals=calm)
+    stats = c.stats(first)
+    assert stats is not None and stats.mode == "aligned_with_timeout"
     clock.set(2_000)
     skewed = ChannelSignals({0: 0, 1: 1_000}, {0: 100.0, 1: 100.0})
-    (req,) = c.tick(signals=skewed)
-    assert (req.mode, req.alignment_timeout_ms) == ("unaligned", None)
-    assert "slowest channel 1 has 1000 rows of backlog" in req.mode_reason
-    stats = c.stats(req.checkpoint_id)
-    assert stats is not None and stats.mode_reason == req.mode_reason
+    (second,) = periodic(c, clock, signals=skewed)
+    stats = c.stats(second)
+    assert stats is not None and stats.mode == "unaligned"
+    assert "slowest channel 1 has 1000 rows of backlog" in stats.mode_reason
 
 
 def test_recent_alignments_that_time_out_switch_to_unaligned() -> None:
     c, clock = make(KG, unaligned_enabled=True, aligned_timeout_ms=1_000)
     for _ in range(3):
-        cid = c.trigger_checkpoint()
+        cid = start(c)
         assert c.decide_mode().mode == "aligned_with_timeout"
-        start = clock.now_ms()
-        c.on_alignment_started(cid, at_ms=start)
+        c.on_alignment_started(cid, at_ms=clock.now_ms())
         clock.advance(1_200)
         c.on_cut(cid, effective_mode="unaligned")
         c.acknowledge(cid, "op0/kg0")

@@ -7,9 +7,9 @@ import math
 import pytest
 
 from barriered.coordinator import (
-    MODES,
     ChannelSignals,
     CoordinatorSettings,
+    Mode,
     decide_mode,
     predict,
 )
@@ -18,9 +18,11 @@ from barriered.errors import CheckpointError
 UNALIGNED_2S = CoordinatorSettings(unaligned_enabled=True, aligned_timeout_ms=2_000)
 
 
-def test_mode_names_match_the_barrier_handler() -> None:
-    modes = pytest.importorskip("barriered.barrier.modes")
-    assert set(MODES) == {m.value for m in modes.Mode}
+def test_the_coordinator_decides_the_barrier_handlers_modes() -> None:
+    from barriered import barrier
+
+    assert Mode is barrier.Mode  # one type: the policy's decisions are handler modes
+    assert isinstance(decide_mode(UNALIGNED_2S, None).mode, barrier.Mode)
 
 
 def test_at_least_once_when_not_exactly_once() -> None:

@@ -46,14 +46,21 @@ def test_random_events_keep_invariants(
     )
     clock = ManualClock(0)
     c = CheckpointCoordinator(s, clock, PARTICIPANTS)
-    issued: list[TriggerRequest] = []
+    issued: list[tuple[TriggerRequest, int]] = []  # requests and when they started
     try:
         for op, arg in ops:
             pending = c.pending_ids
             target = pending[arg % len(pending)] if pending else None
             if op == "advance":
                 clock.advance(arg)
-                issued += c.tick(batch_id=clock.now_ms())
+                now = clock.now_ms()
+                issued += [(r, r.requested_ms) for r in c.tick(batch_id=now)]
+                # the source planner starts the scheduled checkpoint once due; adopted
+                schedule = c.schedule()
+                due = None if schedule is None else schedule.request(now, last_id=0)
+                if due is not None:
+                    assert c.adopt(due.checkpoint_id, due.mode, due.reason, now)
+                    issued.append((due, now))
                 assert all(
                     clock.now_ms() - st_.trigger_timestamp_ms < s.checkpoint_timeout_ms
                     for st_ in c.history()
@@ -102,16 +109,18 @@ def _check(c: CheckpointCoordinator, s: CoordinatorSettings) -> None:
 
 
 def _check_issued(
-    c: CheckpointCoordinator, s: CoordinatorSettings, issued: list[TriggerRequest]
+    c: CheckpointCoordinator, s: CoordinatorSettings, issued: list[tuple[TriggerRequest, int]]
 ) -> None:
-    ids = [r.checkpoint_id for r in issued]
-    assert ids == sorted(set(ids))  # strictly increasing, each handed out once
+    ids = [r.checkpoint_id for r, _ in issued]
+    assert len(ids) == len(set(ids))  # each started once
+    savepoint_ids = [r.checkpoint_id for r, _ in issued if r.kind == "savepoint"]
+    assert savepoint_ids == sorted(savepoint_ids)  # handed out in id order
     history = {h.checkpoint_id: h for h in c.history()}
-    periodic = [r for r in issued if r.kind == "checkpoint"]
-    for before, after in itertools.pairwise(periodic):
-        assert after.timestamp_ms - before.timestamp_ms >= s.checkpoint_interval_ms
-    for r in periodic:
-        t = r.timestamp_ms
+    periodic = [(r, t) for r, t in issued if r.kind == "checkpoint"]
+    assert [r.checkpoint_id for r, _ in periodic] == sorted(r.checkpoint_id for r, _ in periodic)
+    for (_, before), (_, after) in itertools.pairwise(periodic):
+        assert after - before >= s.checkpoint_interval_ms
+    for r, t in periodic:
         ended: list[Any] = [h.end_timestamp_ms for h in history.values() if h.end_timestamp_ms]
         assert not [e for e in ended if t - s.min_pause_ms < e < t]
         still_pending = [

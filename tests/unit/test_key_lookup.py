@@ -18,9 +18,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from barriered import cli
+from barriered.barrier import Mode
 from barriered.config import BarrieredConf
 from barriered.coordinator.driver import QueryCoordinator
-from barriered.datasource.offsets import Cut, SourceOffset
+from barriered.datasource.offsets import Cut, SourceOffset, StartedCheckpoint
 from barriered.statestore.acks import Ack, DataFile, state_participant, write_ack, write_data_file
 from barriered.statestore.fileio import write_json
 from barriered.statestore.key_groups import key_group_for_key, shuffle_partition, spark_hash
@@ -87,7 +88,7 @@ def cut_checkpoint_1(lay: SnapshotLayout) -> QueryCoordinator:
     """A coordinator that has seen checkpoint 1 cut at position 5 (awaiting its acks)."""
     qc = QueryCoordinator(lay, epoch=None)
     now = int(time.time() * 1000)
-    started = {"id": 1, "mode": "aligned", "at_ms": now, "barrier": [5]}
+    started = StartedCheckpoint(1, "checkpoint", Mode.ALIGNED, (5,), now)
     offset = SourceOffset(
         positions=(5,),
         last_id=1,

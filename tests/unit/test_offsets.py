@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from barriered.datasource.offsets import FORMAT_VERSION, ActiveCheckpoint, Cut, SourceOffset
+from barriered.barrier import AbortReason, Mode
+from barriered.datasource.offsets import (
+    FORMAT_VERSION,
+    AbortedCheckpoint,
+    ActiveCheckpoint,
+    Cut,
+    SourceOffset,
+    StartedCheckpoint,
+)
 from barriered.datasource.triggers import TriggerLog, TriggerRequest
 from barriered.errors import SnapshotStoreError
 
@@ -17,18 +25,19 @@ def through_json(d: dict[str, object]) -> dict[str, object]:
 
 
 ACTIVE = ActiveCheckpoint(
-    id=4,
+    checkpoint_id=4,
     kind="savepoint",
-    mode="aligned",
+    mode=Mode.ALIGNED,
     barrier=(100, 70, 0),
     arrived=(2, 1),
     started_ms=1_700_000_000_123,
     reason="operator asked",
+    first_barrier_ms=1_700_000_000_500,
 )
 CUT = Cut(
-    id=3,
+    checkpoint_id=3,
     kind="checkpoint",
-    mode="unaligned",
+    mode=Mode.UNALIGNED,
     barrier=(90, 60, 0),
     inflight=((0, 20, 90), (1, 55, 60)),
     base=2,
@@ -41,16 +50,17 @@ FULL = SourceOffset(
     active=ACTIVE,
     cut=CUT,
     started=(
-        {
-            "id": 4,
-            "kind": "savepoint",
-            "mode": "aligned",
-            "barrier": [100, 70, 0],
-            "at_ms": 1_700_000_000_123,
-            "reason": "operator asked",
-        },
+        StartedCheckpoint(
+            checkpoint_id=4,
+            kind="savepoint",
+            mode=Mode.ALIGNED,
+            barrier=(100, 70, 0),
+            at_ms=1_700_000_000_123,
+            requested_ms=1_700_000_000_100,
+            reason="operator asked",
+        ),
     ),
-    aborted=({"id": 3, "reason": "subsumed"},),
+    aborted=(AbortedCheckpoint(3, AbortReason.SUBSUMED),),
     restore={"checkpoint": 2, "path": "/tmp/snap"},
 )
 
@@ -68,15 +78,26 @@ def test_active_checkpoint_round_trip() -> None:
         "arrived": [2, 1],
         "started_ms": 1_700_000_000_123,
         "reason": "operator asked",
+        "first_barrier_ms": 1_700_000_000_500,
     }
     assert ActiveCheckpoint.from_dict(through_json(d)) == ACTIVE
+
+
+def test_active_checkpoint_of_an_older_offset_times_out_from_its_start() -> None:
+    """Offsets written before first_barrier_ms: with barriers in, the alignment timeout
+    counts from started_ms, as it did then; without, from the first barrier to come."""
+    d = ACTIVE.to_dict()
+    del d["first_barrier_ms"]
+    assert ActiveCheckpoint.from_dict(d).first_barrier_ms == 1_700_000_000_123
+    d["arrived"] = []
+    assert ActiveCheckpoint.from_dict(d).first_barrier_ms is None
 
 
 def test_active_checkpoint_reason_is_optional() -> None:
     d = ACTIVE.to_dict()
     del d["reason"]
     assert ActiveCheckpoint.from_dict(d).reason == ""
-    assert ActiveCheckpoint(1, "checkpoint", "aligned", (1,), (), 0).reason == ""
+    assert ActiveCheckpoint(1, "checkpoint", Mode.ALIGNED, (1,), (), 0).reason == ""
 
 
 def test_active_checkpoint_parsing_normalises_types() -> None:
@@ -89,7 +110,7 @@ def test_active_checkpoint_parsing_normalises_types() -> None:
         "started_ms": "7",
     }
     parsed = ActiveCheckpoint.from_dict(d)
-    assert parsed == ActiveCheckpoint(4, "checkpoint", "unaligned", (1, 2), (1,), 7, "")
+    assert parsed == ActiveCheckpoint(4, "checkpoint", Mode.UNALIGNED, (1, 2), (1,), 7, "", 7)
     assert isinstance(parsed.barrier, tuple) and isinstance(parsed.arrived, tuple)
 
 
@@ -100,9 +121,9 @@ def test_active_checkpoint_parsing_normalises_types() -> None:
     "cut",
     [
         CUT,
-        Cut(1, "checkpoint", "aligned", (5,), (), None, 0),
-        Cut(9, "savepoint", "aligned", (), (), 0, 12),
-        Cut(2, "checkpoint", "at_least_once", (3, 4), (), 1, 5),
+        Cut(1, "checkpoint", Mode("aligned"), (5,), (), None, 0),
+        Cut(9, "savepoint", Mode("aligned"), (), (), 0, 12),
+        Cut(2, "checkpoint", Mode("at_least_once"), (3, 4), (), 1, 5),
     ],
 )
 def test_cut_round_trip(cut: Cut) -> None:
@@ -221,7 +242,7 @@ def test_trigger_request_defaults_and_json_form() -> None:
         "reason": "",
         "requested_ms": 0,
     }
-    assert TriggerRequest(**through_json(r.to_dict())) == r
+    assert TriggerRequest.from_dict(through_json(r.to_dict())) == r
 
 
 def test_absent_trigger_log_reads_as_empty(tmp_path: Path) -> None:
@@ -248,7 +269,7 @@ def test_trigger_log_write_read_round_trip(tmp_path: Path) -> None:
     log = (
         TriggerLog()
         .with_request(TriggerRequest(1, reason="interval", requested_ms=10))
-        .with_request(TriggerRequest(2, kind="savepoint", mode="unaligned", requested_ms=20))
+        .with_request(TriggerRequest(2, kind="savepoint", mode=Mode.UNALIGNED, requested_ms=20))
         .with_cancelled([1])
         .with_completed(1)
     )
@@ -257,7 +278,7 @@ def test_trigger_log_write_read_round_trip(tmp_path: Path) -> None:
     assert back == log
     assert back.cancelled == frozenset({1})
     assert back.last_completed == 1
-    assert [r.id for r in back.requests] == [1, 2]
+    assert [r.checkpoint_id for r in back.requests] == [1, 2]
     assert back.requests[1] == TriggerRequest(2, "savepoint", "unaligned", "", 20)
     # no temporary files left behind
     assert sorted(p.name for p in (tmp_path / "_coordinator").iterdir()) == ["triggers.json"]
@@ -267,7 +288,7 @@ def test_trigger_log_is_written_sorted_by_id(tmp_path: Path) -> None:
     uri = str(tmp_path / "triggers.json")
     log = TriggerLog().with_request(TriggerRequest(3)).with_request(TriggerRequest(1))
     log.write(uri)
-    assert [r.id for r in TriggerLog.read(uri).requests] == [1, 3]
+    assert [r.checkpoint_id for r in TriggerLog.read(uri).requests] == [1, 3]
     raw = json.loads(Path(uri).read_text())
     assert [r["id"] for r in raw["requests"]] == [1, 3]
 
@@ -289,7 +310,7 @@ def test_trigger_log_keeps_only_the_most_recent_entries(tmp_path: Path) -> None:
     log = log.with_cancelled(range(1, 41))
     log.write(uri)
     back = TriggerLog.read(uri)
-    assert [r.id for r in back.requests] == list(range(9, 41))
+    assert [r.checkpoint_id for r in back.requests] == list(range(9, 41))
     assert back.cancelled == frozenset(range(9, 41))
 
 
@@ -298,8 +319,8 @@ def test_with_request_returns_a_new_log() -> None:
     one = empty.with_request(TriggerRequest(1))
     assert empty.requests == ()
     assert one.requests == (TriggerRequest(1),)
-    two = one.with_request(TriggerRequest(2, mode="unaligned"))
-    assert [r.id for r in two.requests] == [1, 2]
+    two = one.with_request(TriggerRequest(2, mode=Mode.UNALIGNED))
+    assert [r.checkpoint_id for r in two.requests] == [1, 2]
     assert one.requests == (TriggerRequest(1),)
 
 

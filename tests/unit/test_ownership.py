@@ -18,10 +18,11 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from barriered.barrier import Mode
 from barriered.config import BarrieredConf
 from barriered.coordinator import ownership
 from barriered.coordinator.driver import QueryCoordinator
-from barriered.datasource.offsets import Cut, SourceOffset
+from barriered.datasource.offsets import Cut, SourceOffset, StartedCheckpoint
 from barriered.datasource.triggers import TriggerLog
 from barriered.errors import FencedError, SnapshotPathInUseError, SnapshotStoreError
 from barriered.statestore import checkpoints_table
@@ -76,7 +77,7 @@ def publish(layout: SnapshotLayout, checkpoint_id: int, epoch: int, total: int) 
 def cut(qc: QueryCoordinator, checkpoint_id: int, position: int) -> None:
     """The batch in which the source fixed the barriers of ``checkpoint_id`` and cut it."""
     now = int(time.time() * 1000)
-    started = {"id": checkpoint_id, "mode": "aligned", "at_ms": now, "barrier": [position]}
+    started = StartedCheckpoint(checkpoint_id, "checkpoint", Mode.ALIGNED, (position,), now)
     offset = SourceOffset(
         positions=(position,),
         last_id=checkpoint_id,

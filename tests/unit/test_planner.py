@@ -13,18 +13,35 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from itertools import accumulate
+from itertools import accumulate, pairwise
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from barriered.datasource.offsets import ActiveCheckpoint, Cut, SourceOffset
-from barriered.datasource.planner import PlanInput, plan
+from barriered.barrier import (
+    AbortReason,
+    Barrier,
+    BarrierHandler,
+    Cancel,
+    Data,
+    ManualClock,
+    Mode,
+    TimeAdvance,
+)
+from barriered.datasource.alignment import Alignment, Chunk
+from barriered.datasource.offsets import (
+    AbortedCheckpoint,
+    ActiveCheckpoint,
+    Cut,
+    SourceOffset,
+    StartedCheckpoint,
+)
+from barriered.datasource.planner import FINAL_REASON, PlanInput, Planner, plan
 from barriered.datasource.triggers import TriggerRequest
+from barriered.testing.recording import RecordingController
 
-FINAL_REASON = "final checkpoint of an availableNow run"
 ALIGNED_MODES = ("aligned", "aligned_with_timeout")
 EXACTLY_ONCE_MODES = ("aligned", "unaligned", "aligned_with_timeout")
 ALL_MODES = (*EXACTLY_ONCE_MODES, "at_least_once")
@@ -44,6 +61,8 @@ class Batch:
     start: SourceOffset
     end: SourceOffset
     inp: PlanInput
+    fed: tuple[tuple[Alignment, int], ...] = ()
+    """The alignments the planner fed in this batch, each with its trace's length then."""
 
     @property
     def identity(self) -> bool:
@@ -59,11 +78,11 @@ class Batch:
         return None if self.identity else self.end.cut
 
     @property
-    def started(self) -> tuple[dict[str, Any], ...]:
+    def started(self) -> tuple[StartedCheckpoint, ...]:
         return () if self.identity else self.end.started
 
     @property
-    def aborted(self) -> tuple[dict[str, Any], ...]:
+    def aborted(self) -> tuple[AbortedCheckpoint, ...]:
         return () if self.identity else self.end.aborted
 
 
@@ -75,7 +94,7 @@ def roundtrip(offset: SourceOffset) -> SourceOffset:
 def req(
     checkpoint_id: int, mode: str = "aligned", kind: str = "checkpoint", reason: str = ""
 ) -> TriggerRequest:
-    return TriggerRequest(id=checkpoint_id, kind=kind, mode=mode, reason=reason)
+    return TriggerRequest(checkpoint_id, kind=kind, mode=Mode(mode), reason=reason)
 
 
 def simulate(
@@ -101,6 +120,7 @@ def simulate(
     """
     channels = len(admission)
     offset = start if start is not None else SourceOffset(positions=(0,) * channels)
+    planner = Planner()
     out: list[Batch] = []
     for k in range(batches):
         reqs = tuple(r for b, rs in sorted((requests or {}).items()) if b <= k for r in rs)
@@ -119,8 +139,8 @@ def simulate(
         )
         if restart:
             offset = roundtrip(offset)
-        end = plan(offset, inp)
-        out.append(Batch(k, offset, end, inp))
+        end = plan(offset, inp) if restart else planner.plan(offset, inp)
+        out.append(Batch(k, offset, end, inp, tuple((a, len(a.trace)) for a in planner.fed)))
         offset = end
     return out
 
@@ -134,7 +154,7 @@ def cuts(batches: Sequence[Batch]) -> list[tuple[int, Cut]]:
 
 
 def started_ids(batches: Sequence[Batch]) -> list[tuple[int, int]]:
-    return [(b.index, ev["id"]) for b in batches for ev in b.started]
+    return [(b.index, ev.checkpoint_id) for b in batches for ev in b.started]
 
 
 # The skew scenario of the brief: channel 0 has a backlog of 100 and admits 10 rows per
@@ -174,7 +194,13 @@ def test_no_data_and_no_request_returns_the_start_offset_itself() -> None:
 def test_identity_keeps_the_per_batch_events_of_the_start_offset() -> None:
     """Nothing to do: the planner hands back ``start`` as is, events of its batch included."""
     cut = Cut(1, "checkpoint", "aligned", (5,), (), None, 10)
-    start = SourceOffset(positions=(5,), last_id=1, last_cut=(5,), cut=cut, started=({"id": 1},))
+    start = SourceOffset(
+        positions=(5,),
+        last_id=1,
+        last_cut=(5,),
+        cut=cut,
+        started=(StartedCheckpoint(1, "checkpoint", Mode.ALIGNED, (5,), 10),),
+    )
     inp = PlanInput((5,), (None,), None, (), frozenset(), None, 20, 10, 0)
     assert plan(start, inp) is start
 
@@ -186,15 +212,15 @@ def test_per_batch_fields_of_the_start_offset_are_ignored() -> None:
         last_id=1,
         last_cut=(5, 5),
         cut=cut,
-        started=({"id": 1},),
-        aborted=({"id": 0, "reason": "cancelled"},),
+        started=(StartedCheckpoint(1, "checkpoint", Mode.ALIGNED, (5,), 10),),
+        aborted=(AbortedCheckpoint(0, "cancelled"),),
         restore={"from": 1},
     )
     inp = PlanInput((9, 20), (2, None), None, (req(2),), frozenset(), 1, 50, 100, 0)
     assert plan(noisy, inp) == plan(noisy.carried(), inp)
     end = plan(noisy, inp)
     assert end.restore == {"from": 1}  # what the run was restored from stays in every offset
-    assert [ev["id"] for ev in end.started] == [2]
+    assert [ev.checkpoint_id for ev in end.started] == [2]
     assert end.aborted == ()
 
 
@@ -238,15 +264,15 @@ def test_aligned_under_skew_blocks_fast_channels_until_the_slow_one_arrives() ->
         (100, 270, 270),
     ]
     assert run[1].started == (
-        {
-            "id": 1,
-            "kind": "checkpoint",
-            "mode": "aligned",
-            "barrier": [100, 70, 70],
-            "at_ms": 1000,
-            "requested_ms": 0,  # the request's time (a schedule's due time)
-            "reason": "",
-        },
+        StartedCheckpoint(
+            checkpoint_id=1,
+            kind="checkpoint",
+            mode=Mode("aligned"),
+            barrier=(100, 70, 70),
+            at_ms=1000,
+            requested_ms=0,  # the request's time (a schedule's due time)
+            reason="",
+        ),
     )
     for b in run[1:9]:
         active = b.end.active
@@ -276,7 +302,7 @@ def test_aligned_channel_with_nothing_behind_its_barrier_is_blocked_at_once() ->
         start=SourceOffset(positions=(0, 5)),
         requests={0: [req(1)]},
     )
-    assert run[0].started[0]["barrier"] == [30, 5]
+    assert list(run[0].started[0].barrier) == [30, 5]
     assert positions(run) == [(10, 5), (20, 5), (30, 5), (30, 20)]
     assert cuts(run)[0] == (2, Cut(1, "checkpoint", "aligned", (30, 5), (), None, 2000))
 
@@ -306,7 +332,7 @@ def test_buffer_per_channel_bounds_the_barrier_positions(
     buffer: int, barrier: tuple[int, ...], cut_batch: int, expected: list[tuple[int, ...]]
 ) -> None:
     run = skew_run("aligned", batches=len(expected), buffer=buffer)
-    assert run[1].started[0]["barrier"] == list(barrier)
+    assert list(run[1].started[0].barrier) == list(barrier)
     assert positions(run) == expected
     assert cuts(run) == [
         (cut_batch, Cut(1, "checkpoint", "aligned", barrier, (), None, 1000 * cut_batch))
@@ -329,7 +355,7 @@ def test_unaligned_cuts_in_the_first_batch_with_the_backlog_in_flight() -> None:
     assert cuts(run) == [
         (1, Cut(1, "checkpoint", "unaligned", barrier, ((0, 20, 100),), base=4, at_ms=1000)),
     ]
-    assert run[1].started[0]["mode"] == "unaligned"
+    assert run[1].started[0].mode == "unaligned"
     assert all(b.end.active is None for b in run)
     assert all(b.end.last_cut is None for b in run[1:])  # it had in-flight records
     # the fast channels keep delivering past their barrier in later batches
@@ -354,6 +380,22 @@ def test_unaligned_in_flight_lists_every_lagging_channel_and_only_those() -> Non
     assert run[1].positions == (10, 20, 30, 8)
 
 
+def test_unaligned_with_every_channel_lagging_still_cuts_in_its_first_batch() -> None:
+    """No channel would reach its barrier in the batch: the barrier of the one closest to
+    it (channel 1: 40 rows behind, against 90) goes where the batch's delivery ends there,
+    arrives first and triggers; channel 0's backlog is overtaken (in flight)."""
+    run = simulate(
+        2,
+        available=[(100, 50)],
+        admission=(10, 10),
+        requests={0: [req(1, "unaligned")]},
+    )
+    assert run[0].started[0].barrier == (100, 10)
+    assert run[0].positions == (10, 10)
+    assert run[0].cut == Cut(1, "checkpoint", "unaligned", (100, 10), ((0, 10, 100),), None, 0)
+    assert run[1].positions == (20, 20) and run[1].end.active is None
+
+
 def test_unaligned_without_backlog_has_no_in_flight_data() -> None:
     run = simulate(
         2,
@@ -375,10 +417,14 @@ def test_unaligned_without_backlog_has_no_in_flight_data() -> None:
 def test_aligned_with_timeout_switches_to_unaligned_once_the_timeout_elapsed(
     timeout: int, cut_batch: int
 ) -> None:
-    """Started at 1000 ms; the first batch with now - 1000 >= T is the (unaligned) cut."""
+    """Channels 1 and 2 deliver their barriers at 1000 ms (batch 1): the first batch with
+    now - 1000 >= T is the (unaligned) cut. Every event of a batch happens at its time, so
+    the switch comes before the batch's records: channel 0 delivers nothing in the cut
+    batch (its records from there to B_0 are in flight), but with T = 0, where the switch
+    follows the first barrier, after the batch's records."""
     run = skew_run("aligned_with_timeout", timeout=timeout)
     barrier = (100, 70, 70)
-    slow = 10 * (cut_batch + 1)  # channel 0's position in the cut batch
+    slow = 20 if timeout == 0 else 10 * cut_batch  # channel 0's position in the cut batch
     for b in run[1:cut_batch]:
         assert b.end.active is not None
         assert b.end.active.mode == "aligned_with_timeout"
@@ -393,7 +439,7 @@ def test_aligned_with_timeout_switches_to_unaligned_once_the_timeout_elapsed(
     assert run[cut_batch].end.active is None
     # after the cut nothing is blocked any more
     k = cut_batch + 1
-    assert run[k].positions == (10 * (k + 1), 50 + 20 * k, 50 + 20 * k)
+    assert run[k].positions == (slow + 10, 50 + 20 * k, 50 + 20 * k)
 
 
 def test_aligned_with_timeout_completes_aligned_before_the_timeout() -> None:
@@ -403,18 +449,18 @@ def test_aligned_with_timeout_completes_aligned_before_the_timeout() -> None:
 
 
 def test_aligned_with_timeout_elapsing_in_the_batch_that_completes_the_alignment() -> None:
-    """now - started == T in the batch where channel 0 reaches B_0: nothing is in flight.
+    """now - first barrier == T in the batch where channel 0 would reach B_0.
 
-    Today the handler sees the batch's data (and the clock) before the batch's barriers,
-    so the switch wins and the cut is reported ``unaligned`` with no in-flight data; either
-    label is a consistent snapshot, what matters is the cut batch and the empty in-flight.
+    The batch's events happen at its time: the switch (R9: as soon as the elapsed time
+    reaches T) comes before the batch's records, so the cut is unaligned and channel 0's
+    last records before B_0 are in flight.
     """
     run = skew_run("aligned_with_timeout", timeout=8000)
-    assert positions(run) == positions(skew_run("aligned"))
-    [(k, cut)] = cuts(run)
-    assert k == 9
-    assert cut.mode in ("aligned", "unaligned")
-    assert (cut.id, cut.barrier, cut.inflight, cut.at_ms) == (1, (100, 70, 70), (), 9000)
+    assert positions(run)[:9] == positions(skew_run("aligned"))[:9]
+    assert run[9].positions == (90, 70, 70)
+    assert cuts(run) == [
+        (9, Cut(1, "checkpoint", "unaligned", (100, 70, 70), ((0, 90, 100),), None, 9000))
+    ]
 
 
 def test_aligned_with_timeout_clock_standing_still_never_switches() -> None:
@@ -422,28 +468,32 @@ def test_aligned_with_timeout_clock_standing_still_never_switches() -> None:
     assert cuts(run) == [(9, Cut(1, "checkpoint", "aligned", (100, 70, 70), (), None, 5000))]
 
 
-def test_aligned_with_timeout_first_barrier_after_the_timeout_switches_at_once() -> None:
+def test_aligned_with_timeout_counts_from_the_first_barrier() -> None:
     """Requested at 0 ms, T = 1000; channel 1's barrier (B_1 = 30) arrives at 1200 ms.
 
-    now - started_ms >= T already holds in that batch, so it should be the cut.
+    R9 measures the alignment from its first barrier, not from the request: channel 1 is
+    blocked from 1200 ms on, and the batch at 2400 ms switches (before its records).
     """
     run = simulate(
-        5,
+        6,
         available=[(100, 30)],
         admission=(10, 10),
         requests={0: [req(1, "aligned_with_timeout")]},
         now=lambda k: 600 * k,
         timeout=1000,
     )
-    assert positions(run)[:3] == [(10, 10), (20, 20), (30, 30)]
-    assert cuts(run)[0] == (
-        2,
-        Cut(1, "checkpoint", "unaligned", (100, 30), ((0, 30, 100),), None, 1200),
-    )
+    assert positions(run) == [(10, 10), (20, 20), (30, 30), (40, 30), (40, 30), (50, 30)]
+    active = run[2].end.active
+    assert active is not None and active.arrived == (1,) and active.first_barrier_ms == 1200
+    assert cuts(run) == [
+        (4, Cut(1, "checkpoint", "unaligned", (100, 30), ((0, 40, 100),), None, 2400)),
+    ]
 
 
-def test_aligned_with_timeout_switches_even_before_any_barrier_arrived() -> None:
-    """Both channels lag (10 rows per batch to B = 100): the timeout must still apply."""
+def test_aligned_with_timeout_without_any_barrier_never_switches() -> None:
+    """Both channels lag (10 rows per batch to B = 100): nothing is blocked, nothing
+    aligns, so the timeout (from the first barrier, R9) never runs: the barriers arrive
+    together and the cut is aligned."""
     run = simulate(
         12,
         available=[(100, 100)],
@@ -452,10 +502,9 @@ def test_aligned_with_timeout_switches_even_before_any_barrier_arrived() -> None
         now=lambda k: 600 * k,
         timeout=1000,
     )
-    assert cuts(run)[0] == (
-        2,
-        Cut(1, "checkpoint", "unaligned", (100, 100), ((0, 30, 100), (1, 30, 100)), None, 1200),
-    )
+    assert positions(run)[:10] == [(10 * (k + 1),) * 2 for k in range(10)]
+    assert all(b.end.active is not None and b.end.active.arrived == () for b in run[:9])
+    assert cuts(run) == [(9, Cut(1, "checkpoint", "aligned", (100, 100), (), None, 5400))]
 
 
 # -- at least once ---------------------------------------------------------------------------
@@ -476,9 +525,25 @@ def test_at_least_once_never_caps_and_cuts_when_every_channel_passed_its_barrier
 
 
 def test_at_least_once_with_every_channel_at_its_barrier_cuts_in_the_first_batch() -> None:
+    """B = D: every barrier arrives before the batch's records, which come after the
+    trigger and so after the cut (the next batch delivers them)."""
     run = skew_run("at_least_once", buffer=0)
-    assert run[1].positions == (20, 70, 70)
+    assert positions(run)[:4] == [(10, 50, 50), (10, 50, 50), (20, 90, 90), (30, 110, 110)]
     assert cuts(run) == [(1, Cut(1, "checkpoint", "at_least_once", (10, 50, 50), (), None, 1000))]
+
+
+def test_at_least_once_caps_a_channel_at_its_barrier_until_it_arrived() -> None:
+    """Channel 0 reaches B_0 = 15 in batch 1 and stops there (its records past the barrier
+    would come after the trigger); channels that delivered their barrier run free."""
+    run = simulate(
+        4,
+        available=[(100, 5)],
+        admission=(10, None),
+        requests={0: [req(1, "at_least_once")]},
+        buffer=15,
+    )
+    assert positions(run) == [(10, 5), (15, 5), (25, 5), (35, 5)]
+    assert cuts(run) == [(1, Cut(1, "checkpoint", "at_least_once", (15, 5), (), None, 1000))]
 
 
 # -- stale requests, cancellation, subsumption, savepoints -----------------------------------
@@ -502,21 +567,21 @@ def test_a_request_is_started_once_although_it_stays_in_the_log() -> None:
     run = skew_run("aligned", batches=14, requests={1: [req(1)], 12: [req(2)]})
     assert started_ids(run) == [(1, 1), (12, 2)]
     # checkpoint 2: channel 0 is exhausted (B_0 = D_0 = 100), the others reach B at once
-    assert [(k, c.id) for k, c in cuts(run)] == [(9, 1), (12, 2)]
-    assert run[12].started[0]["barrier"] == [100, 290, 290]
+    assert [(k, c.checkpoint_id) for k, c in cuts(run)] == [(9, 1), (12, 2)]
+    assert list(run[12].started[0].barrier) == [100, 290, 290]
 
 
 def test_requests_are_started_in_id_order_whatever_the_log_order() -> None:
     run = skew_run("aligned", batches=3, requests={1: [req(3), req(2)]})
-    assert [ev["id"] for ev in run[1].started] == [2, 3]
-    assert run[1].aborted == ({"id": 2, "reason": "subsumed"},)
-    assert run[1].end.active is not None and run[1].end.active.id == 3
+    assert [ev.checkpoint_id for ev in run[1].started] == [2, 3]
+    assert run[1].aborted == (AbortedCheckpoint(2, "subsumed"),)
+    assert run[1].end.active is not None and run[1].end.active.checkpoint_id == 3
     assert run[1].end.last_id == 3
 
 
 def test_cancelling_the_active_checkpoint_aborts_it_and_unblocks() -> None:
     run = skew_run("aligned", cancelled={3: [1]})
-    assert run[3].aborted == ({"id": 1, "reason": "cancelled"},)
+    assert run[3].aborted == (AbortedCheckpoint(1, "cancelled"),)
     assert run[3].end.active is None
     assert run[2].positions == (30, 70, 70)  # still blocked
     assert run[3].positions == (40, 110, 110)  # unblocked in the batch of the cancel
@@ -552,24 +617,24 @@ def test_cancel_while_aligning_without_data_is_not_an_identity() -> None:
     assert end is not start
     assert end.positions == (5, 9)
     assert end.active is None
-    assert end.aborted == ({"id": 1, "reason": "cancelled"},)
+    assert end.aborted == (AbortedCheckpoint(1, "cancelled"),)
     assert end.last_id == 1
 
 
 def test_a_newer_request_subsumes_the_aligning_checkpoint() -> None:
     run = skew_run("aligned", batches=12, requests={1: [req(1)], 3: [req(2)]})
-    assert run[3].aborted == ({"id": 1, "reason": "subsumed"},)
+    assert run[3].aborted == (AbortedCheckpoint(1, "subsumed"),)
     # barrier of 2 fixed from the positions at the start of batch 3: D = (30, 70, 70)
     assert run[3].started == (
-        {
-            "id": 2,
-            "kind": "checkpoint",
-            "mode": "aligned",
-            "barrier": [100, 110, 110],
-            "at_ms": 3000,
-            "requested_ms": 0,  # the request's time (a schedule's due time)
-            "reason": "",
-        },
+        StartedCheckpoint(
+            checkpoint_id=2,
+            kind="checkpoint",
+            mode=Mode("aligned"),
+            barrier=(100, 110, 110),
+            at_ms=3000,
+            requested_ms=0,  # the request's time (a schedule's due time)
+            reason="",
+        ),
     )
     assert run[3].positions == (40, 110, 110)
     assert positions(run)[4:9] == [(10 * (k + 1), 110, 110) for k in range(4, 9)]
@@ -582,9 +647,9 @@ def test_subsumption_across_modes() -> None:
     run = skew_run(
         "at_least_once", requests={1: [req(1, "at_least_once")], 4: [req(2, "unaligned")]}
     )
-    assert run[4].aborted == ({"id": 1, "reason": "subsumed"},)
+    assert run[4].aborted == (AbortedCheckpoint(1, "subsumed"),)
     # D = (40, 110, 110) (nothing was capped), available (100, 130, 130)
-    assert run[4].started[0]["barrier"] == [100, 130, 130]
+    assert list(run[4].started[0].barrier) == [100, 130, 130]
     assert cuts(run) == [
         (4, Cut(2, "checkpoint", "unaligned", (100, 130, 130), ((0, 50, 100),), None, 4000))
     ]
@@ -593,8 +658,8 @@ def test_subsumption_across_modes() -> None:
 @pytest.mark.parametrize("mode", ALL_MODES)
 def test_savepoints_are_always_aligned(mode: str) -> None:
     run = skew_run(mode, requests={1: [req(1, mode, kind="savepoint")]})
-    assert run[1].started[0]["mode"] == "aligned"
-    assert run[1].started[0]["kind"] == "savepoint"
+    assert run[1].started[0].mode == "aligned"
+    assert run[1].started[0].kind == "savepoint"
     assert positions(run) == positions(skew_run("aligned"))
     assert cuts(run) == [(9, Cut(1, "savepoint", "aligned", (100, 70, 70), (), None, 9000))]
 
@@ -624,15 +689,15 @@ def test_available_now_final_checkpoint_is_cut_in_a_batch_after_the_last_records
     assert positions(run) == [(30, 40), (60, 40), (90, 40), (100, 40), (100, 40), (100, 40)]
     assert run[3].started == () and run[3].cut is None
     assert run[4].started == (
-        {
-            "id": 1,
-            "kind": "checkpoint",
-            "mode": "aligned",
-            "barrier": [100, 40],
-            "at_ms": 4000,
-            "requested_ms": 4000,  # the request's time (a schedule's due time)
-            "reason": FINAL_REASON,
-        },
+        StartedCheckpoint(
+            checkpoint_id=1,
+            kind="checkpoint",
+            mode=Mode("aligned"),
+            barrier=(100, 40),
+            at_ms=4000,
+            requested_ms=4000,  # the request's time (a schedule's due time)
+            reason=FINAL_REASON,
+        ),
     )
     assert cuts(run) == [(4, Cut(1, "checkpoint", "aligned", (100, 40), (), None, 4000))]
     assert run[4].end.last_cut == (100, 40)
@@ -699,12 +764,12 @@ def test_available_now_final_checkpoint_after_an_earlier_cut() -> None:
         (1, Cut(1, "checkpoint", "aligned", (50, 40), (), None, 1000)),
         (4, Cut(2, "checkpoint", "aligned", (100, 40), (), None, 4000)),
     ]
-    assert run[4].started[0]["reason"] == FINAL_REASON
+    assert run[4].started[0].reason == FINAL_REASON
     assert [b.identity for b in run] == [False] * 5 + [True]
 
 
 def test_available_now_final_checkpoint_in_the_batch_after_another_cut() -> None:
-    """An at-least-once cut in the batch reaching the target, behind the target."""
+    """An at-least-once cut behind the target, in the batch before the one reaching it."""
     run = simulate(
         7,
         available=[(100, 40)],
@@ -713,17 +778,16 @@ def test_available_now_final_checkpoint_in_the_batch_after_another_cut() -> None
         requests={3: [req(1, "at_least_once")]},
         buffer=5,
     )
-    # checkpoint 1 at batch 3: D = (90, 40), B = (95, 40); the batch reaches the target
-    assert positions(run)[3] == (100, 40)
+    # checkpoint 1 at batch 3: D = (90, 40), B = (95, 40): channel 0 stops at its barrier
+    assert positions(run)[3:5] == [(95, 40), (100, 40)]
     assert cuts(run) == [
         (3, Cut(1, "checkpoint", "at_least_once", (95, 40), (), None, 3000)),
-        (4, Cut(2, "checkpoint", "aligned", (100, 40), (), None, 4000)),
+        (5, Cut(2, "checkpoint", "aligned", (100, 40), (), None, 5000)),
     ]
-    assert run[3].started[0]["id"] == 1  # no final checkpoint in the batch of the other cut
-    assert len(run[3].started) == 1
-    assert run[4].started[0]["reason"] == FINAL_REASON
-    assert run[4].positions == (100, 40)
-    assert [b.identity for b in run] == [False] * 5 + [True] * 2
+    assert [ev.checkpoint_id for b in run[3:5] for ev in b.started] == [1]
+    assert run[5].started[0].reason == FINAL_REASON
+    assert run[5].positions == (100, 40)
+    assert [b.identity for b in run] == [False] * 6 + [True]
 
 
 def test_available_now_at_least_once_cut_with_the_last_records_needs_the_final_one() -> None:
@@ -752,7 +816,7 @@ def test_available_now_final_checkpoint_with_a_growing_upstream() -> None:
         target=(100, 100),
     )
     assert positions(run) == [(40, 100), (80, 100)] + [(100, 100)] * 4
-    assert run[3].started[0]["barrier"] == [100, 100]
+    assert list(run[3].started[0].barrier) == [100, 100]
     assert cuts(run) == [(3, Cut(1, "checkpoint", "aligned", (100, 100), (), None, 3000))]
     assert [b.identity for b in run] == [False] * 4 + [True] * 2
 
@@ -767,7 +831,7 @@ def test_available_now_requested_checkpoint_with_a_growing_upstream(mode: str) -
         requests={1: [req(1, mode)]},
     )
     # D = (40, 100) and available (110, 110) at batch 1: B = (100, 100), not (110, 110)
-    assert run[1].started[0]["barrier"] == [100, 100]
+    assert list(run[1].started[0].barrier) == [100, 100]
     assert positions(run) == [(40, 100), (80, 100)] + [(100, 100)] * 4
     if mode == "unaligned":
         first = (1, Cut(1, "checkpoint", "unaligned", (100, 100), ((0, 80, 100),), None, 1000))
@@ -897,13 +961,20 @@ def scenarios(draw: st.DrawFn, modes: Sequence[str]) -> Scenario:
     )
 
 
-def barrier_of(pos: Sequence[int], inp: PlanInput) -> tuple[int, ...]:
-    """B_n(c) = min(available(c), D(c) + buffer), never past an availableNow target."""
+def barrier_of(pos: Sequence[int], inp: PlanInput, mode: str = "aligned") -> tuple[int, ...]:
+    """B_n(c) = min(available(c), D(c) + buffer), never past an availableNow target; in
+    unaligned mode, when no channel would reach it in the batch, the channel closest to it
+    has it where the batch's delivery ends (so that a barrier arrives and triggers)."""
     reach = inp.available if inp.target is None else inp.target
-    return tuple(
+    barrier = [
         max(p, min(a, r, p + inp.buffer_per_channel))
         for p, a, r in zip(pos, inp.available, reach, strict=True)
-    )
+    ]
+    full = full_delivery(SourceOffset(positions=tuple(pos)), inp)
+    if mode == "unaligned" and all(b > f for b, f in zip(barrier, full, strict=True)):
+        first = min(range(len(barrier)), key=lambda c: barrier[c] - full[c])
+        barrier[first] = full[first]
+    return tuple(barrier)
 
 
 def full_delivery(start: SourceOffset, inp: PlanInput) -> list[int]:
@@ -923,31 +994,39 @@ def model_batch(start: SourceOffset, inp: PlanInput) -> tuple[list[int], list[in
     """Independent model of delivery: (requests started, end positions, active at delivery).
 
     The active checkpoint at delivery time is a ``(mode, barrier, arrived)`` triple or None.
+    A channel without its barrier delivers up to it; with it, nothing while aligning (at
+    least once: as far as it reaches). An alignment whose timeout elapsed by the batch's
+    time switches before the batch's records: nothing is delivered.
     """
     active: Any = None
-    if start.active is not None and start.active.id not in inp.cancelled:
-        active = (start.active.mode, start.active.barrier, set(start.active.arrived))
+    switch = False
+    if start.active is not None and start.active.checkpoint_id not in inp.cancelled:
+        a = start.active
+        active = (a.mode, a.barrier, set(a.arrived))
+        switch = (
+            a.mode == "aligned_with_timeout"
+            and a.first_barrier_ms is not None
+            and inp.now_ms - a.first_barrier_ms >= inp.aligned_timeout_ms
+        )
     started: list[int] = []
     last = start.last_id
-    for r in sorted(inp.requests, key=lambda r: r.id):
-        if r.id > last and r.id not in inp.cancelled:
-            last = r.id
-            started.append(r.id)
+    for r in sorted(inp.requests, key=lambda r: r.checkpoint_id):
+        if r.checkpoint_id > last and r.checkpoint_id not in inp.cancelled:
+            last = r.checkpoint_id
+            started.append(r.checkpoint_id)
             mode = "aligned" if r.kind == "savepoint" else r.mode
-            active = (
-                mode,
-                barrier_of(start.positions, inp),
-                set(),
-            )
+            active = (mode, barrier_of(start.positions, inp, mode), set())
+            switch = False
     end = full_delivery(start, inp)
-    if active is not None and active[0] != "at_least_once":
+    if switch:
+        return started, list(start.positions), active
+    if active is not None:
         mode, barrier, arrived = active
         for c in range(len(end)):
-            end[c] = (
-                start.positions[c]
-                if c in arrived
-                else min(end[c], max(start.positions[c], barrier[c]))
-            )
+            if c not in arrived:
+                end[c] = min(end[c], max(start.positions[c], barrier[c]))
+            elif mode != "at_least_once":
+                end[c] = start.positions[c]
     return started, end, active
 
 
@@ -961,7 +1040,7 @@ def check_invariants(run: Sequence[Batch]) -> None:
         if b.identity:
             assert started == []
             assert list(s.positions) == expected
-            assert s.active is None or s.active.id not in inp.cancelled
+            assert s.active is None or s.active.checkpoint_id not in inp.cancelled
             continue
 
         # positions: monotone, within the upstream and the availableNow target
@@ -973,46 +1052,46 @@ def check_invariants(run: Sequence[Batch]) -> None:
         assert e.last_id >= s.last_id
 
         # started events: exactly the new requests (plus a final checkpoint)
-        requested = [ev for ev in e.started if ev["reason"] != FINAL_REASON]
-        finals = [ev for ev in e.started if ev["reason"] == FINAL_REASON]
-        assert [ev["id"] for ev in requested] == started
+        requested = [ev for ev in e.started if ev.reason != FINAL_REASON]
+        finals = [ev for ev in e.started if ev.reason == FINAL_REASON]
+        assert [ev.checkpoint_id for ev in requested] == started
         assert len(finals) <= 1
-        ids = [ev["id"] for ev in e.started]
+        ids = [ev.checkpoint_id for ev in e.started]
         assert ids == sorted(set(ids)) and all(i > s.last_id for i in ids)
         for ev in requested:
-            r = next(r for r in inp.requests if r.id == ev["id"])
-            assert ev["barrier"] == list(barrier_of(s.positions, inp))
-            assert ev["mode"] == ("aligned" if r.kind == "savepoint" else r.mode)
-            assert ev["kind"] == r.kind
-            assert ev["at_ms"] == inp.now_ms
-            fixed[ev["id"]] = ev
+            r = next(r for r in inp.requests if r.checkpoint_id == ev.checkpoint_id)
+            assert list(ev.barrier) == list(barrier_of(s.positions, inp, ev.mode))
+            assert ev.mode == ("aligned" if r.kind == "savepoint" else r.mode)
+            assert ev.kind == r.kind
+            assert ev.at_ms == inp.now_ms
+            fixed[ev.checkpoint_id] = ev
         for ev in finals:
-            assert ev["id"] == max([s.last_id, *started]) + 1
-            assert ev["mode"] == "aligned"
+            assert ev.checkpoint_id == max([s.last_id, *started]) + 1
+            assert ev.mode == "aligned"
             assert inp.target is not None
             assert all(p >= t for p, t in zip(e.positions, inp.target, strict=True))
             assert e.positions != s.last_cut
             assert e.positions == s.positions  # a batch of its own, after the last records
-            assert ev["barrier"] == list(barrier_of(e.positions, inp))
-            fixed[ev["id"]] = ev
+            assert list(ev.barrier) == list(barrier_of(e.positions, inp))
+            fixed[ev.checkpoint_id] = ev
         assert e.last_id == max([s.last_id, *ids])
 
         # aborts
         for ab in e.aborted:
-            assert ab["id"] in fixed
-            assert ab["id"] not in aborted
-            if ab["reason"] == "cancelled":
-                assert ab["id"] in inp.cancelled
+            assert ab.checkpoint_id in fixed
+            assert ab.checkpoint_id not in aborted
+            if ab.reason == "cancelled":
+                assert ab.checkpoint_id in inp.cancelled
             else:
-                assert ab["reason"] == "subsumed"
-                assert any(i > ab["id"] for i in ids)
-            aborted.add(ab["id"])
+                assert ab.reason == "subsumed"
+                assert any(i > ab.checkpoint_id for i in ids)
+            aborted.add(ab.checkpoint_id)
 
         # blocking: a channel that has its barrier delivers nothing while aligning
         if (
             s.active is not None
             and s.active.mode in ALIGNED_MODES
-            and s.active.id not in inp.cancelled
+            and s.active.checkpoint_id not in inp.cancelled
             and not started
         ):
             for c in s.active.arrived:
@@ -1021,10 +1100,10 @@ def check_invariants(run: Sequence[Batch]) -> None:
         # the active checkpoint after the batch
         if e.active is not None:
             a = e.active
-            assert a.id in fixed and a.id not in aborted
-            assert list(a.barrier) == fixed[a.id]["barrier"]
-            assert a.mode == fixed[a.id]["mode"] != "unaligned"
-            assert e.cut is None or e.cut.id != a.id
+            assert a.checkpoint_id in fixed and a.checkpoint_id not in aborted
+            assert list(a.barrier) == list(fixed[a.checkpoint_id].barrier)
+            assert a.mode == fixed[a.checkpoint_id].mode != "unaligned"
+            assert e.cut is None or e.cut.checkpoint_id != a.checkpoint_id
             assert not all(p >= q for p, q in zip(e.positions, a.barrier, strict=True))
             assert set(a.arrived) == {
                 c for c, (p, q) in enumerate(zip(e.positions, a.barrier, strict=True)) if p >= q
@@ -1037,10 +1116,10 @@ def check_invariants(run: Sequence[Batch]) -> None:
         if cut is None:
             assert e.last_cut == s.last_cut
             continue
-        ev = fixed[cut.id]
-        assert cut.id not in aborted
-        assert list(cut.barrier) == ev["barrier"]
-        assert cut.kind == ev["kind"]
+        ev = fixed[cut.checkpoint_id]
+        assert cut.checkpoint_id not in aborted
+        assert list(cut.barrier) == list(ev.barrier)
+        assert cut.kind == ev.kind
         assert cut.at_ms == inp.now_ms
         assert cut.base == inp.last_completed
         # the end of an availableNow run: a cut without in-flight records, in a batch
@@ -1049,23 +1128,23 @@ def check_invariants(run: Sequence[Batch]) -> None:
         assert e.last_cut == (None if cut.inflight or delivered else cut.barrier)
         pairs = list(zip(e.positions, cut.barrier, strict=True))
         if cut.mode == "aligned":
-            assert ev["mode"] in ALIGNED_MODES
+            assert ev.mode in ALIGNED_MODES
             assert list(e.positions) == list(cut.barrier)
             assert cut.inflight == ()
         elif cut.mode == "unaligned":
-            assert ev["mode"] in ("unaligned", "aligned_with_timeout")
-            if ev["mode"] == "aligned_with_timeout":
-                assert inp.now_ms - ev["at_ms"] >= inp.aligned_timeout_ms
+            assert ev.mode in ("unaligned", "aligned_with_timeout")
+            if ev.mode == "aligned_with_timeout":
+                assert inp.now_ms - ev.at_ms >= inp.aligned_timeout_ms
             assert all(p <= q for p, q in pairs)
             assert cut.inflight == tuple((c, p, q) for c, (p, q) in enumerate(pairs) if p < q)
         else:
-            assert cut.mode == "at_least_once" == ev["mode"]
+            assert cut.mode == "at_least_once" == ev.mode
             assert all(p >= q for p, q in pairs)
             assert cut.inflight == ()
-        if ev["mode"] == "unaligned":
+        if ev.mode == "unaligned":
             assert ev in e.started  # cut in the batch it started in
-        assert not cut_ids or cut.id > cut_ids[-1]
-        cut_ids.append(cut.id)
+        assert not cut_ids or cut.checkpoint_id > cut_ids[-1]
+        cut_ids.append(cut.checkpoint_id)
 
 
 def check_restart(sc: Scenario, run: Sequence[Batch]) -> None:
@@ -1133,8 +1212,10 @@ def test_every_checkpoint_ends_once_the_upstream_stops_growing(sc: Scenario) -> 
     run = sc.run()
     check_invariants(run)
     assert run[-1].end.active is None
-    started = [ev["id"] for b in run for ev in b.started]
-    ended = [c.id for _, c in cuts(run)] + [ab["id"] for b in run for ab in b.aborted]
+    started = [ev.checkpoint_id for b in run for ev in b.started]
+    ended = [c.checkpoint_id for _, c in cuts(run)] + [
+        ab.checkpoint_id for b in run for ab in b.aborted
+    ]
     assert sorted(ended) == sorted(started)
 
 
@@ -1153,5 +1234,142 @@ def test_an_available_now_run_ends_with_a_cut_at_the_target(sc: Scenario, grow: 
     assert end.active is None
     assert end.last_cut == frozen
     assert run[-1].identity
-    finals = [ev for b in run for ev in b.started if ev["reason"] == FINAL_REASON]
+    finals = [ev for b in run for ev in b.started if ev.reason == FINAL_REASON]
     assert len(finals) <= 1
+
+
+# -- the planner against a plain barrier handler -----------------------------------------------
+
+
+class Replayed:
+    """A plain handler with a recording controller, fed what the planner fed one alignment."""
+
+    def __init__(self, alignment: Alignment, channels: int, timeout: int) -> None:
+        mode = alignment.checkpoint.mode
+        self.clock = ManualClock(alignment.origin_ms)
+        self.ctl: RecordingController[Chunk] = RecordingController()
+        self.handler: BarrierHandler[Chunk] = BarrierHandler(
+            channels,
+            mode,
+            self.ctl,
+            self.clock,
+            timeout if mode is Mode.ALIGNED_WITH_TIMEOUT else None,
+        )
+        self.fed = 0
+
+    def catch_up(self, alignment: Alignment, upto: int) -> list[tuple[object, ...]]:
+        """Feed the events the planner fed since the last call; return the calls they made."""
+        before = len(self.ctl.calls)
+        for event, chunk in alignment.trace[self.fed : upto]:
+            if isinstance(event, Data):
+                self.handler.on_data(event.channel, chunk)
+            elif isinstance(event, Barrier):
+                self.handler.on_barrier(event.channel, event.checkpoint_id)
+            elif isinstance(event, Cancel):
+                self.handler.on_cancel(event.channel, event.checkpoint_id)
+            else:
+                assert isinstance(event, TimeAdvance)
+                self.clock.advance(event.ms)
+                self.handler.on_time_advanced()
+        self.fed = upto
+        return self.ctl.calls[before:]
+
+
+def merged(chunks: Sequence[Chunk]) -> tuple[Chunk, ...]:
+    """One ``(channel, start, end)`` per channel of contiguous chunks, in channel order."""
+    per: dict[int, list[tuple[int, int]]] = {}
+    for c, a, b in chunks:
+        per.setdefault(c, []).append((a, b))
+    out = []
+    for c, ranges in sorted(per.items()):
+        ranges.sort()
+        assert all(x[1] == y[0] for x, y in pairwise(ranges)), ranges
+        out.append((c, ranges[0][0], ranges[-1][1]))
+    return tuple(out)
+
+
+def compare_with_handler(sc: Scenario, run: Sequence[Batch]) -> None:
+    replays: dict[int, Replayed] = {}
+    for b in run:
+        triggers: list[tuple[int, Mode]] = []
+        cancels: list[int] = []
+        inflight: tuple[Chunk, ...] = ()
+        delivered = list(b.start.positions)
+        blocked: frozenset[int] = frozenset()
+        batched = False  # whether an alignment was fed this batch's records
+        for alignment, upto in b.fed:
+            key = id(alignment)
+            if key not in replays:
+                replays[key] = Replayed(alignment, sc.channels, sc.timeout)
+            replay = replays[key]
+            new = alignment.trace[replay.fed : upto]
+            batched |= any(isinstance(ev, TimeAdvance) for ev, _ in new)
+            calls = replay.catch_up(alignment, upto)
+            cut_at = next((i for i, call in enumerate(calls) if call[0] == "trigger"), len(calls))
+            for call in calls[:cut_at]:
+                if call[0] == "process":
+                    _, channel, (_, start, end) = call
+                    assert start == delivered[channel]
+                    delivered[channel] = end
+            for call in calls:
+                if call[0] == "trigger":
+                    triggers.append((call[1], call[2]))
+                    recorded = [c[3] for c in calls if c[0] == "record_channel_state"]
+                    inflight = merged(recorded)
+                elif call[0] == "abort":
+                    assert call[2] is AbortReason.CANCELLED
+                    cancels.append(call[1])
+            blocked = replay.handler.blocked_channels()
+        if b.identity:
+            assert triggers == [] and cancels == []
+            continue
+        # the cut: exactly the handler's trigger, its mode and its recorded channel state
+        assert len(triggers) <= 1
+        if triggers:
+            cut = b.end.cut
+            assert cut is not None
+            assert (cut.checkpoint_id, cut.mode) == triggers[0]
+            assert cut.inflight == inflight
+        else:
+            assert b.end.cut is None
+        # the batch delivers exactly what the handler processed before its trigger (with
+        # no checkpoint in flight: as far as every channel reaches)
+        assert list(b.end.positions) == (delivered if batched else full_delivery(b.start, b.inp))
+        # aborts: the handler's cancels, and a checkpoint retired by a newer start
+        cancelled = [a.checkpoint_id for a in b.end.aborted if a.reason is AbortReason.CANCELLED]
+        assert cancelled == cancels
+        for a in b.end.aborted:
+            if a.reason is AbortReason.SUBSUMED:
+                assert any(s.checkpoint_id > a.checkpoint_id for s in b.end.started)
+        # what the next batch holds back: the channels the handler blocks
+        active = b.end.active
+        if active is None:
+            continue
+        held = set(active.arrived) if active.mode in ALIGNED_MODES else set()
+        assert held == blocked
+
+
+@PROPERTY_SETTINGS
+@given(sc=scenarios(ALL_MODES))
+def test_the_planner_cuts_blocks_and_records_as_the_barrier_handler_prescribes(
+    sc: Scenario,
+) -> None:
+    """Replayed into a plain handler with a recording controller, the events the planner fed
+    give its cuts (batch, id, mode), deliveries, blocked channels and in-flight ranges."""
+    compare_with_handler(sc, sc.run())
+
+
+@PROPERTY_SETTINGS
+@given(
+    sc=scenarios(["aligned_with_timeout"]),
+    admission=st.lists(st.integers(1, 5), min_size=4, max_size=4),
+    extra=st.integers(1, 30),
+)
+def test_the_alignment_timeout_is_the_handlers(
+    sc: Scenario, admission: list[int], extra: int
+) -> None:
+    """Aligned with timeout only, every channel admission-limited (so that first barriers
+    often arrive batches after the start), drained so that alignments end, many by the
+    timeout."""
+    sc = replace(sc, admission=tuple(admission[: sc.channels]), target=None)
+    compare_with_handler(sc, drained(sc, extra, sc.available[-1]).run())

@@ -60,17 +60,17 @@ def run(schedule: Schedule | None, times: Sequence[int], **kw: Any) -> list[Sour
 
 
 def started(ends: Sequence[SourceOffset]) -> list[tuple[int, int]]:
-    return [(k, int(ev["id"])) for k, end in enumerate(ends) for ev in end.started]
+    return [(k, ev.checkpoint_id) for k, end in enumerate(ends) for ev in end.started]
 
 
 def test_a_due_checkpoint_is_started_once_and_cut_unaligned_in_the_same_batch() -> None:
     schedule = Schedule(4, due_ms=2_000, mode="unaligned", reason="the policy says so")
     ends = run(schedule, [1_000, 1_999, 2_000, 3_000, 4_000, 5_000])
     assert started(ends) == [(2, 4)]  # not before its due time, then once only
-    assert ends[2].started[0]["reason"] == "the policy says so"
-    assert ends[2].started[0]["mode"] == "unaligned"
+    assert ends[2].started[0].reason == "the policy says so"
+    assert ends[2].started[0].mode == "unaligned"
     cut = ends[2].cut
-    assert cut is not None and cut.id == 4 and cut.mode == "unaligned"
+    assert cut is not None and cut.checkpoint_id == 4 and cut.mode == "unaligned"
     # The first batch planned once due is the cut: channel 0's backlog is in flight.
     assert ends[2].positions == (30, 100) and cut.inflight == ((0, 30, 100),)
     assert all(end.last_id == 4 for end in ends[2:])
@@ -146,17 +146,17 @@ def test_the_schedule_reserves_an_id_and_follows_the_interval() -> None:
     s = c.schedule()
     assert s is not None and (s.checkpoint_id, s.due_ms, s.paused) == (1, 1_000, None)
     assert c.schedule() == s and c.reserved_id == 1  # reserved once
-    assert c.tick(periodic=False) == []
+    assert c.tick() == []
     clock.set(5_000)
-    assert c.tick(periodic=False) == []  # due, but the source starts it, not the tick
+    assert c.tick() == []  # due, but the source starts it, not the tick
     assert c.pending_ids == []
 
 
-def test_a_forced_checkpoint_takes_another_id_than_the_reserved_one() -> None:
+def test_savepoints_take_other_ids_than_the_reserved_one() -> None:
     c, _ = core()
     assert c.schedule() is not None and c.reserved_id == 1
     assert c.trigger_savepoint("/sp") == 2
-    assert c.trigger_checkpoint() == 3
+    assert c.trigger_savepoint("/sp2") == 3
 
 
 def test_the_adopted_scheduled_checkpoint_is_the_periodic_trigger() -> None:
@@ -164,7 +164,7 @@ def test_the_adopted_scheduled_checkpoint_is_the_periodic_trigger() -> None:
     reserved = c.schedule()
     assert reserved is not None and reserved.checkpoint_id == 1
     clock.set(1_200)
-    c.tick(batch_id=7, periodic=False)
+    c.tick(batch_id=7)
     assert c.adopt(1, "unaligned", "scheduled", at_ms=1_100)
     stats = c.stats(1)
     assert stats is not None and stats.trigger_batch_id == 7 and stats.mode == "unaligned"
@@ -192,7 +192,7 @@ def test_a_reserved_id_the_source_passed_by_is_replaced() -> None:
 
 def test_the_schedule_carries_the_policys_mode() -> None:
     c, _ = core(unaligned_enabled=True, aligned_timeout_ms=1_000)
-    c.tick(signals=ChannelSignals({0: 5_000, 1: 0}, {0: 1_000.0, 1: 1_000.0}, 500), periodic=False)
+    c.tick(signals=ChannelSignals({0: 5_000, 1: 0}, {0: 1_000.0, 1: 1_000.0}, 500))
     s = c.schedule()
     assert s is not None and s.mode == "unaligned" and "predicted alignment" in s.reason
 

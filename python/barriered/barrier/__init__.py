@@ -7,8 +7,8 @@ are those of ``shared/conformance/README.md``.
 
 from __future__ import annotations
 
-from barriered.barrier.clock import Clock, ManualClock, MonotonicClock
-from barriered.barrier.controller import BarrierController, RecordingController
+from barriered.barrier.clock import Clock, ManualClock
+from barriered.barrier.controller import BarrierController
 from barriered.barrier.events import (
     Barrier,
     Cancel,
@@ -20,7 +20,7 @@ from barriered.barrier.events import (
     parse_event,
 )
 from barriered.barrier.handler import BarrierHandler
-from barriered.barrier.modes import AbortReason, CheckpointMode, Mode, Phase
+from barriered.barrier.modes import AbortReason, Mode, Phase
 from barriered.barrier.states import CheckpointView
 
 __all__ = [
@@ -29,7 +29,6 @@ __all__ = [
     "BarrierController",
     "BarrierHandler",
     "Cancel",
-    "CheckpointMode",
     "CheckpointView",
     "Clock",
     "Data",
@@ -37,9 +36,7 @@ __all__ = [
     "Event",
     "ManualClock",
     "Mode",
-    "MonotonicClock",
     "Phase",
-    "RecordingController",
     "TimeAdvance",
     "format_event",
     "parse_event",

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import time
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "ManualClock", "MonotonicClock"]
+__all__ = ["Clock", "ManualClock"]
 
 
 @runtime_checkable
@@ -15,14 +14,6 @@ class Clock(Protocol):
     def now_ms(self) -> int:
         """Return the current time in milliseconds."""
         ...
-
-
-class MonotonicClock:
-    """Wall-clock-independent clock backed by :func:`time.monotonic_ns`."""
-
-    def now_ms(self) -> int:
-        """Return the monotonic time in milliseconds."""
-        return time.monotonic_ns() // 1_000_000
 
 
 class ManualClock:

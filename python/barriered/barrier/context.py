@@ -12,7 +12,7 @@ from typing import Generic, TypeVar
 
 from barriered.barrier.clock import Clock
 from barriered.barrier.controller import BarrierController
-from barriered.barrier.modes import AbortReason, CheckpointMode, Mode
+from barriered.barrier.modes import AbortReason, Mode
 from barriered.errors import BarrierProtocolError
 
 __all__ = ["HandlerContext"]
@@ -150,7 +150,7 @@ class HandlerContext(Generic[ItemT]):
 
     # -- checkpoint effects ------------------------------------------------------------
 
-    def trigger(self, checkpoint_id: int, mode: CheckpointMode) -> None:
+    def trigger(self, checkpoint_id: int, mode: Mode) -> None:
         """Tell the controller to take ``checkpoint_id`` now."""
         log.debug("checkpoint %d: triggered %s", checkpoint_id, mode.value)
         self.controller.trigger(checkpoint_id, mode)

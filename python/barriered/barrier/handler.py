@@ -58,16 +58,17 @@ class BarrierHandler(Generic[ItemT]):
 
     Examples
     --------
-    >>> from barriered.barrier import ManualClock, RecordingController
-    >>> ctl = RecordingController[str]()
+    >>> from barriered.barrier import ManualClock
+    >>> from barriered.datasource.alignment import BatchController
+    >>> ctl = BatchController()
     >>> handler = BarrierHandler(2, Mode.ALIGNED, ctl, ManualClock())
     >>> handler.on_barrier(0, 1)
-    >>> handler.on_data(0, "held")
+    >>> handler.on_data(0, (0, 0, 5))
     >>> sorted(handler.blocked_channels()), handler.held_items()
     ([0], 1)
     >>> handler.on_barrier(1, 1)
     >>> ctl.triggered, ctl.processed
-    ([(1, <CheckpointMode.ALIGNED: 'aligned'>)], [(0, 'held')])
+    ([(1, <Mode.ALIGNED: 'aligned'>)], [(0, 0, 5)])
     """
 
     def __init__(

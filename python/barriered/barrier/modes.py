@@ -1,16 +1,20 @@
-"""Enumerations shared by the barrier handler: handler modes, checkpoint kinds, phases."""
+"""Enumerations shared by the barrier handler: checkpoint modes, abort reasons, phases."""
 
 from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["AbortReason", "CheckpointMode", "Mode", "Phase"]
+__all__ = ["AbortReason", "Mode", "Phase"]
 
 
 class Mode(str, Enum):
-    """How a :class:`~barriered.barrier.handler.BarrierHandler` treats barriers.
+    """A checkpoint's mode: how a :class:`~barriered.barrier.handler.BarrierHandler`
+    treats its barriers, and how a triggered checkpoint was taken (the ``mode`` of a
+    ``trigger`` call: never ``aligned_with_timeout``, which triggers ``aligned`` or, after
+    the switch, ``unaligned``).
 
-    The values are the mode names of the conformance spec and of the source options.
+    The values are the mode names of the conformance spec, the source options, the
+    offsets and the ``_checkpoints`` table.
     """
 
     ALIGNED = "aligned"
@@ -29,14 +33,6 @@ class Mode(str, Enum):
     def exactly_once(self) -> bool:
         """Whether the mode gives exactly-once snapshots (all but ``at_least_once``)."""
         return self is not Mode.AT_LEAST_ONCE
-
-
-class CheckpointMode(str, Enum):
-    """How a triggered checkpoint was taken (the ``mode`` of a ``trigger`` call)."""
-
-    ALIGNED = "aligned"
-    UNALIGNED = "unaligned"
-    AT_LEAST_ONCE = "at_least_once"
 
 
 class AbortReason(str, Enum):

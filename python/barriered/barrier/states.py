@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from barriered.barrier.context import HandlerContext
-from barriered.barrier.modes import AbortReason, CheckpointMode, Mode, Phase
+from barriered.barrier.modes import AbortReason, Mode, Phase
 
 __all__ = [
     "CheckpointView",
@@ -190,7 +190,7 @@ class CollectingBarriers(_CurrentCheckpointState):
         """Trigger ``aligned`` and unblock all if every open channel delivered (R3, R6)."""
         if not ctx.all_delivered(self.received):
             return self
-        ctx.trigger(self.checkpoint_id, CheckpointMode.ALIGNED)
+        ctx.trigger(self.checkpoint_id, Mode.ALIGNED)
         ctx.unblock_all()
         return WaitingForFirstBarrier()
 
@@ -199,7 +199,7 @@ class CollectingBarriers(_CurrentCheckpointState):
         if timeout is None or ctx.now_ms() - self.started_at_ms < timeout:
             return self
         log.debug("checkpoint %d: alignment timed out after %d ms", self.checkpoint_id, timeout)
-        ctx.trigger(self.checkpoint_id, CheckpointMode.UNALIGNED)  # R9
+        ctx.trigger(self.checkpoint_id, Mode.UNALIGNED)  # R9
         ctx.unblock_all()  # held data is processed, not recorded
         return CollectingChannelState(self.checkpoint_id, self.received, self.started_at_ms)
 
@@ -243,7 +243,7 @@ def start_checkpoint(ctx: HandlerContext[Any], channel: int, checkpoint_id: int)
     ctx.note_id(checkpoint_id)
     now = ctx.now_ms()
     if ctx.mode is Mode.UNALIGNED:
-        ctx.trigger(checkpoint_id, CheckpointMode.UNALIGNED)
+        ctx.trigger(checkpoint_id, Mode.UNALIGNED)
         return CollectingChannelState(checkpoint_id, {channel}, now).complete_if_collected(ctx)
     log.debug("checkpoint %d: alignment started on channel %d", checkpoint_id, channel)
     ctx.block(channel)

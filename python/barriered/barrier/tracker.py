@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from barriered.barrier.context import HandlerContext
-from barriered.barrier.modes import AbortReason, CheckpointMode, Phase
+from barriered.barrier.modes import AbortReason, Mode, Phase
 from barriered.barrier.states import CheckpointView, HandlerState
 
 __all__ = ["TrackingBarriers"]
@@ -75,7 +75,7 @@ class TrackingBarriers(HandlerState):
         )
 
     def _complete(self, ctx: HandlerContext[Any], checkpoint_id: int) -> None:
-        ctx.trigger(checkpoint_id, CheckpointMode.AT_LEAST_ONCE)
+        ctx.trigger(checkpoint_id, Mode.AT_LEAST_ONCE)
         self._drop_up_to(checkpoint_id)
 
     def _drop_up_to(self, checkpoint_id: int) -> None:

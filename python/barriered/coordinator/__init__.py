@@ -8,25 +8,19 @@ aligned or unaligned per checkpoint from measured channel signals. See
 
 from __future__ import annotations
 
+from barriered.barrier.modes import Mode
 from barriered.coordinator.clock import Clock, ManualClock, SystemClock
 from barriered.coordinator.coordinator import CheckpointCoordinator
 from barriered.coordinator.events import Participants
 from barriered.coordinator.failures import CheckpointFailureManager
 from barriered.coordinator.model import (
-    ALIGNED,
-    ALIGNED_WITH_TIMEOUT,
-    AT_LEAST_ONCE,
     CHECKPOINT,
-    MODES,
     SAVEPOINT,
-    UNALIGNED,
     AckResult,
     AckStats,
     CheckpointKind,
     CheckpointStatus,
     CompletedCheckpoint,
-    Mode,
-    TriggerRequest,
 )
 from barriered.coordinator.outcomes import Committer
 from barriered.coordinator.pending import PendingCheckpoint
@@ -39,17 +33,13 @@ from barriered.coordinator.policy import (
 )
 from barriered.coordinator.settings import SETTING_KEYS, CoordinatorSettings
 from barriered.coordinator.stats import STATS_COLUMNS, CheckpointStats, CheckpointStatsTracker
+from barriered.datasource.triggers import TriggerRequest
 
 __all__ = [
-    "ALIGNED",
-    "ALIGNED_WITH_TIMEOUT",
-    "AT_LEAST_ONCE",
     "CHECKPOINT",
-    "MODES",
     "SAVEPOINT",
     "SETTING_KEYS",
     "STATS_COLUMNS",
-    "UNALIGNED",
     "AckResult",
     "AckStats",
     "AlignmentPrediction",

@@ -1,15 +1,19 @@
 """The checkpoint coordinator (Flink's ``CheckpointCoordinator``), pure and event-driven.
 
 It runs in the driver and is driven by a ``StreamingQueryListener``: after every
-micro-batch the adapter feeds it what happened (barrier positions fixed by the source,
-alignment start, the cut, acknowledgements and declines of participants) and then calls
-:meth:`CheckpointCoordinator.tick`, which expires overdue checkpoints and returns the
-checkpoints to trigger now. It never sleeps, never starts a thread and never reads the
-time except through the injected :class:`~barriered.coordinator.clock.Clock`.
+micro-batch the adapter feeds it what happened (checkpoints the source started, barrier
+positions, alignment start, the cut, acknowledgements and declines of participants) and
+then calls :meth:`CheckpointCoordinator.tick`, which expires overdue checkpoints and
+returns the savepoints to trigger now, and :meth:`CheckpointCoordinator.schedule`, the
+next periodic checkpoint for the source planner to start. It never sleeps, never starts
+a thread and never reads the time except through the injected
+:class:`~barriered.coordinator.clock.Clock`.
 
 Life of a checkpoint ``n``::
 
-    tick() -> TriggerRequest(n)            the adapter writes it to the trigger log
+    schedule() -> Schedule(n)              the source starts n once due (a savepoint:
+                                           tick() -> TriggerRequest(n), trigger log)
+    adopt(n, mode, reason)                 the offset reports n started
     on_barrier_positions(n, B_n)           the source fixed B_n(c): start delay ends
     on_alignment_started(n)                first barrier delivered to Spark
     expect(n, {"inflight/ch3", ...})       in-flight writers, known at the cut
@@ -26,19 +30,16 @@ were added.
 
 Rules:
 
-- **Periodic checkpoints**: triggered in :meth:`~CheckpointCoordinator.tick`, or
-  published by :meth:`~CheckpointCoordinator.schedule` for the source planner to start
-  (the listener hears of a batch only after the next one was planned, so a trigger from
-  ``tick()`` starts a batch later) and adopted (:meth:`~CheckpointCoordinator.adopt`)
-  from the offset; ``tick(periodic=False)`` then triggers forced checkpoints only. The
-  interval, min pause and max concurrent rules and the reserved id:
-  :mod:`barriered.coordinator.scheduling`.
-- **Manual checkpoints and savepoints** (:meth:`~CheckpointCoordinator.trigger_checkpoint`,
-  :meth:`~CheckpointCoordinator.trigger_savepoint`) are forced (as in Flink): they ignore
-  interval, min pause and max concurrent. They become pending at once (the id is
-  returned, the timeout runs, they show in :meth:`~CheckpointCoordinator.history`) and
-  their :class:`TriggerRequest` is handed out by the next ``tick()``, ahead of any
-  periodic one. A manual checkpoint restarts the periodic interval; a savepoint does not.
+- **Periodic checkpoints**: published by :meth:`~CheckpointCoordinator.schedule` for
+  the source planner to start (the listener hears of a batch only after the next one
+  was planned, so a trigger from the listener would start a batch later) and adopted
+  (:meth:`~CheckpointCoordinator.adopt`) from the offset. The interval, min pause and
+  max concurrent rules and the reserved id: :mod:`barriered.coordinator.scheduling`.
+- **Savepoints** (:meth:`~CheckpointCoordinator.trigger_savepoint`) are forced (as in
+  Flink): they ignore interval, min pause and max concurrent. They become pending at
+  once (the id is returned, the timeout runs, they show in
+  :meth:`~CheckpointCoordinator.history`) and their :class:`TriggerRequest` is handed
+  out by the next ``tick()``. A savepoint does not restart the periodic interval.
 - **Expiry, completion, subsumption, aborts and the failure limit**:
   :mod:`barriered.coordinator.outcomes`; **events** of pending checkpoints (cut, acks,
   declines): :mod:`barriered.coordinator.events`.
@@ -59,14 +60,7 @@ from typing import Any
 from barriered.coordinator.clock import Clock
 from barriered.coordinator.effects import Effects, Listeners
 from barriered.coordinator.events import CheckpointEvents, Participants
-from barriered.coordinator.model import (
-    ALIGNED_WITH_TIMEOUT,
-    CHECKPOINT,
-    SAVEPOINT,
-    CheckpointKind,
-    CompletedCheckpoint,
-    TriggerRequest,
-)
+from barriered.coordinator.model import CHECKPOINT, SAVEPOINT, CheckpointKind, CompletedCheckpoint
 from barriered.coordinator.outcomes import CheckpointOutcomes, Committer
 from barriered.coordinator.pending import PendingCheckpoint
 from barriered.coordinator.policy import ChannelSignals, ModeDecision, decide_mode
@@ -74,6 +68,7 @@ from barriered.coordinator.scheduling import PeriodicScheduler
 from barriered.coordinator.settings import CoordinatorSettings
 from barriered.coordinator.stats import CheckpointStats
 from barriered.datasource.schedule import Schedule
+from barriered.datasource.triggers import TriggerRequest
 from barriered.errors import CheckpointError
 
 __all__ = ["CheckpointCoordinator"]
@@ -212,9 +207,8 @@ class CheckpointCoordinator(CheckpointEvents):
         *,
         batch_id: int | None = None,
         signals: ChannelSignals | None = None,
-        periodic: bool = True,
     ) -> list[TriggerRequest]:
-        """Expire overdue checkpoints, trigger a periodic one if due, return new triggers.
+        """Expire overdue checkpoints and return the savepoints requested since the last tick.
 
         Call after every micro-batch (and when idle, as often as convenient).
 
@@ -225,15 +219,11 @@ class CheckpointCoordinator(CheckpointEvents):
             triggered from now on.
         signals : ChannelSignals, optional
             Fresh channel signals for the mode policy (kept until replaced).
-        periodic : bool, default True
-            Whether to trigger a due periodic checkpoint here. False when the source
-            starts periodic checkpoints itself on the published :meth:`schedule`.
 
         Returns
         -------
         list of TriggerRequest
-            Checkpoints to start, in id order: forced ones requested since the last tick,
-            then the periodic one if it was triggered now. Empty after :meth:`shutdown`.
+            Savepoints to start, in id order. Empty after :meth:`shutdown`.
 
         Raises
         ------
@@ -253,39 +243,10 @@ class CheckpointCoordinator(CheckpointEvents):
                 if signals is not None:
                     self._signals = signals
                 self._outcomes.expire(now, effects)
-                if periodic and self._scheduler.is_due(now, self._outcomes.pending):
-                    self._trigger(CHECKPOINT, now, effects)
-                    self._scheduler.triggered(now)
                 unsent = self._outcomes.unsent
                 requests = [unsent[cid] for cid in sorted(unsent)]
                 unsent.clear()
                 return requests
-        finally:
-            effects.run()
-
-    def trigger_checkpoint(self) -> int:
-        """Request a checkpoint now, regardless of interval, min pause and max concurrent.
-
-        It is pending from now on; its request is returned by the next :meth:`tick`.
-
-        Returns
-        -------
-        int
-            The checkpoint id.
-
-        Raises
-        ------
-        barriered.errors.CheckpointError
-            After :meth:`shutdown` (``CheckpointFailureLimitExceeded`` after the limit).
-        """
-        effects = Effects()
-        try:
-            with self._lock:
-                self._raise_if_stopped()
-                now = self._clock.now_ms()
-                pending = self._trigger(CHECKPOINT, now, effects)
-                self._scheduler.triggered(now)
-                return pending.checkpoint_id
         finally:
             effects.run()
 
@@ -316,7 +277,7 @@ class CheckpointCoordinator(CheckpointEvents):
         try:
             with self._lock:
                 self._raise_if_stopped()
-                pending = self._trigger(SAVEPOINT, self._clock.now_ms(), effects, target)
+                pending = self._trigger(self._clock.now_ms(), effects, target)
                 return pending.checkpoint_id
         finally:
             effects.run()
@@ -325,7 +286,7 @@ class CheckpointCoordinator(CheckpointEvents):
         """The next periodic checkpoint, for the source planner to start when it is due.
 
         Reserves an id for it (kept until the source starts it or passes it by), so a
-        forced checkpoint or savepoint requested meanwhile gets another id. The due time
+        savepoint requested meanwhile gets another id. The due time
         follows the interval and min pause rules; ``paused`` is set while
         ``max_concurrent`` checkpoints are pending; the mode is the policy's decision for
         a checkpoint triggered now. The source's start comes back through :meth:`adopt`.
@@ -434,9 +395,8 @@ class CheckpointCoordinator(CheckpointEvents):
         )
         return decide_mode(self._settings, self._signals, recent, kind=kind)
 
-    def _trigger(
-        self, kind: CheckpointKind, now: int, effects: Effects, target: str | None = None
-    ) -> PendingCheckpoint:
+    def _trigger(self, now: int, effects: Effects, target: str) -> PendingCheckpoint:
+        kind: CheckpointKind = SAVEPOINT
         decision = self._decide(kind)
         expected = self._expected()
         checkpoint_id = self._next_id
@@ -451,18 +411,7 @@ class CheckpointCoordinator(CheckpointEvents):
             savepoint_target=target,
             trigger_batch_id=self._last_batch_id,
         )
-        request = TriggerRequest(
-            checkpoint_id=checkpoint_id,
-            kind=kind,
-            mode=decision.mode,
-            mode_reason=decision.reason,
-            timestamp_ms=now,
-            savepoint_target=target,
-            alignment_timeout_ms=(
-                self._settings.aligned_timeout_ms if decision.mode == ALIGNED_WITH_TIMEOUT else None
-            ),
-            trigger_batch_id=self._last_batch_id,
-        )
+        request = TriggerRequest(checkpoint_id, kind, decision.mode, decision.reason, now)
         logger.info(
             "%s %d triggered, %d participant(s), mode %s: %s",
             kind,

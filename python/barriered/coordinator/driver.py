@@ -7,7 +7,7 @@ After every micro-batch the listener hands the barriered source's progress to
    barrier positions fixed, aborts, the cut with its in-flight ranges),
 2. collects the acknowledgements the executors published under ``_acks/<id>/``,
 3. lets the coordinator complete checkpoints (one Delta commit each, see
-   :mod:`barriered.statestore.delta_tables`), expire old ones, trigger forced ones
+   :mod:`barriered.statestore.delta_tables`), expire old ones, hand out requested savepoints
    (written to the trigger log the planner reads) and publish the schedule of the next
    periodic one (:mod:`barriered.datasource.schedule`), which the planner starts itself
    when it is due; the coordinator adopts it from the offset that reports it started.
@@ -408,29 +408,28 @@ class QueryCoordinator:
     ) -> list[TriggerRequest]:
         core = self.core
         for started in offset.started:
-            cid = int(started["id"])
+            cid = started.checkpoint_id
             if core.stats(cid) is None:
-                core.adopt(cid, started["mode"], str(started.get("reason", "")), started["at_ms"])
-            barrier = {c: int(b) for c, b in enumerate(started["barrier"])}
-            core.on_barrier_positions(cid, barrier, int(started["at_ms"]))
-            core.on_alignment_started(cid, int(started["at_ms"]))
+                core.adopt(cid, started.mode, started.reason, started.at_ms)
+            core.on_barrier_positions(cid, dict(enumerate(started.barrier)), started.at_ms)
+            core.on_alignment_started(cid, started.at_ms)
             self._barrier_batch[cid] = batch_id
         for aborted in offset.aborted:
-            core.abort(int(aborted["id"]), f"aborted by the source: {aborted['reason']}")
+            core.abort(aborted.checkpoint_id, f"aborted by the source: {aborted.reason.value}")
         core.on_source_last_id(offset.last_id)
         if offset.cut is not None:
             cut = offset.cut
-            sinks = self.sinks.on_cut(cut.id, batch_id)
+            sinks = self.sinks.on_cut(cut.checkpoint_id, batch_id)
             core.expect(
-                cut.id,
+                cut.checkpoint_id,
                 [
                     *(inflight_participant(c) for c, _, _ in cut.inflight),
                     *operators.participants(self.layout, self.epoch),
                     *sinks,
                 ],
             )
-            self._collecting.add(cut.id)
-            core.on_cut(cut.id, cut.at_ms, batch_id, effective_mode=cut.mode)
+            self._collecting.add(cut.checkpoint_id)
+            core.on_cut(cut.checkpoint_id, cut.at_ms, batch_id, effective_mode=cut.mode)
         self.collect_acks()
         signals = None
         if report and start and duration_ms > 0:
@@ -444,16 +443,12 @@ class QueryCoordinator:
     def tick(
         self, batch_id: int | None = None, signals: ChannelSignals | None = None
     ) -> list[TriggerRequest]:
-        """Expire, publish forced trigger requests and the schedule to the source."""
+        """Expire, publish savepoint requests and the schedule to the source."""
         if self._crashed or self._fenced:
             return []
-        requests = self.core.tick(batch_id=batch_id, signals=signals, periodic=False)
-        out = [
-            TriggerRequest(r.checkpoint_id, r.kind, r.mode, r.mode_reason, r.timestamp_ms)
-            for r in requests
-        ]
+        out = self.core.tick(batch_id=batch_id, signals=signals)
         if out:
-            self._fence(f"publishing trigger requests {[r.id for r in out]}")
+            self._fence(f"publishing trigger requests {[r.checkpoint_id for r in out]}")
             log_ = TriggerLog.read(self.layout.triggers_file)
             for r in out:
                 log_ = log_.with_request(r)

@@ -17,9 +17,10 @@ from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import TypeAlias
 
+from barriered.barrier.modes import Mode
 from barriered.coordinator.clock import Clock
 from barriered.coordinator.effects import Effects
-from barriered.coordinator.model import CHECKPOINT, AckResult, AckStats, Mode
+from barriered.coordinator.model import CHECKPOINT, AckResult, AckStats
 from barriered.coordinator.outcomes import CheckpointOutcomes
 from barriered.coordinator.pending import PendingCheckpoint
 from barriered.coordinator.scheduling import PeriodicScheduler
@@ -79,7 +80,7 @@ class CheckpointEvents:
             The id the source used; an id the coordinator already knows (pending or in
             its history) is ignored. It may be below the coordinator's ``next_id`` (the
             coordinator of a restored query learns the ids from the same offset).
-        mode : str
+        mode : Mode
             The mode the source used.
         reason : str
             Why the source started it.
@@ -171,7 +172,7 @@ class CheckpointEvents:
         at_ms: int | None = None,
         batch_id: int | None = None,
         *,
-        effective_mode: str | None = None,
+        effective_mode: Mode | None = None,
     ) -> None:
         """The snapshot batch (the cut) is known; seals the expected participants.
 
@@ -184,7 +185,7 @@ class CheckpointEvents:
             When, on the coordinator clock (default: now); ends the alignment.
         batch_id : int, optional
             The micro-batch that is the cut.
-        effective_mode : str, optional
+        effective_mode : Mode, optional
             The mode the handler really used (e.g. ``"unaligned"`` after an alignment
             timeout).
 

@@ -1,7 +1,7 @@
 """Value types exchanged between the coordinator and its driver (the Spark listener).
 
-Mode names are the barrier handler's (:mod:`barriered.barrier.modes` and the conformance
-spec): ``"aligned"``, ``"unaligned"``, ``"aligned_with_timeout"``, ``"at_least_once"``.
+A checkpoint's mode is :class:`barriered.barrier.Mode` (the conformance spec's names); a
+trigger request is :class:`barriered.datasource.triggers.TriggerRequest`.
 """
 
 from __future__ import annotations
@@ -10,36 +10,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from barriered.barrier.modes import Mode
 from barriered.errors import CheckpointError
 
 __all__ = [
-    "ALIGNED",
-    "ALIGNED_WITH_TIMEOUT",
-    "AT_LEAST_ONCE",
     "CHECKPOINT",
-    "MODES",
     "SAVEPOINT",
-    "UNALIGNED",
     "AckResult",
     "AckStats",
     "CheckpointKind",
     "CheckpointStatus",
     "CompletedCheckpoint",
-    "Mode",
-    "TriggerRequest",
 ]
 
-Mode = Literal["aligned", "unaligned", "aligned_with_timeout", "at_least_once"]
-"""How the source's barrier handler takes a checkpoint."""
-
-ALIGNED: Mode = "aligned"
-UNALIGNED: Mode = "unaligned"
-ALIGNED_WITH_TIMEOUT: Mode = "aligned_with_timeout"
-AT_LEAST_ONCE: Mode = "at_least_once"
-MODES: tuple[Mode, ...] = (ALIGNED, UNALIGNED, ALIGNED_WITH_TIMEOUT, AT_LEAST_ONCE)
-
 CheckpointKind = Literal["checkpoint", "savepoint"]
-"""A periodic/manual checkpoint, or a user-requested savepoint (never subsumed)."""
+"""A periodic checkpoint (or an availableNow run's final one), or a user-requested
+savepoint (never subsumed)."""
 
 CHECKPOINT: CheckpointKind = "checkpoint"
 SAVEPOINT: CheckpointKind = "savepoint"
@@ -96,53 +82,6 @@ class AckStats:
 
 
 @dataclass(frozen=True)
-class TriggerRequest:
-    """A checkpoint the source must start: returned by ``tick()``, written to the trigger log.
-
-    Attributes
-    ----------
-    checkpoint_id : int
-        The id; ids strictly increase.
-    kind : {"checkpoint", "savepoint"}
-        Savepoints are always aligned and never subsumed.
-    mode : str
-        The barrier handler mode decided for this checkpoint.
-    mode_reason : str
-        Why that mode was chosen (a sentence with the numbers).
-    timestamp_ms : int
-        When the checkpoint was triggered (coordinator clock, epoch ms).
-    savepoint_target : str or None
-        Where a savepoint is to be written (``None`` for checkpoints).
-    alignment_timeout_ms : int or None
-        The alignment timeout ``T`` for ``"aligned_with_timeout"``, else ``None``.
-    trigger_batch_id : int or None
-        The last micro-batch the coordinator had seen when it triggered.
-    """
-
-    checkpoint_id: int
-    kind: CheckpointKind
-    mode: Mode
-    mode_reason: str
-    timestamp_ms: int
-    savepoint_target: str | None = None
-    alignment_timeout_ms: int | None = None
-    trigger_batch_id: int | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        """Return the request as JSON-able primitives (for the trigger log)."""
-        return {
-            "checkpoint_id": self.checkpoint_id,
-            "kind": self.kind,
-            "mode": self.mode,
-            "mode_reason": self.mode_reason,
-            "timestamp_ms": self.timestamp_ms,
-            "savepoint_target": self.savepoint_target,
-            "alignment_timeout_ms": self.alignment_timeout_ms,
-            "trigger_batch_id": self.trigger_batch_id,
-        }
-
-
-@dataclass(frozen=True)
 class CompletedCheckpoint:
     """A fully acknowledged checkpoint: handed to the committer, then to complete listeners.
 
@@ -154,9 +93,9 @@ class CompletedCheckpoint:
     ----------
     checkpoint_id : int
     kind : {"checkpoint", "savepoint"}
-    mode : str
+    mode : Mode
         Mode decided at the trigger.
-    effective_mode : str or None
+    effective_mode : Mode or None
         Mode the cut was really taken in, as reported by the source (e.g. ``"unaligned"``
         for an ``"aligned_with_timeout"`` checkpoint whose alignment timed out).
     savepoint_target : str or None
@@ -174,7 +113,7 @@ class CompletedCheckpoint:
     checkpoint_id: int
     kind: CheckpointKind
     mode: Mode
-    effective_mode: str | None
+    effective_mode: Mode | None
     savepoint_target: str | None
     positions: Mapping[int, int]
     acks: Mapping[str, AckStats]
@@ -185,8 +124,3 @@ class CompletedCheckpoint:
     state_table_version: int | None = None
     files: tuple[str, ...] = field(default=(), repr=False)
     """Every participant's files, in participant order (convenience for the committer)."""
-
-    @property
-    def is_savepoint(self) -> bool:
-        """Whether this is a savepoint."""
-        return self.kind == SAVEPOINT

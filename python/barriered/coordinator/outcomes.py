@@ -24,11 +24,12 @@ from typing import TypeAlias
 
 from barriered.coordinator.effects import Effects, Listeners
 from barriered.coordinator.failures import EXPIRED, SUBSUMED, CheckpointFailureManager
-from barriered.coordinator.model import CHECKPOINT, AckResult, CompletedCheckpoint, TriggerRequest
+from barriered.coordinator.model import CHECKPOINT, AckResult, CompletedCheckpoint
 from barriered.coordinator.pending import PendingCheckpoint
 from barriered.coordinator.scheduling import PeriodicScheduler
 from barriered.coordinator.settings import CoordinatorSettings
 from barriered.coordinator.stats import CheckpointStatsTracker
+from barriered.datasource.triggers import TriggerRequest
 from barriered.errors import CheckpointFailureLimitExceeded
 
 __all__ = ["FAILED_REASON", "CheckpointOutcomes", "Committer"]

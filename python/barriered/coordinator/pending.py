@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
+from barriered.barrier.modes import Mode
 from barriered.coordinator.model import (
     AckResult,
     AckStats,
     CheckpointKind,
     CheckpointStatus,
     CompletedCheckpoint,
-    Mode,
 )
 from barriered.coordinator.stats import CheckpointStats
 from barriered.errors import CheckpointError
@@ -34,7 +34,7 @@ class PendingCheckpoint:
     ----------
     checkpoint_id : int
     kind : {"checkpoint", "savepoint"}
-    mode : str
+    mode : Mode
     mode_reason : str
     trigger_ms : int
         Trigger time on the coordinator clock.
@@ -70,7 +70,7 @@ class PendingCheckpoint:
         self.alignment_started_ms: int | None = None
         self.cut_ms: int | None = None
         self.cut_batch_id: int | None = None
-        self.effective_mode: str | None = None
+        self.effective_mode: Mode | None = None
         self._state_bytes = 0
         self._state_rows = 0
         self._inflight_rows = 0
@@ -119,7 +119,7 @@ class PendingCheckpoint:
             )
         self.expected |= new
 
-    def cut(self, at_ms: int, batch_id: int | None, effective_mode: str | None) -> None:
+    def cut(self, at_ms: int, batch_id: int | None, effective_mode: Mode | None) -> None:
         """Record the cut and seal the expected participants."""
         if self.cut_ms is None:
             self.cut_ms = at_ms

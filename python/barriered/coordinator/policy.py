@@ -41,16 +41,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from barriered.coordinator.model import (
-    ALIGNED,
-    ALIGNED_WITH_TIMEOUT,
-    AT_LEAST_ONCE,
-    CHECKPOINT,
-    SAVEPOINT,
-    UNALIGNED,
-    CheckpointKind,
-    Mode,
-)
+from barriered.barrier.modes import Mode
+from barriered.coordinator.model import CHECKPOINT, SAVEPOINT, CheckpointKind
 from barriered.coordinator.settings import SETTING_KEYS, CoordinatorSettings
 from barriered.errors import CheckpointError
 
@@ -267,28 +259,28 @@ def decide_mode(
         The mode and a human-readable reason with the numbers.
     """
     if kind == SAVEPOINT:
-        return ModeDecision(ALIGNED, "savepoints are always aligned (no in-flight data)")
+        return ModeDecision(Mode.ALIGNED, "savepoints are always aligned (no in-flight data)")
     if not settings.exactly_once:
         return ModeDecision(
-            AT_LEAST_ONCE,
+            Mode.AT_LEAST_ONCE,
             f"at-least-once mode ({SETTING_KEYS['exactly_once']}=atLeastOnce): barriers never "
             "block and no in-flight data is captured",
         )
     if not settings.unaligned_enabled:
         return ModeDecision(
-            ALIGNED,
+            Mode.ALIGNED,
             f"unaligned checkpoints are disabled ({SETTING_KEYS['unaligned_enabled']}=false)",
         )
     timeout = settings.aligned_timeout_ms
     if timeout == 0:
         return ModeDecision(
-            UNALIGNED,
+            Mode.UNALIGNED,
             "unaligned checkpoints are enabled with alignedCheckpointTimeout=0: barriers "
             "overtake the backlog at once",
         )
     if not settings.adaptive:
         return ModeDecision(
-            ALIGNED_WITH_TIMEOUT,
+            Mode.ALIGNED_WITH_TIMEOUT,
             f"adaptive policy off ({SETTING_KEYS['adaptive']}=false): start aligned, switch "
             f"to unaligned after alignedCheckpointTimeout={timeout} ms",
         )
@@ -298,7 +290,7 @@ def decide_mode(
     )
     if prediction is not None and prediction.alignment_ms >= timeout:
         return ModeDecision(
-            UNALIGNED,
+            Mode.UNALIGNED,
             f"predicted alignment {_ms(prediction.alignment_ms)} reaches "
             f"alignedCheckpointTimeout={timeout} ms: {_slowest(prediction)}; "
             "barriers overtake the backlog at once (unaligned)",
@@ -312,7 +304,7 @@ def decide_mode(
             else f"backlog predicts {_ms(prediction.alignment_ms)}"
         )
         return ModeDecision(
-            UNALIGNED,
+            Mode.UNALIGNED,
             f"median of the last {len(recent)} alignments is {_ms(p50)}, reaching "
             f"alignedCheckpointTimeout={timeout} ms ({predicted}): alignments keep timing "
             "out, barriers overtake the backlog at once (unaligned)",
@@ -326,7 +318,7 @@ def decide_mode(
     if p50 is not None:
         evidence += f", median of the last {len(recent)} alignments {_ms(p50)}"
     return ModeDecision(
-        ALIGNED_WITH_TIMEOUT,
+        Mode.ALIGNED_WITH_TIMEOUT,
         f"{evidence}; below alignedCheckpointTimeout={timeout} ms: aligning, switching to "
         "unaligned if the alignment reaches the timeout",
         prediction,

@@ -1,18 +1,18 @@
 """When the next periodic checkpoint is due, and the id reserved for it (coordinator side).
 
-Rules (the same for a periodic checkpoint the coordinator triggers in
-:meth:`~barriered.coordinator.coordinator.CheckpointCoordinator.tick` and for one it
-publishes as a :class:`~barriered.datasource.schedule.Schedule` for the source planner):
+The coordinator publishes the next periodic checkpoint as a
+:class:`~barriered.datasource.schedule.Schedule`, which the source planner starts when
+it is due; the coordinator adopts it from the offset. Rules:
 
-- **Interval**: due ``checkpoint_interval_ms`` after the last periodic (or manual)
-  trigger, or after construction for the first one. A savepoint does not restart it; a
+- **Interval**: due ``checkpoint_interval_ms`` after the start of the last periodic
+  checkpoint, or after construction for the first one. A savepoint does not restart it; a
   checkpoint the source started on the schedule does (the interval runs from its start).
 - **Min pause**: at least ``min_pause_ms`` after the last completion or abort.
 - **Max concurrent**: paused while ``max_concurrent`` checkpoints (savepoints included)
   are pending.
 - **Reserved id**: the published schedule carries an id reserved for it, kept until the
-  source starts it (adoption) or passes it by (its last id is at or above it), so a forced
-  checkpoint or savepoint requested meanwhile gets another id.
+  source starts it (adoption) or passes it by (its last id is at or above it), so a savepoint
+  requested meanwhile gets another id.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 
 class PeriodicScheduler:
-    """The periodic trigger's clock readings and the schedule's reserved id.
+    """The periodic checkpoint's clock readings and the schedule's reserved id.
 
     Not thread safe: the coordinator calls it under its lock.
 
@@ -50,17 +50,13 @@ class PeriodicScheduler:
         #: The id reserved for the periodic checkpoint the source starts (see publish()).
         self.reserved: int | None = None
 
-    def triggered(self, now: int) -> None:
-        """A periodic or manual checkpoint was triggered at ``now``: the interval restarts."""
-        self._last_periodic_ms = now
-
     def ended(self, end: int) -> None:
         """A checkpoint completed or was aborted at ``end``: the min pause runs from here."""
         self._last_end_ms = end
 
     def due_ms(self) -> int:
         """When the next periodic checkpoint is due: ``checkpoint_interval_ms`` after the
-        last periodic (or manual) trigger, at least ``min_pause_ms`` after the last end."""
+        last periodic one started, at least ``min_pause_ms`` after the last end."""
         s = self._settings
         since = self._started_ms if self._last_periodic_ms is None else self._last_periodic_ms
         due = since + s.checkpoint_interval_ms
@@ -76,26 +72,6 @@ class PeriodicScheduler:
                 f"maxConcurrentCheckpoints={self._settings.max_concurrent}"
             )
         return None
-
-    def is_due(self, now: int, pending: Collection[int]) -> bool:
-        """Whether :meth:`~barriered.coordinator.coordinator.CheckpointCoordinator.tick`
-        triggers a periodic checkpoint at ``now`` with the ``pending`` ids."""
-        s = self._settings
-        since = self._started_ms if self._last_periodic_ms is None else self._last_periodic_ms
-        if now - since < s.checkpoint_interval_ms:
-            return False
-        if now < self.due_ms():
-            logger.debug(
-                "periodic checkpoint due but min pause: %d of %d ms since the last end",
-                now - (self._last_end_ms or 0),
-                s.min_pause_ms,
-            )
-            return False
-        paused = self.pause_reason(pending)
-        if paused is not None:
-            logger.debug("periodic checkpoint due but %s", paused)
-            return False
-        return True
 
     def publish(self, reserved: int, decision: ModeDecision, pending: Collection[int]) -> Schedule:
         """The schedule of the next periodic checkpoint under the ``reserved`` id."""

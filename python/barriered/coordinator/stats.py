@@ -17,13 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from barriered.coordinator.model import (
-    ALIGNED,
-    ALIGNED_WITH_TIMEOUT,
-    CheckpointKind,
-    CheckpointStatus,
-    Mode,
-)
+from barriered.barrier.modes import Mode
+from barriered.coordinator.model import CheckpointKind, CheckpointStatus
 from barriered.errors import CheckpointError
 
 __all__ = ["STATS_COLUMNS", "CheckpointStats", "CheckpointStatsTracker"]
@@ -65,7 +60,7 @@ class CheckpointStats:
     ----------
     checkpoint_id : int
     kind : {"checkpoint", "savepoint"}
-    mode : str
+    mode : Mode
         Mode decided at the trigger.
     mode_reason : str
         Why (a sentence with the numbers).
@@ -88,7 +83,7 @@ class CheckpointStats:
     barrier_positions : dict of int to int
         ``B_n(c)`` per channel.
     savepoint_target : str or None
-    effective_mode : str or None
+    effective_mode : Mode or None
         Mode the cut was really taken in, as reported by the source.
     state_table_version : int or None
         Delta version of the state table returned by the committer.
@@ -115,7 +110,7 @@ class CheckpointStats:
     cut_batch_id: int | None = None
     barrier_positions: Mapping[int, int] = field(default_factory=dict)
     savepoint_target: str | None = None
-    effective_mode: str | None = None
+    effective_mode: Mode | None = None
     state_table_version: int | None = None
 
     @property
@@ -137,6 +132,8 @@ class CheckpointStats:
             value = getattr(self, name)
             if name == "barrier_positions":
                 value = json.dumps({str(c): int(p) for c, p in sorted(value.items())})
+            elif isinstance(value, Mode):
+                value = value.value
             row[name] = value
         return row
 
@@ -164,7 +161,7 @@ class CheckpointStats:
             return cls(
                 checkpoint_id=int(row["checkpoint_id"]),
                 kind=str(row["kind"]),  # type: ignore[arg-type]
-                mode=str(row["mode"]),  # type: ignore[arg-type]
+                mode=Mode(row["mode"]),
                 mode_reason=str(_none(row.get("mode_reason")) or ""),
                 status=str(row["status"]),  # type: ignore[arg-type]
                 trigger_timestamp_ms=int(row["trigger_timestamp_ms"]),
@@ -183,7 +180,7 @@ class CheckpointStats:
                 cut_batch_id=_opt_int(row.get("cut_batch_id")),
                 barrier_positions=positions,
                 savepoint_target=_opt_str(row.get("savepoint_target")),
-                effective_mode=_opt_str(row.get("effective_mode")),
+                effective_mode=_opt_mode(row.get("effective_mode")),
                 state_table_version=_opt_int(row.get("state_table_version")),
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -208,6 +205,11 @@ def _opt_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def _opt_mode(value: Any) -> Mode | None:
+    value = _none(value)
+    return None if value is None else Mode(value)
+
+
 class CheckpointStatsTracker:
     """Keeps the statistics of finished checkpoints (the pending ones live elsewhere).
 
@@ -220,18 +222,11 @@ class CheckpointStatsTracker:
     def __init__(self, history_size: int) -> None:
         self._size = history_size
         self._finished: dict[int, CheckpointStats] = {}
-        self._completed = 0
-        self._aborted = 0
 
     def record(self, stats: CheckpointStats) -> None:
         """Store the final statistics of a finished checkpoint."""
         if not stats.is_finished:
             raise CheckpointError(f"checkpoint {stats.checkpoint_id} is not finished")
-        if stats.checkpoint_id not in self._finished:
-            if stats.status == "completed":
-                self._completed += 1
-            else:
-                self._aborted += 1
         self._finished[stats.checkpoint_id] = stats
         if len(self._finished) > self._size:
             for cid in sorted(self._finished)[: len(self._finished) - self._size]:
@@ -263,15 +258,6 @@ class CheckpointStatsTracker:
         return [
             s.alignment_duration_ms
             for s in completed
-            if s.mode in (ALIGNED, ALIGNED_WITH_TIMEOUT) and s.alignment_duration_ms is not None
+            if s.mode in (Mode.ALIGNED, Mode.ALIGNED_WITH_TIMEOUT)
+            and s.alignment_duration_ms is not None
         ]
-
-    @property
-    def num_completed(self) -> int:
-        """Checkpoints completed since this tracker was created (history included)."""
-        return self._completed
-
-    @property
-    def num_aborted(self) -> int:
-        """Checkpoints aborted since this tracker was created (history included)."""
-        return self._aborted

@@ -14,65 +14,146 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from barriered.barrier import AbortReason, Mode
+
 FORMAT_VERSION = 1
 
 
 @dataclass(frozen=True)
-class ActiveCheckpoint:
-    """A checkpoint whose barriers are fixed but whose cut has not happened yet."""
+class StartedCheckpoint:
+    """A checkpoint whose barrier positions the planner fixed in this batch (``started``).
 
-    id: int
+    The coordinator adopts it from the offset (JSON key ``id`` for ``checkpoint_id``).
+    """
+
+    checkpoint_id: int
     kind: str
-    mode: str
+    mode: Mode
     barrier: tuple[int, ...]
-    arrived: tuple[int, ...]
-    started_ms: int
+    at_ms: int
+    requested_ms: int = 0
     reason: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", Mode(self.mode))  # a mode name is accepted too
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""
         return {
-            "id": self.id,
+            "id": self.checkpoint_id,
             "kind": self.kind,
-            "mode": self.mode,
+            "mode": self.mode.value,
             "barrier": list(self.barrier),
-            "arrived": list(self.arrived),
-            "started_ms": self.started_ms,
+            "at_ms": self.at_ms,
+            "requested_ms": self.requested_ms,
             "reason": self.reason,
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ActiveCheckpoint:
+    def from_dict(cls, d: dict[str, Any]) -> StartedCheckpoint:
         """Parse the JSON form."""
         return cls(
-            id=int(d["id"]),
+            checkpoint_id=int(d["id"]),
             kind=str(d["kind"]),
-            mode=str(d["mode"]),
+            mode=Mode(d["mode"]),
             barrier=tuple(int(x) for x in d["barrier"]),
-            arrived=tuple(int(x) for x in d["arrived"]),
-            started_ms=int(d["started_ms"]),
+            at_ms=int(d["at_ms"]),
+            requested_ms=int(d.get("requested_ms", 0)),
             reason=str(d.get("reason", "")),
         )
 
 
 @dataclass(frozen=True)
-class Cut:
-    """The checkpoint whose snapshot is taken at the end of this batch."""
+class AbortedCheckpoint:
+    """A checkpoint the planner aborted in this batch (``aborted``; JSON ``id``)."""
 
-    id: int
+    checkpoint_id: int
+    reason: AbortReason
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return {"id": self.checkpoint_id, "reason": self.reason.value}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AbortedCheckpoint:
+        """Parse the JSON form."""
+        return cls(checkpoint_id=int(d["id"]), reason=AbortReason(d["reason"]))
+
+
+@dataclass(frozen=True)
+class ActiveCheckpoint:
+    """A checkpoint whose barriers are fixed but whose cut has not happened yet.
+
+    With ``arrived`` (the channels whose barrier arrived, in arrival order) and
+    ``first_barrier_ms`` (the handler's clock at the first of them, from which the
+    alignment timeout counts) it is the state of the checkpoint's barrier handler,
+    from which a restarted planner rebuilds it. Offsets written before
+    ``first_barrier_ms`` existed read it as ``started_ms``.
+    """
+
+    checkpoint_id: int
     kind: str
-    mode: str
+    mode: Mode
+    barrier: tuple[int, ...]
+    arrived: tuple[int, ...]
+    started_ms: int
+    reason: str = ""
+    first_barrier_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", Mode(self.mode))  # a mode name is accepted too
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return {
+            "id": self.checkpoint_id,
+            "kind": self.kind,
+            "mode": self.mode.value,
+            "barrier": list(self.barrier),
+            "arrived": list(self.arrived),
+            "started_ms": self.started_ms,
+            "reason": self.reason,
+            "first_barrier_ms": self.first_barrier_ms,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ActiveCheckpoint:
+        """Parse the JSON form."""
+        arrived = tuple(int(x) for x in d["arrived"])
+        first = d.get("first_barrier_ms", d["started_ms"] if arrived else None)
+        return cls(
+            checkpoint_id=int(d["id"]),
+            kind=str(d["kind"]),
+            mode=Mode(d["mode"]),
+            barrier=tuple(int(x) for x in d["barrier"]),
+            arrived=arrived,
+            started_ms=int(d["started_ms"]),
+            reason=str(d.get("reason", "")),
+            first_barrier_ms=None if first is None else int(first),
+        )
+
+
+@dataclass(frozen=True)
+class Cut:
+    """The checkpoint whose snapshot is taken at the end of this batch (JSON ``id``)."""
+
+    checkpoint_id: int
+    kind: str
+    mode: Mode
     barrier: tuple[int, ...]
     inflight: tuple[tuple[int, int, int], ...]
     base: int | None
     at_ms: int
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", Mode(self.mode))  # a mode name is accepted too
+
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""
         return {
-            "id": self.id,
+            "id": self.checkpoint_id,
             "kind": self.kind,
-            "mode": self.mode,
+            "mode": self.mode.value,
             "barrier": list(self.barrier),
             "inflight": [list(x) for x in self.inflight],
             "base": self.base,
@@ -83,9 +164,9 @@ class Cut:
     def from_dict(cls, d: dict[str, Any]) -> Cut:
         """Parse the JSON form."""
         return cls(
-            id=int(d["id"]),
+            checkpoint_id=int(d["id"]),
             kind=str(d["kind"]),
-            mode=str(d["mode"]),
+            mode=Mode(d["mode"]),
             barrier=tuple(int(x) for x in d["barrier"]),
             inflight=tuple((int(a), int(b), int(c)) for a, b, c in d["inflight"]),
             base=None if d.get("base") is None else int(d["base"]),
@@ -153,10 +234,10 @@ class SourceOffset:
         The checkpoint still aligning after this batch.
     cut : Cut or None
         The checkpoint cut at the end of this batch (markers are in this batch).
-    started : list of dict
+    started : tuple of StartedCheckpoint
         Checkpoints whose barrier positions were fixed while planning this batch.
-    aborted : list of dict
-        Checkpoints aborted while planning this batch (``id``, ``reason``).
+    aborted : tuple of AbortedCheckpoint
+        Checkpoints aborted while planning this batch.
     restore : dict or None
         In every offset of a restored query: what it was restored from (``from``, the
         snapshot path or savepoint folder, and ``checkpoint_id``); with Spark operators'
@@ -171,8 +252,8 @@ class SourceOffset:
     last_cut: tuple[int, ...] | None = None
     active: ActiveCheckpoint | None = None
     cut: Cut | None = None
-    started: tuple[dict[str, Any], ...] = field(default_factory=tuple)
-    aborted: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    started: tuple[StartedCheckpoint, ...] = field(default_factory=tuple)
+    aborted: tuple[AbortedCheckpoint, ...] = field(default_factory=tuple)
     restore: dict[str, Any] | None = None
     replay: Replay | None = None
 
@@ -185,8 +266,8 @@ class SourceOffset:
             "last_cut": None if self.last_cut is None else list(self.last_cut),
             "active": None if self.active is None else self.active.to_dict(),
             "cut": None if self.cut is None else self.cut.to_dict(),
-            "started": list(self.started),
-            "aborted": list(self.aborted),
+            "started": [s.to_dict() for s in self.started],
+            "aborted": [a.to_dict() for a in self.aborted],
             "restore": self.restore,
             "replay": None if self.replay is None else self.replay.to_dict(),
         }
@@ -200,8 +281,8 @@ class SourceOffset:
             last_cut=None if d.get("last_cut") is None else tuple(d["last_cut"]),
             active=None if d.get("active") is None else ActiveCheckpoint.from_dict(d["active"]),
             cut=None if d.get("cut") is None else Cut.from_dict(d["cut"]),
-            started=tuple(d.get("started", ())),
-            aborted=tuple(d.get("aborted", ())),
+            started=tuple(StartedCheckpoint.from_dict(s) for s in d.get("started", ())),
+            aborted=tuple(AbortedCheckpoint.from_dict(a) for a in d.get("aborted", ())),
             restore=d.get("restore"),
             replay=None if d.get("replay") is None else Replay.from_dict(d["replay"]),
         )

@@ -1,56 +1,51 @@
 """Plans micro-batches: per-channel delivery, barrier positions, the cut, in-flight data.
 
-The planner runs in the source's driver-side worker before every micro-batch. It is a
-pure function of the start offset and a few readings (what the upstream has, the trigger
-log, the clock), so a restarted driver plans exactly the same batches.
+The planner runs in the source's driver-side worker before every micro-batch. Its state
+is the start offset, which it extends from a few readings (what the upstream has, the
+trigger log, the clock), so a restarted driver plans exactly the same batches.
 
 How a checkpoint ``n`` travels (see DESIGN.md, "The model, in micro-batch terms"):
 
 1. ``n`` starts: a periodic checkpoint in the first batch planned once the coordinator's
    schedule (:mod:`barriered.datasource.schedule`) says it is due and not paused, a
-   forced checkpoint or savepoint when the coordinator's request for ``n`` in the
+   savepoint when the coordinator's request for ``n`` in the
    trigger log is picked up. The barrier positions are fixed,
-   ``B_n(c) = min(available(c), D(c) + bufferPerChannel)``.
-2. Each channel delivers up to its admission limit, but never past ``B_n(c)`` (except
-   at-least-once, which never holds anything back). A channel whose delivered position
-   reaches ``B_n(c)`` has its barrier: the event ``bN@c`` is fed to the
-   :class:`~barriered.barrier.BarrierHandler`, built for the checkpoint's mode.
-3. The handler decides. *Aligned*: a channel with its barrier is blocked (delivers
-   nothing) until every open channel has it; the batch where the last one arrives is the
-   cut. *Unaligned*: the barrier overtakes the backlog, i.e. every channel's barrier is
-   fed at the end of the first batch, which is the cut; each channel's backlog
-   ``[D(c), B_n(c))`` is in-flight data. *Aligned with timeout*: aligned until the
-   handler's clock says the alignment took ``alignedCheckpointTimeout``; then it switches
-   to unaligned and the remaining barriers overtake, so that batch is the cut.
-   *At least once*: the barrier tracker triggers when every channel passed its barrier.
-4. The cut batch carries marker rows (one per key group) and in-flight capture tasks.
-
-Within one batch all data of the batch is fed to the handler before the barriers that
-overtake, so the handler never records channel state itself: what is in flight is
-exactly the backlog the barrier overtook, which the planner knows from the positions.
+   ``B_n(c) = min(available(c), D(c) + bufferPerChannel)``. The source has one
+   checkpoint in flight: a newer one retires the one still aligning (aborted,
+   ``subsumed``: its barriers are withdrawn before they reach the handler).
+2. From then on the checkpoint's :class:`~barriered.datasource.alignment.Alignment` (a
+   :class:`~barriered.barrier.BarrierHandler` in its mode, with the production
+   controller) decides, batch after batch, which channels deliver how far, when the
+   cut is, its mode and its in-flight ranges (rules R1-R10 of the conformance spec,
+   the alignment timeout included). The planner keeps it across batches; the offset
+   carries its state (:class:`~barriered.datasource.offsets.ActiveCheckpoint`), from
+   which it is rebuilt after a restart.
+3. The cut batch carries marker rows (one per key group) and in-flight capture tasks.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from barriered.barrier import (
-    AbortReason,
-    BarrierHandler,
-    CheckpointMode,
-    ManualClock,
-    Mode,
-    RecordingController,
+from barriered.barrier import AbortReason, Mode
+from barriered.datasource.alignment import Alignment, Chunk
+from barriered.datasource.offsets import (
+    AbortedCheckpoint,
+    ActiveCheckpoint,
+    Cut,
+    SourceOffset,
+    StartedCheckpoint,
 )
-from barriered.datasource.offsets import ActiveCheckpoint, Cut, SourceOffset
 from barriered.datasource.schedule import Schedule
 from barriered.datasource.triggers import TriggerRequest
 
+__all__ = ["FINAL_REASON", "PlanInput", "Planner", "plan"]
+
 log = logging.getLogger(__name__)
 
-Chunk = tuple[int, int, int]  # (channel, start, end)
+FINAL_REASON = "final checkpoint of an availableNow run"
 
 
 @dataclass(frozen=True)
@@ -93,187 +88,109 @@ class PlanInput:
     schedule: Schedule | None = None
 
 
-def _new_handler(
-    channels: int, active: ActiveCheckpoint, clock: ManualClock, timeout_ms: int
-) -> tuple[BarrierHandler[Chunk], RecordingController[Chunk]]:
-    ctl: RecordingController[Chunk] = RecordingController()
-    mode = Mode(active.mode)
-    handler: BarrierHandler[Chunk] = BarrierHandler(
-        channels,
-        mode,
-        ctl,
-        clock,
-        timeout_ms if mode is Mode.ALIGNED_WITH_TIMEOUT else None,
-    )
-    return handler, ctl
-
-
 class _Step:
     """Mutable working state of one planning step."""
 
-    def __init__(self, start: SourceOffset, inp: PlanInput) -> None:
+    def __init__(self, start: SourceOffset, inp: PlanInput, alignment: Alignment | None) -> None:
         self.inp = inp
-        self.channels = len(start.positions)
         self.start_positions = start.positions
         self.positions = list(start.positions)
         self.last_id = start.last_id
         self.last_cut = start.last_cut
-        self.replay = start.replay
-        self.restore = start.restore  # what a restored run was restored from: kept for good
-        self.active = start.active
-        self.started: list[dict[str, object]] = []
-        self.aborted: list[dict[str, object]] = []
+        self.started: list[StartedCheckpoint] = []
+        self.aborted: list[AbortedCheckpoint] = []
         self.cut: Cut | None = None
-        self.clock = ManualClock(0)
-        self.handler: BarrierHandler[Chunk] | None = None
-        self.ctl: RecordingController[Chunk] | None = None
-        if self.active is not None:
-            self._replay()
+        self.alignment = alignment
+        self.fed: list[Alignment] = []
 
-    # -- building the handler ------------------------------------------------------------
+    def _abort(self, reason: AbortReason) -> None:
+        assert self.alignment is not None
+        cid = self.alignment.checkpoint.checkpoint_id
+        log.info("checkpoint %d aborted by the source planner: %s", cid, reason.value)
+        self.aborted.append(AbortedCheckpoint(cid, reason))
+        self.alignment = None
 
-    def _replay(self) -> None:
-        """Rebuild the handler of the aligning checkpoint from the offset."""
-        active = self.active
-        assert active is not None
-        self.clock = ManualClock(active.started_ms)
-        self.handler, self.ctl = _new_handler(
-            self.channels, active, self.clock, self.inp.aligned_timeout_ms
-        )
-        for channel in active.arrived:
-            self.handler.on_barrier(channel, active.id)
-        self.ctl.triggered.clear()
-
-    def _abort_active(self, reason: str) -> None:
-        assert self.active is not None
-        log.info("checkpoint %d aborted by the source planner: %s", self.active.id, reason)
-        self.aborted.append({"id": self.active.id, "reason": reason})
-        self.active, self.handler, self.ctl = None, None, None
+    def cancel(self) -> None:
+        """The coordinator cancelled the aligning checkpoint: its handler aborts it."""
+        assert self.alignment is not None
+        self.alignment.cancel()
+        self.fed.append(self.alignment)
+        for _, reason in self.alignment.controller.aborted:
+            self._abort(reason)
 
     def start(self, request: TriggerRequest) -> None:
         """Fix the barrier positions of a requested checkpoint."""
-        if self.active is not None:
-            self._abort_active(AbortReason.SUBSUMED.value)
-        now = self.inp.now_ms
-        reach = self.inp.available if self.inp.target is None else self.inp.target
+        if self.alignment is not None:
+            self._abort(AbortReason.SUBSUMED)
+        inp = self.inp
+        reach = inp.available if inp.target is None else inp.target
         barrier = tuple(
-            max(p, min(a, r, p + self.inp.buffer_per_channel))
-            for p, a, r in zip(self.positions, self.inp.available, reach, strict=True)
+            max(p, min(a, r, p + inp.buffer_per_channel))
+            for p, a, r in zip(self.positions, inp.available, reach, strict=True)
         )
-        mode = Mode.ALIGNED.value if request.kind == "savepoint" else request.mode
-        self.active = ActiveCheckpoint(
-            id=request.id,
-            kind=request.kind,
-            mode=mode,
-            barrier=barrier,
-            arrived=(),
-            started_ms=now,
-            reason=request.reason,
+        mode = Mode.ALIGNED if request.kind == "savepoint" else request.mode
+        upto = self.reach()
+        if mode is Mode.UNALIGNED and all(b > r for b, r in zip(barrier, upto, strict=True)):
+            # No barrier would arrive in this batch, so nothing would trigger: the barrier
+            # of the channel closest to it goes where this batch's delivery ends there;
+            # it arrives first, and the others overtake their backlogs (in flight).
+            first = min(range(len(barrier)), key=lambda c: barrier[c] - upto[c])
+            barrier = (*barrier[:first], upto[first], *barrier[first + 1 :])
+        cid = request.checkpoint_id
+        self.alignment = Alignment(
+            ActiveCheckpoint(cid, request.kind, mode, barrier, (), inp.now_ms, request.reason),
+            len(self.positions),
+            inp.aligned_timeout_ms,
         )
-        self.last_id = max(self.last_id, request.id)
-        self.clock = ManualClock(now)
-        self.handler, self.ctl = _new_handler(
-            self.channels, self.active, self.clock, self.inp.aligned_timeout_ms
-        )
+        self.last_id = max(self.last_id, cid)
         self.started.append(
-            {
-                "id": request.id,
-                "kind": request.kind,
-                "mode": mode,
-                "barrier": list(barrier),
-                "at_ms": now,
-                "requested_ms": request.requested_ms,
-                "reason": request.reason,
-            }
+            StartedCheckpoint(
+                cid, request.kind, mode, barrier, inp.now_ms, request.requested_ms, request.reason
+            )
         )
         log.info(
             "checkpoint %d (%s, %s): barrier positions fixed at %s",
-            request.id,
+            cid,
             request.kind,
-            mode,
+            mode.value,
             list(barrier),
         )
 
-    # -- delivery ------------------------------------------------------------------------
-
-    def deliver(self) -> list[int]:
-        """Return the end position of every channel for this batch."""
+    def reach(self) -> list[int]:
+        """Per channel, how far this batch could deliver with no checkpoint in the way."""
         inp = self.inp
-        blocked = self.handler.blocked_channels() if self.handler else frozenset()
-        active = self.active
-        end = list(self.positions)
-        for c in range(self.channels):
-            if c in blocked:
-                continue
-            upto = inp.available[c]
-            limit = inp.admission[c]
+        out = []
+        for c, p in enumerate(self.positions):
+            upto, limit = inp.available[c], inp.admission[c]
             if limit is not None:
-                upto = min(upto, self.positions[c] + limit)
+                upto = min(upto, p + limit)
             if inp.target is not None:
                 upto = min(upto, inp.target[c])
-            if (
-                active is not None
-                and active.mode != Mode.AT_LEAST_ONCE.value
-                and c not in active.arrived
-            ):
-                upto = min(upto, active.barrier[c])
-            end[c] = max(self.positions[c], upto)
-        return end
+            out.append(max(p, upto))
+        return out
 
-    def feed(self, end: list[int]) -> None:
-        """Feed this batch's data and barriers to the handler; record a cut if any."""
-        active, handler, ctl = self.active, self.handler, self.ctl
-        if active is None or handler is None or ctl is None:
-            self.positions = end
+    def deliver(self) -> None:
+        """Deliver this batch: as far as each channel reaches, or as the handler says."""
+        alignment = self.alignment
+        if alignment is None:
+            self.positions = self.reach()
             return
-        # Data and barriers of this batch arrive at the checkpoint's start time, so the
-        # alignment timeout counts from when the barrier positions were fixed (Flink's
-        # alignedCheckpointTimeout does the same); then the clock moves to now.
-        for c in range(self.channels):
-            if end[c] > self.positions[c]:
-                handler.on_data(c, (c, self.positions[c], end[c]))
-        arrived = list(active.arrived)
-        overtake = active.mode == Mode.UNALIGNED.value
-        for c in range(self.channels):
-            if c not in arrived and (overtake or end[c] >= active.barrier[c]):
-                arrived.append(c)
-                handler.on_barrier(c, active.id)
-        if self.inp.now_ms > self.clock.now_ms():
-            self.clock.advance(self.inp.now_ms - self.clock.now_ms())
-        handler.on_time_advanced()
-        timed_out = (
-            not ctl.triggered
-            and active.mode == Mode.ALIGNED_WITH_TIMEOUT.value
-            and self.inp.now_ms - active.started_ms >= self.inp.aligned_timeout_ms
-        )
-        if timed_out or (ctl.triggered and ctl.triggered[-1][1] is CheckpointMode.UNALIGNED):
-            # Switched (or started) unaligned: the remaining barriers overtake the backlog.
-            for c in range(self.channels):
-                if c not in arrived:
-                    arrived.append(c)
-                    handler.on_barrier(c, active.id)
-        self.positions = end
-        if ctl.triggered:
-            mode = CheckpointMode.UNALIGNED.value if timed_out else ctl.triggered[-1][1].value
-            self._cut(active, mode)
-        else:
-            self.active = replace(active, arrived=tuple(arrived))
+        self.fed.append(alignment)
+        self.positions = alignment.batch(self.positions, self.reach(), self.inp.now_ms)
+        ctl = alignment.controller
+        for cid, mode in ctl.triggered:
+            self._cut(alignment.checkpoint, mode, ctl.inflight(cid))
+        if alignment.done:
+            self.alignment = None
 
     @property
     def delivered(self) -> bool:
         """Whether this batch delivers records."""
         return tuple(self.positions) != self.start_positions
 
-    def _cut(self, active: ActiveCheckpoint, mode: str) -> None:
-        inflight: tuple[tuple[int, int, int], ...] = ()
-        if mode == CheckpointMode.UNALIGNED.value:
-            inflight = tuple(
-                (c, self.positions[c], active.barrier[c])
-                for c in range(self.channels)
-                if self.positions[c] < active.barrier[c]
-            )
+    def _cut(self, active: ActiveCheckpoint, mode: Mode, inflight: tuple[Chunk, ...]) -> None:
         self.cut = Cut(
-            id=active.id,
+            checkpoint_id=active.checkpoint_id,
             kind=active.kind,
             mode=mode,
             barrier=active.barrier,
@@ -283,78 +200,106 @@ class _Step:
         )
         # An availableNow run ends with a final checkpoint unless this cut is at its end
         # positions with nothing in flight (its state alone is then the whole input) in
-        # a batch without records (see plan()).
+        # a batch without records (see Planner.plan()).
         self.last_cut = None if inflight or self.delivered else active.barrier
-        self.active, self.handler, self.ctl = None, None, None
-        log.info("checkpoint %d cut (%s), in-flight ranges %s", active.id, mode, list(inflight))
+        log.info(
+            "checkpoint %d cut (%s), in-flight ranges %s",
+            active.checkpoint_id,
+            mode.value,
+            list(inflight),
+        )
 
-    def result(self) -> SourceOffset:
+    def result(self, start: SourceOffset) -> SourceOffset:
+        replay = start.replay
         return SourceOffset(
             positions=tuple(self.positions),
             last_id=self.last_id,
             last_cut=self.last_cut,
-            active=self.active,
+            active=None if self.alignment is None else self.alignment.state(),
             cut=self.cut,
             started=tuple(self.started),
             aborted=tuple(self.aborted),
-            restore=self.restore,
-            replay=None if self.replay is None or self.replay.done(self.positions) else self.replay,
+            restore=start.restore,  # what a restored run was restored from: kept for good
+            replay=None if replay is None or replay.done(self.positions) else replay,
         )
+
+
+class Planner:
+    """Plans the batches of one source; keeps the aligning checkpoint's handler between
+    them (rebuilt from the start offset when it is not the last one planned, e.g. after
+    a restart).
+
+    Attributes
+    ----------
+    fed : list of Alignment
+        The alignments fed events in the last :meth:`plan` (their ``trace`` holds them).
+    """
+
+    def __init__(self) -> None:
+        self._carried: SourceOffset | None = None
+        self._alignment: Alignment | None = None
+        self.fed: list[Alignment] = []
+
+    def plan(self, start: SourceOffset, inp: PlanInput) -> SourceOffset:
+        """Plan the batch after ``start``; return ``start`` itself when there is nothing to do.
+
+        Parameters
+        ----------
+        start : SourceOffset
+            The end offset of the previous batch (or the initial offset).
+        inp : PlanInput
+            The readings this step is based on.
+
+        Returns
+        -------
+        SourceOffset
+            The end offset of the next batch. Equal to ``start`` when no record, barrier
+            or abort is due, which tells Spark there is no new data.
+        """
+        alignment = self._alignment if start.carried() == self._carried else None
+        if alignment is None and start.active is not None:
+            alignment = Alignment(start.active, len(start.positions), inp.aligned_timeout_ms)
+        step = _Step(start, inp, alignment)
+        active = step.alignment
+        if active is not None and active.checkpoint.checkpoint_id in inp.cancelled:
+            step.cancel()
+        for request in sorted(inp.requests, key=lambda r: r.checkpoint_id):
+            if request.checkpoint_id > step.last_id and request.checkpoint_id not in inp.cancelled:
+                step.start(request)
+        if inp.schedule is not None and not step.started:
+            # The periodic checkpoint the coordinator scheduled, in the first batch planned
+            # once it is due (a requested one started now goes first: this one would subsume it).
+            due = inp.schedule.request(inp.now_ms, step.last_id)
+            if due is not None and due.checkpoint_id not in inp.cancelled:
+                step.start(due)
+        step.deliver()
+        if (
+            inp.target is not None
+            and step.alignment is None
+            and step.cut is None
+            and all(p >= t for p, t in zip(step.positions, inp.target, strict=True))
+            and step.last_cut != tuple(step.positions)
+            and not step.delivered
+        ):
+            # End of an availableNow run: a final aligned checkpoint at the end positions,
+            # cut in a batch of its own, after the last records. Spark runs the batch after
+            # the last records' batch with the watermark they moved: operators evict and
+            # emit (windows in append mode) there, and only a cut in that batch or later
+            # covers its output and state.
+            step.start(
+                TriggerRequest(step.last_id + 1, reason=FINAL_REASON, requested_ms=inp.now_ms)
+            )
+            step.deliver()
+        end = step.result(start)
+        self.fed = step.fed
+        self._alignment = step.alignment
+        self._carried = end.carried()
+        if end.carried() == start.carried() and not (end.started or end.aborted or end.cut):
+            return start
+        return end
 
 
 def plan(start: SourceOffset, inp: PlanInput) -> SourceOffset:
-    """Plan the batch after ``start``; return ``start`` itself when there is nothing to do.
-
-    Parameters
-    ----------
-    start : SourceOffset
-        The end offset of the previous batch (or the initial offset).
-    inp : PlanInput
-        The readings this step is based on.
-
-    Returns
-    -------
-    SourceOffset
-        The end offset of the next batch. Equal to ``start`` when no record, barrier or
-        abort is due, which tells Spark there is no new data.
-    """
-    step = _Step(start, inp)
-    if step.active is not None and step.active.id in inp.cancelled:
-        step._abort_active(AbortReason.CANCELLED.value)
-    for request in sorted(inp.requests, key=lambda r: r.id):
-        if request.id > step.last_id and request.id not in inp.cancelled:
-            step.start(request)
-    if inp.schedule is not None and not step.started:
-        # The periodic checkpoint the coordinator scheduled, in the first batch planned
-        # once it is due (a forced one started now goes first: this one would subsume it).
-        due = inp.schedule.request(inp.now_ms, step.last_id)
-        if due is not None and due.id not in inp.cancelled:
-            step.start(due)
-    step.feed(step.deliver())
-    if (
-        inp.target is not None
-        and step.active is None
-        and step.cut is None
-        and all(p >= t for p, t in zip(step.positions, inp.target, strict=True))
-        and step.last_cut != tuple(step.positions)
-        and not step.delivered
-    ):
-        # End of an availableNow run: a final aligned checkpoint at the end positions, cut
-        # in a batch of its own, after the last records. Spark runs the batch after the
-        # last records' batch with the watermark they moved: operators evict and emit
-        # (windows in append mode) there, and only a cut in that batch or later covers
-        # its output and state.
-        step.start(
-            TriggerRequest(
-                id=step.last_id + 1,
-                kind="checkpoint",
-                mode=Mode.ALIGNED.value,
-                reason="final checkpoint of an availableNow run",
-                requested_ms=inp.now_ms,
-            )
-        )
-        step.feed(step.deliver())
-    end = step.result()
-    if end.carried() == start.carried() and not (end.started or end.aborted or end.cut):
-        return start
-    return end
+    """Plan the batch after ``start`` with a fresh :class:`Planner` (see
+    :meth:`Planner.plan`): what a restarted driver does."""
+    return Planner().plan(start, inp)

@@ -29,7 +29,7 @@ from barriered.datasource import mirror, replay
 from barriered.datasource.columns import data_batch, marker_batch
 from barriered.datasource.offsets import SourceOffset
 from barriered.datasource.options import RESTORE_FROM, SourceSettings
-from barriered.datasource.planner import PlanInput, plan
+from barriered.datasource.planner import PlanInput, Planner
 from barriered.datasource.schedule import Schedule
 from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams.base import Upstream
@@ -125,6 +125,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.channels = upstream.channel_count()
         self._target: list[int] | None = None
         self._report: dict[str, Any] | None = None
+        self._planner = Planner()
         #: The restore manifest this run wrote, until one of its batches committed.
         self._uncommitted_manifest: str | None = None
         self._manifest_checked = False
@@ -322,9 +323,9 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self.upstream.completed(triggers.completed_positions)
             self._completed = triggers.last_completed
         if begin.active is not None:
-            crash_points.hit(self.layout, crash_points.ALIGNING, begin.active.id)
+            crash_points.hit(self.layout, crash_points.ALIGNING, begin.active.checkpoint_id)
         conf = self.settings.conf
-        end = plan(
+        end = self._planner.plan(
             begin,
             PlanInput(
                 available=available,
@@ -345,7 +346,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 "epoch": self.epoch,
                 "available": list(available),
                 "delivered": list(end.positions),
-                "active": None if end.active is None else end.active.id,
+                "active": None if end.active is None else end.active.checkpoint_id,
             }
         }
         if end is begin:
@@ -403,18 +404,25 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             # cut) but captures nothing: the leader alone has effects.
             meta = {
                 "kind": cut.kind,
-                "mode": cut.mode,
+                "mode": cut.mode.value,
                 "base": cut.base,
                 "path": self.layout.root,
                 "epoch": self.epoch,
             }
             parts.append(
-                MarkerPartition(cut.id, self.settings.conf.max_parallelism, tuple(meta.items()))
+                MarkerPartition(
+                    cut.checkpoint_id, self.settings.conf.max_parallelism, tuple(meta.items())
+                )
             )
             for channel, a, b in () if self._follower is not None else cut.inflight:
                 parts.append(
                     InflightPartition(
-                        cut.id, channel, a, b, self.settings.conf.inflight_capture, self.epoch
+                        cut.checkpoint_id,
+                        channel,
+                        a,
+                        b,
+                        self.settings.conf.inflight_capture,
+                        self.epoch,
                     )
                 )
         return parts

@@ -8,8 +8,8 @@ due and how it is to be taken: ``_coordinator/schedule.json``, written atomicall
 the planner reads before every batch and acts on itself, in the first batch planned
 once the checkpoint is due. The coordinator keeps every decision:
 
-* ``checkpoint_id``: the id it reserved for the checkpoint (forced checkpoints and
-  savepoints take other ids, so the two never collide);
+* ``checkpoint_id``: the id it reserved for the checkpoint (savepoints take
+  other ids, so the two never collide);
 * ``due_ms``: the earliest start, from ``checkpointInterval`` and
   ``minPauseBetweenCheckpoints``;
 * ``mode`` and ``reason``: the aligned/unaligned decision from its measured signals;
@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from barriered.barrier import Mode
 from barriered.datasource.triggers import TriggerRequest
 from barriered.statestore.fileio import read_json, write_json
 
@@ -46,7 +47,7 @@ class Schedule:
         The id reserved for it.
     due_ms : int
         Wall-clock time (ms) from which on it may start.
-    mode : str
+    mode : Mode
         The mode it is to be taken in.
     reason : str
         Why that mode (recorded in ``_checkpoints``).
@@ -58,17 +59,20 @@ class Schedule:
 
     checkpoint_id: int
     due_ms: int
-    mode: str
+    mode: Mode
     reason: str = ""
     paused: str | None = None
     epoch: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", Mode(self.mode))  # a mode name is accepted too
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""
         return {
             "checkpoint_id": self.checkpoint_id,
             "due_ms": self.due_ms,
-            "mode": self.mode,
+            "mode": self.mode.value,
             "reason": self.reason,
             "paused": self.paused,
             "epoch": self.epoch,
@@ -80,7 +84,7 @@ class Schedule:
         return cls(
             checkpoint_id=int(d["checkpoint_id"]),
             due_ms=int(d["due_ms"]),
-            mode=str(d["mode"]),
+            mode=Mode(d["mode"]),
             reason=str(d.get("reason", "")),
             paused=None if d.get("paused") is None else str(d["paused"]),
             epoch=None if d.get("epoch") is None else int(d["epoch"]),
@@ -121,7 +125,7 @@ class Schedule:
         if self.paused is not None or now_ms < self.due_ms or self.checkpoint_id <= last_id:
             return None
         return TriggerRequest(
-            id=self.checkpoint_id,
+            checkpoint_id=self.checkpoint_id,
             kind="checkpoint",
             mode=self.mode,
             reason=self.reason,

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from barriered.barrier import Mode
 from barriered.statestore.fileio import read_json, write_json
 
 #: How many recent requests/cancellations the file keeps.
@@ -26,23 +27,52 @@ _KEEP = 32
 
 @dataclass(frozen=True)
 class TriggerRequest:
-    """One checkpoint the coordinator wants the source to start."""
+    """A checkpoint the source is to start: a savepoint the coordinator
+    triggered (written to the trigger log), or the periodic one of its schedule.
 
-    id: int
+    Attributes
+    ----------
+    checkpoint_id : int
+        The id the coordinator allocated (JSON key ``id``).
+    kind : {"checkpoint", "savepoint"}
+        Savepoints are always aligned and never subsumed.
+    mode : Mode
+        The mode the coordinator decided.
+    reason : str
+        Why that mode (recorded in ``_checkpoints``).
+    requested_ms : int
+        When it was requested (a schedule's due time).
+    """
+
+    checkpoint_id: int
     kind: str = "checkpoint"
-    mode: str = "aligned"
+    mode: Mode = Mode.ALIGNED
     reason: str = ""
     requested_ms: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", Mode(self.mode))  # a mode name is accepted too
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""
         return {
-            "id": self.id,
+            "id": self.checkpoint_id,
             "kind": self.kind,
-            "mode": self.mode,
+            "mode": self.mode.value,
             "reason": self.reason,
             "requested_ms": self.requested_ms,
         }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TriggerRequest:
+        """Parse the JSON form."""
+        return cls(
+            checkpoint_id=int(d["id"]),
+            kind=str(d.get("kind", "checkpoint")),
+            mode=Mode(d.get("mode", Mode.ALIGNED.value)),
+            reason=str(d.get("reason", "")),
+            requested_ms=int(d.get("requested_ms", 0)),
+        )
 
 
 @dataclass(frozen=True)
@@ -66,7 +96,7 @@ class TriggerLog:
             return cls()
         completed = raw.get("completed_positions")
         return cls(
-            requests=tuple(TriggerRequest(**r) for r in raw.get("requests", [])),
+            requests=tuple(TriggerRequest.from_dict(r) for r in raw.get("requests", [])),
             cancelled=frozenset(int(x) for x in raw.get("cancelled", [])),
             last_completed=raw.get("last_completed"),
             fatal=raw.get("fatal"),
@@ -80,9 +110,9 @@ class TriggerLog:
         write_json(
             uri,
             {
-                "requests": [r.to_dict() for r in sorted(self.requests, key=lambda r: r.id)][
-                    -_KEEP:
-                ],
+                "requests": [
+                    r.to_dict() for r in sorted(self.requests, key=lambda r: r.checkpoint_id)
+                ][-_KEEP:],
                 "cancelled": sorted(self.cancelled)[-_KEEP:],
                 "last_completed": self.last_completed,
                 "fatal": self.fatal,

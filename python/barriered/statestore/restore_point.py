@@ -271,7 +271,7 @@ def highest_checkpoint_id(layout: SnapshotLayout) -> int:
     ids = set(committed_checkpoints(layout))
     ids.update(int(r["checkpoint_id"]) for r in checkpoints_table.read_rows(layout))
     triggers = TriggerLog.read(layout.triggers_file)
-    ids.update(r.id for r in triggers.requests)
+    ids.update(r.checkpoint_id for r in triggers.requests)
     ids.update(triggers.cancelled)
     scheduled = Schedule.reserved_id(layout.schedule_file)
     if scheduled is not None:

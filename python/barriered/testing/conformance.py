@@ -1,6 +1,10 @@
-"""Conformance adapter: run the project's barrier handler over a published scenario.
+"""Conformance adapter: run the source planner's barrier handling over a published scenario.
 
-See ``shared/conformance/README.md`` for the scenario format and the result dict.
+See ``shared/conformance/README.md`` for the scenario format and the result dict. The
+scenario drives a :class:`~barriered.barrier.BarrierHandler` with the production
+controller of the source planner, :class:`~barriered.datasource.alignment.BatchController`,
+fed through :func:`~barriered.datasource.alignment.feed`, as the planner's
+:class:`~barriered.datasource.alignment.Alignment` feeds it.
 """
 
 from __future__ import annotations
@@ -8,17 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from barriered.barrier import (
-    Barrier,
-    BarrierHandler,
-    Cancel,
-    Data,
-    EndOfPartition,
-    ManualClock,
-    RecordingController,
-    TimeAdvance,
-    parse_event,
-)
+from barriered.barrier import BarrierHandler, Data, ManualClock, parse_event
+from barriered.datasource.alignment import BatchController, feed
 
 __all__ = ["run_scenario"]
 
@@ -26,9 +21,9 @@ __all__ = ["run_scenario"]
 def run_scenario(scenario: Mapping[str, Any]) -> dict[str, Any]:
     """Run a :class:`~barriered.barrier.BarrierHandler` over ``scenario["events"]``.
 
-    Each data item is identified by its event index. The clock is a
-    :class:`~barriered.barrier.ManualClock` starting at 0 that only ``t+MS`` events move.
-    ``scenario["expect"]`` is never read.
+    Each data item is the chunk ``(channel, index, index + 1)`` of its event index. The
+    clock is a :class:`~barriered.barrier.ManualClock` starting at 0 that only ``t+MS``
+    events move. ``scenario["expect"]`` is never read.
 
     Parameters
     ----------
@@ -52,7 +47,7 @@ def run_scenario(scenario: Mapping[str, Any]) -> dict[str, Any]:
         If ``channels``, ``mode`` or ``alignment_timeout_ms`` is invalid.
     """
     clock = ManualClock()
-    controller: RecordingController[int] = RecordingController()
+    controller = BatchController()
     handler = BarrierHandler(
         int(scenario["channels"]),
         str(scenario["mode"]),
@@ -63,26 +58,17 @@ def run_scenario(scenario: Mapping[str, Any]) -> dict[str, Any]:
     blocked: list[list[int]] = []
     for index, text in enumerate(scenario["events"]):
         event = parse_event(text)
-        if isinstance(event, Data):
-            handler.on_data(event.channel, index)
-        elif isinstance(event, Barrier):
-            handler.on_barrier(event.channel, event.checkpoint_id)
-        elif isinstance(event, Cancel):
-            handler.on_cancel(event.channel, event.checkpoint_id)
-        elif isinstance(event, EndOfPartition):
-            handler.on_end_of_partition(event.channel)
-        elif isinstance(event, TimeAdvance):
-            clock.advance(event.ms)
-            handler.on_time_advanced()
+        chunk = (event.channel, index, index + 1) if isinstance(event, Data) else None
+        feed(handler, clock, event, chunk)
         blocked.append(sorted(handler.blocked_channels()))
     return {
         "triggered": [[cid, mode.value] for cid, mode in controller.triggered],
         "aborted": [[cid, reason.value] for cid, reason in controller.aborted],
-        "processed": [index for _, index in controller.processed],
+        "processed": [start for _, start, _ in controller.processed],
         "blocked": blocked,
         "channel_state": {
-            str(cid): list(items)
-            for cid, items in sorted(controller.channel_state.items())
-            if items
+            str(cid): [start for _, start, _ in chunks]
+            for cid, chunks in sorted(controller.channel_state.items())
+            if chunks
         },
     }
