@@ -121,12 +121,13 @@ def error_line(exc: Exception) -> str:
 
 
 def configure(spark: Any, keys: dict[str, str]) -> None:
-    """Reset every ``spark.sql.streaming.barriered.*`` key, then set ``keys`` (short names)."""
+    """Reset every ``spark.sql.streaming.barriered.*`` key, then set ``keys`` (short names
+    such as ``checkpointInterval``, or whole keys as :data:`barriered.demo.PHASES` has them)."""
     for key in list(spark.conf.getAll):
         if key.startswith(PREFIX):
             spark.conf.unset(key)
     for key, value in keys.items():
-        spark.conf.set(PREFIX + key, value)
+        spark.conf.set(key if key.startswith(PREFIX) else PREFIX + key, value)
 
 
 def barriered_stream(spark: Any, snapshot_path: str, options: dict[str, str]) -> Any:

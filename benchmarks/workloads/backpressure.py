@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from barriered.config import ALIGNED_CHECKPOINT_TIMEOUT
 from barriered.demo import PHASES
 from benchmarks.harness import (
     Context,
@@ -48,7 +49,7 @@ SIZES = {
 INTERVAL = "5s"
 #: The demo's session keys per mode (aligned-with-timeout: Flink's fixed timeout).
 MODES = PHASES
-TIMEOUT = MODES["aligned_with_timeout"]["alignedCheckpointTimeout"]
+TIMEOUT = MODES["aligned_with_timeout"][ALIGNED_CHECKPOINT_TIMEOUT.key]
 
 
 def _stats(values: list[float]) -> dict[str, float | None]:
