@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -112,8 +112,31 @@ def _converted(
     return written
 
 
+class Rewrite(Protocol):
+    """One operator's state replaced in a savepoint (a transform,
+    :mod:`barriered.state_processor`): its new registration and its new files."""
+
+    @property
+    def operator(self) -> str:
+        """The operator whose state is replaced."""
+        ...
+
+    @property
+    def registration(self) -> dict[str, Any]:
+        """Its new registration."""
+        ...
+
+    def write(self, out: SnapshotLayout, checkpoint_id: int) -> list[DataFile]:
+        """Write the operator's new state files into ``out``'s ``state`` table."""
+        ...
+
+
 def export(
-    origin: SnapshotLayout, checkpoint_id: int | None, target: str, convert: bool = False
+    origin: SnapshotLayout,
+    checkpoint_id: int | None,
+    target: str,
+    convert: bool = False,
+    rewrite: Rewrite | None = None,
 ) -> Savepoint:
     """Copy a completed checkpoint of ``origin`` to the savepoint folder ``target``.
 
@@ -130,6 +153,9 @@ def export(
         A folder that does not exist yet (or is empty).
     convert : bool, default False
         Convert state of the JSON layout (refused without it) into typed files.
+    rewrite : Rewrite, optional
+        Replace one operator's registration and state files (everything else is
+        copied as it is).
 
     Raises
     ------
@@ -151,7 +177,9 @@ def export(
             "typed: nothing to convert and nothing was written (barriered savepoint copies it)"
         )
     registrations = _operators(origin, json_layout)
-    if json_layout:
+    if rewrite is not None:
+        registrations[rewrite.operator] = rewrite.registration
+    if json_layout or rewrite is not None:
         state_schema = table_schema(registrations.values())
     point.check_files()
     out = SnapshotLayout.at(target, origin.storage_options)
@@ -181,10 +209,17 @@ def export(
     stores = operators.copy_stores(origin, point.metadata, out, cid)
     if stores is not None:
         metadata[operators.VERSIONS_KEY] = stores
+    kept = [
+        f
+        for f in point.state_files()
+        if rewrite is None or f.partition_values.get("operator") != rewrite.operator
+    ]
     if json_layout:
-        state = _converted(point.state_files(), origin, out, registrations)
+        state = _converted(kept, origin, out, registrations)
     else:
-        state = _copy(point.state_files(), origin.state_table, out.state_table)
+        state = _copy(kept, origin.state_table, out.state_table)
+    if rewrite is not None:
+        state.extend(rewrite.write(out, cid))
     state_version = commit_files(
         out.state_table, state_schema, STATE_PARTITIONS, cid,
         state, metadata=metadata, storage_options=out.storage_options,
@@ -216,6 +251,7 @@ def export(
             "created_ms": int(time.time() * 1000),
             "state_files": saved.state_files,
             "state_bytes": saved.state_bytes,
+            **({} if rewrite is None else {"transformed": rewrite.operator}),
         },
     )
     log.info(
