@@ -102,9 +102,10 @@ def start(
     processor: Any = None,
     sink: dict[str, str] | None = None,
     keys: tuple[str, ...] = ("user_id",),
+    name: str | None = None,
 ) -> Any:
-    """Start one availableNow query of running totals (or ``processor`` keyed by ``keys``);
-    return it.
+    """Start one availableNow query of running totals (or ``processor`` keyed by ``keys``,
+    operator ``name``); return it.
 
     With ``sink`` (its options, ``path`` included) the query writes to the
     ``barriered-delta`` sink of the same snapshot path; else to ``noop``.
@@ -114,7 +115,7 @@ def start(
     snap = snap or str(tmp_path / "snap")
     events = session.readStream.format("barriered").options(**(source or SOURCE))
     events = events.option("snapshotPath", snap).load()
-    out = barriered.keyed(events, *keys).process(processor or RunningTotals())
+    out = barriered.keyed(events, *keys).process(processor or RunningTotals(), name)
     writer = out.writeStream.format("noop")
     if sink is not None:
         writer = out.writeStream.format("barriered-delta").options(snapshotPath=snap, **sink)
@@ -164,13 +165,14 @@ def run(
     processor: Any = None,
     sink: dict[str, str] | None = None,
     keys: tuple[str, ...] = ("user_id",),
+    name: str | None = None,
 ) -> tuple[Any, SnapshotLayout]:
     """Run one availableNow query to its end and wait for its last checkpoint.
 
     ``final`` are the channels' end positions (default: the rate upstream's); the last
     checkpoint must have an id above ``after_id`` (a restored run's own).
     """
-    query = start(session, tmp_path, conf, source, snap, checkpoint, processor, sink, keys)
+    query = start(session, tmp_path, conf, source, snap, checkpoint, processor, sink, keys, name)
     query.awaitTermination()
     layout = SnapshotLayout.configured(snap or str(tmp_path / "snap"))
     wait_final_checkpoint(layout, final or tuple(upstream().available()), query, after_id)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +18,15 @@ from pyspark.sql import functions as F
 
 import barriered
 from barriered import state_processor
-from barriered.errors import ConfigError, RestoreError, SnapshotStoreError, StateProcessorError
+from barriered.errors import SnapshotStoreError, StateProcessorError
 from barriered.examples import RunningTotals
 from barriered.state_processor import KeyedState
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from file_tree import tree
 from flights import ORIGINS, SOURCE, STATS, CarrierStats, expected_stats, flights, write_months
-from runs import FILES_SOURCE, PREFIX, run, wait_final_checkpoint, write_files
+from runs import FILES_SOURCE, PREFIX, run, write_files
+from typed_processors import NoDefaultBonus, TotalsAsText, TotalsOnly, TotalsWithBonus
 
 pytestmark = pytest.mark.spark
 
@@ -100,10 +103,222 @@ def test_backfill_january_to_june_then_stream_the_rest_of_the_year(
     session.conf.set("spark.sql.shuffle.partitions", "5")
     restored = {**source, "restoreFrom": sp}
     final = tuple(int((year["origin"] == o).sum()) for o in ORIGINS)
-    query, layout = run(
+    _, layout = run(
         session, tmp_path, {}, restored, str(tmp_path / "snap"), final,
         processor=CarrierStats(), keys=("carrier",),
     )  # fmt: skip
     last = checkpoints_table.completed(layout)[-1]
     assert last["checkpoint_id"] > 1
     assert keyed_state(layout, last["state_table_version"], columns) == expected_stats(year)
+
+
+def records_per_user(data: Path, tag: str) -> Counter[str]:
+    """How many records of each user the files tagged ``tag`` hold."""
+    found: Counter[str] = Counter()
+    for path in data.rglob(f"{tag}-*.json"):
+        found.update(json.loads(line)["user_id"] for line in path.read_text().splitlines())
+    return found
+
+
+SIZES = {"a": 60, "b": 30, "c": 30}
+DROPPED = ("user-1", "user-2")
+
+
+@pytest.fixture()
+def first_run(session: Any, tmp_path: Path) -> tuple[Path, Counter[str], dict[str, str]]:
+    """A snapshot path of running totals over the first files (aligned checkpoints)."""
+    data = tmp_path / "events"
+    first = write_files(data, SIZES, tag="first")
+    source = {**FILES_SOURCE, "path": str(data)}
+    session.conf.set(PREFIX + "unaligned.enabled", "false")
+    run(session, tmp_path, {}, source, str(tmp_path / "snap"), (60, 30, 30))
+    return tmp_path / "snap", first, source
+
+
+def test_transform_drops_keys_and_adds_a_field_then_the_stream_continues(
+    session: Any, tmp_path: Path, first_run: tuple[Path, Counter[str], dict[str, str]]
+) -> None:
+    snap, first, source = first_run
+    before = digests(snap)
+    sp = str(tmp_path / "sp")
+
+    def drop_and_add(state: Any) -> Any:
+        kept = state.where(~F.col("user_id").isin(*DROPPED))
+        return kept.withColumn("bonus", F.lit(0).cast("long"))
+
+    saved = state_processor.transform(session, str(snap), sp, "running_totals", drop_and_add)
+    assert digests(snap) == before, "the transform changed its source checkpoint"
+    last = checkpoints_table.completed(SnapshotLayout.at(str(snap)))[-1]
+    assert saved.checkpoint_id == last["checkpoint_id"]
+    counts = records_per_user(tmp_path / "events", "first")
+    assert savepoint_state(sp, ["user_id", "total", "count", "bonus"]) == {
+        u: (t, counts[u], 0) for u, t in first.items() if u not in DROPPED
+    }
+    registered = json.loads(Path(sp, "_coordinator/operators/running_totals.json").read_text())
+    assert registered["state_schema"] == "total bigint, count bigint, bonus bigint"
+
+    second = write_files(tmp_path / "events", SIZES, tag="second")
+    more = records_per_user(tmp_path / "events", "second")
+    session.conf.set("spark.sql.shuffle.partitions", "3")
+    _, layout = run(
+        session, tmp_path, {}, {**source, "restoreFrom": sp}, str(tmp_path / "snap-b"),
+        (120, 60, 60), "ck-b", after_id=saved.checkpoint_id, processor=NoDefaultBonus(),
+        name="running_totals",
+    )  # fmt: skip
+    done = checkpoints_table.completed(layout)[-1]
+    expected = {u: ((0 if u in DROPPED else first[u]) + second[u], more[u]) for u in first | second}
+    assert keyed_state(layout, done["state_table_version"], ["user_id", "total", "bonus"]) == (
+        expected
+    )
+    assert digests(snap) == before
+
+
+def test_a_processor_that_gained_a_field_restores_an_older_checkpoint(
+    session: Any, tmp_path: Path, first_run: tuple[Path, Counter[str], dict[str, str]]
+) -> None:
+    """No transform: the restored keys get the processor's state_defaults."""
+    snap, first, source = first_run
+    second = write_files(tmp_path / "events", SIZES, tag="second")
+    more = records_per_user(tmp_path / "events", "second")
+    _, layout = run(
+        session, tmp_path, {}, {**source, "restoreFrom": str(snap)}, str(tmp_path / "snap-b"),
+        (120, 60, 60), "ck-b", processor=TotalsWithBonus(), name="running_totals",
+    )  # fmt: skip
+    done = checkpoints_table.completed(layout)[-1]
+    expected = {u: (first[u] + second[u], 100 * (u in first) + more[u]) for u in first | second}
+    assert keyed_state(layout, done["state_table_version"], ["user_id", "total", "bonus"]) == (
+        expected
+    )
+
+
+@pytest.mark.full
+def test_a_processor_that_lost_a_field_restores_an_older_checkpoint(
+    session: Any, tmp_path: Path, first_run: tuple[Path, Counter[str], dict[str, str]]
+) -> None:
+    snap, first, source = first_run
+    second = write_files(tmp_path / "events", SIZES, tag="second")
+    _, layout = run(
+        session, tmp_path, {}, {**source, "restoreFrom": str(snap)}, str(tmp_path / "snap-b"),
+        (120, 60, 60), "ck-b", processor=TotalsOnly(), name="running_totals",
+    )  # fmt: skip
+    done = checkpoints_table.completed(layout)[-1]
+    table = DeltaTable(layout.state_table, version=done["state_table_version"])
+    assert "count" not in table.schema().to_arrow().names
+    assert keyed_state(layout, done["state_table_version"], ["user_id", "total", "total"]) == {
+        u: (first[u] + second[u],) * 2 for u in first | second
+    }
+
+
+# -- refusals ----------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def bootstrapped(session: Any, tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    """A savepoint bootstrapped with running totals per user, and the input folder."""
+    data = tmp_path / "events"
+    write_files(data, SIZES, tag="first")
+    source = {**FILES_SOURCE, "path": str(data)}
+    state = session.createDataFrame(
+        [("user-1", 10, 2), ("user-2", 5, 1)], "user_id string, total long, count long"
+    )
+    sp = tmp_path / "sp"
+    state_processor.bootstrap(
+        session, str(sp), source, [KeyedState(state, ["user_id"], RunningTotals())]
+    )
+    return sp, data, source
+
+
+def restore_refused(
+    session: Any, tmp_path: Path, sp: Path, data: Path, source: dict[str, str],
+    processor: Any, keys: tuple[str, ...] = ("user_id",),
+) -> str:  # fmt: skip
+    """Try to restore ``sp``; return the message; nothing changed anywhere."""
+    snap = tmp_path / "snap-new"
+    before = (tree(sp), tree(data))
+    with pytest.raises(Exception) as refused:  # the source's own errors reach us wrapped
+        events = (
+            session.readStream.format("barriered")
+            .options(**source)
+            .option("snapshotPath", str(snap))
+            .option("restoreFrom", str(sp))
+            .load()
+        )
+        barriered.keyed(events, *keys).process(processor, "running_totals")
+    assert (tree(sp), tree(data)) == before
+    assert tree(snap) == {}
+    return str(refused.value)
+
+
+def test_restoring_a_bootstrapped_savepoint_into_another_query_is_refused(
+    session: Any, tmp_path: Path, bootstrapped: tuple[Path, Path, dict[str, str]]
+) -> None:
+    sp, data, source = bootstrapped
+    refused = partial(restore_refused, session, tmp_path, sp, data)
+
+    session.conf.set(PREFIX + "maxParallelism", "16")
+    message = refused(source, RunningTotals())
+    assert "maxParallelism is fixed for the life of the snapshot path" in message
+    assert "maxParallelism=8" in message and "=16" in message
+    session.conf.set(PREFIX + "maxParallelism", "8")
+
+    message = refused(source, TotalsAsText())
+    assert message.startswith(
+        f"cannot restore operator 'running_totals' from checkpoint 1 of '{sp}': field 'total' "
+        "was int64, now string: not a lossless widening"
+    )
+    assert "barriered savepoint transform" in message
+
+    message = refused(source, RunningTotals(), ("amount",))
+    assert "key columns were ['user_id'], now ['amount']" in message
+
+    rate = {"upstream": "rate", "channels": "3", "rowsPerSecond": "0", "rowsPerChannel": "10"}
+    message = refused(rate, RunningTotals())
+    assert "it was taken from upstream 'files', this source reads 'rate'" in message
+    assert "it belongs to another query" in message
+
+
+def test_a_bootstrap_that_does_not_fit_is_refused_writing_nothing(
+    session: Any, tmp_path: Path
+) -> None:
+    data = tmp_path / "events"
+    write_files(data, SIZES, tag="first")
+    source = {**FILES_SOURCE, "path": str(data)}
+    rows = "user_id string, total long, count long"
+    good = session.createDataFrame([("user-1", 10, 2)], rows)
+    sp = tmp_path / "sp"
+    inputs = tree(data)
+
+    def refused(error: type[Exception], *states: KeyedState, **kw: Any) -> str:
+        with pytest.raises(error) as failure:
+            state_processor.bootstrap(session, str(sp), kw.pop("source", source), states, **kw)
+        assert tree(sp) == {} and tree(data) == inputs
+        return str(failure.value)
+
+    numeric = session.createDataFrame([(1, 10, 2)], "user_id long, total long, count long")
+    message = refused(StateProcessorError, KeyedState(numeric, ["user_id"], RunningTotals()))
+    assert "key column 'user_id' is bigint here but string in the files upstream's" in message
+    twice = session.createDataFrame([("user-1", 10, 2), ("user-1", 1, 1)], rows)
+    message = refused(StateProcessorError, KeyedState(twice, ["user_id"], RunningTotals()))
+    assert "key {'user_id': 'user-1'} has 2 rows" in message
+    partial_state = session.createDataFrame([("user-1", 10)], "user_id string, total long")
+    message = refused(StateProcessorError, KeyedState(partial_state, ["user_id"], RunningTotals()))
+    assert "state field(s) ['count']" in message
+    message = refused(
+        StateProcessorError, KeyedState(good, ["user_id"], RunningTotals()), positions=[0, 0, 99]
+    )
+    assert "starting position 99 of channel 2 is outside" in message
+    message = refused(
+        StateProcessorError,
+        KeyedState(good, ["user_id"], RunningTotals()),
+        source={**source, "restoreFrom": "latest"},
+    )
+    assert "'restoreFrom'" in message
+    (sp / "keep.txt").parent.mkdir()
+    (sp / "keep.txt").write_text("mine")
+    with pytest.raises(SnapshotStoreError, match="is not empty; nothing was written"):
+        state_processor.bootstrap(
+            session, str(sp), source, [KeyedState(good, ["user_id"], RunningTotals())]
+        )
+    assert (
+        tree(sp) == {"keep.txt": tree(sp)["keep.txt"]} and (sp / "keep.txt").read_text() == "mine"
+    )
