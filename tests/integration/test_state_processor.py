@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 import barriered
-from barriered import state_processor
+from barriered import cli, state_processor
 from barriered.errors import SnapshotStoreError, StateProcessorError
 from barriered.examples import RunningTotals
 from barriered.state_processor import KeyedState
@@ -322,3 +322,46 @@ def test_a_bootstrap_that_does_not_fit_is_refused_writing_nothing(
     assert (
         tree(sp) == {"keep.txt": tree(sp)["keep.txt"]} and (sp / "keep.txt").read_text() == "mine"
     )
+
+
+def test_the_cli_bootstraps_then_transforms(session: Any, tmp_path: Path, capsys: Any) -> None:
+    data = tmp_path / "events"
+    write_files(data, SIZES, tag="first")
+    rows = tmp_path / "rows"
+    state = [("user-1", 10, 2), ("user-2", 5, 1), ("user-3", 7, 7)]
+    session.createDataFrame(state, "user_id string, total long, count long").write.parquet(
+        str(rows)
+    )
+    sp, sp2 = tmp_path / "sp", tmp_path / "sp2"
+    code = cli.main(
+        ["savepoint", "bootstrap", "-o", str(sp), "--input", str(rows), "--input-format",
+         "parquet", "--keys", "user_id", "--processor", "barriered.examples:RunningTotals",
+         *(a for kv in FILES_SOURCE.items() for a in ("--source", "=".join(kv))),
+         "--source", f"path={data}", "--position", "10", "5", "0"]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    assert savepoint_state(str(sp), ["user_id", "total", "count"]) == {
+        u: (t, c) for u, t, c in state
+    }
+    (row,) = checkpoints_table.read_rows(SnapshotLayout.at(str(sp)))
+    assert json.loads(row["barrier_positions"]) == {"0": 10, "1": 5, "2": 0}
+    before = digests(sp)
+    code = cli.main(
+        ["savepoint", "transform", str(sp), "-o", str(sp2), "--operator", "running_totals",
+         "--where", "user_id != 'user-2'", "--add", "bonus bigint = count * 10",
+         "--cast", "total=double"]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    assert "transformed written to" in capsys.readouterr().out
+    assert savepoint_state(str(sp2), ["user_id", "total", "count", "bonus"]) == {
+        "user-1": (10.0, 2, 20),
+        "user-3": (7.0, 7, 70),
+    }
+    assert digests(sp) == before
+    sp3 = str(tmp_path / "sp3")
+    code = cli.main(["savepoint", "transform", str(sp), "-o", sp3, "--operator", "nope",
+                     "--where", "true"])  # fmt: skip
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "has no keyed operator 'nope' (its operators: ['running_totals'])" in err
+    assert digests(sp) == before and not (tmp_path / "sp3").exists()
