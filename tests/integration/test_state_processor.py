@@ -303,6 +303,16 @@ def test_a_bootstrap_that_does_not_fit_is_refused_writing_nothing(
     partial_state = session.createDataFrame([("user-1", 10)], "user_id string, total long")
     message = refused(StateProcessorError, KeyedState(partial_state, ["user_id"], RunningTotals()))
     assert "state field(s) ['count']" in message
+    text = session.createDataFrame(
+        [("user-1", "ten", 2)], "user_id string, total string, count long"
+    )
+    message = refused(StateProcessorError, KeyedState(text, ["user_id"], RunningTotals()))
+    assert "state field 'total' is string in the DataFrame, the state_schema declares int64" in (
+        message
+    )
+    # A Spark job that fails while writing (the processor raises): what it wrote is removed.
+    inputs_rows = session.createDataFrame([("user-1", 3)], "user_id string, amount long")
+    refused(Exception, KeyedState(inputs_rows, ["user_id"], TotalsAsText(), compute=True))
     message = refused(
         StateProcessorError, KeyedState(good, ["user_id"], RunningTotals()), positions=[0, 0, 99]
     )

@@ -31,6 +31,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
 
 from barriered.api import key_group_column, operator_spec
 from barriered.datasource.columns import KEY_GROUP
@@ -44,6 +45,7 @@ from barriered.state_processor.writer import KeyGroupWriter, write_state
 from barriered.statestore import checkpoints_table
 from barriered.statestore.acks import DataFile
 from barriered.statestore.delta_tables import STATE_PARTITIONS, as_json, commit_files
+from barriered.statestore.evolution import widens
 from barriered.statestore.fileio import copy_tree, write_json
 from barriered.statestore.keyed import OperatorSpec
 from barriered.statestore.savepoints import Savepoint
@@ -144,6 +146,16 @@ def _spec(state: KeyedState, max_parallelism: int, upstream: Upstream) -> Operat
             "row per key with the key columns and every state field, or compute=True to run "
             "the processor over input rows; nothing was written"
         )
+    declared = struct_schema(spec.to_dict()["state_type"])
+    for name in [] if state.compute else fields:
+        given_type = struct_schema(StructType([state.df.schema[name]]).jsonValue()).field(0).type
+        if not widens(given_type, declared.field(name).type):
+            raise StateProcessorError(
+                f"bootstrap of operator {spec.operator!r}: state field {name!r} is "
+                f"{state.df.schema[name].dataType.simpleString()} in the DataFrame, the "
+                f"state_schema declares {declared.field(name).type}: cast the column (only "
+                "lossless widenings are taken as they are); nothing was written"
+            )
     stream = from_arrow_schema(upstream.schema())
     for column in state.key_columns:
         given = state.df.schema[column].dataType
