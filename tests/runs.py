@@ -107,8 +107,11 @@ def start(
     checkpoint: str = "ck",
     processor: Any = None,
     sink: dict[str, str] | None = None,
+    keys: tuple[str, ...] = ("user_id",),
+    name: str | None = None,
 ) -> Any:
-    """Start one availableNow query of running totals (or ``processor``); return it.
+    """Start one availableNow query of running totals (or ``processor`` keyed by ``keys``,
+    operator ``name``); return it.
 
     With ``sink`` (its options, ``path`` included) the query writes to the
     ``barriered-delta`` sink of the same snapshot path; else to ``noop``.
@@ -118,7 +121,7 @@ def start(
     snap = snap or str(tmp_path / "snap")
     events = session.readStream.format("barriered").options(**(source or SOURCE))
     events = events.option("snapshotPath", snap).load()
-    out = barriered.keyed(events, "user_id").process(processor or RunningTotals())
+    out = barriered.keyed(events, *keys).process(processor or RunningTotals(), name)
     writer = out.writeStream.format("noop")
     if sink is not None:
         writer = out.writeStream.format("barriered-delta").options(snapshotPath=snap, **sink)
@@ -167,13 +170,15 @@ def run(
     after_id: int = 0,
     processor: Any = None,
     sink: dict[str, str] | None = None,
+    keys: tuple[str, ...] = ("user_id",),
+    name: str | None = None,
 ) -> tuple[Any, SnapshotLayout]:
     """Run one availableNow query to its end and wait for its last checkpoint.
 
     ``final`` are the channels' end positions (default: the rate upstream's); the last
     checkpoint must have an id above ``after_id`` (a restored run's own).
     """
-    query = start(session, tmp_path, conf, source, snap, checkpoint, processor, sink)
+    query = start(session, tmp_path, conf, source, snap, checkpoint, processor, sink, keys, name)
     query.awaitTermination()
     layout = SnapshotLayout.configured(snap or str(tmp_path / "snap"))
     wait_final_checkpoint(layout, final or tuple(upstream().available()), query, after_id)

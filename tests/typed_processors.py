@@ -101,3 +101,50 @@ class PerKeyForgetsCount(PerKeyReturnsDict):
 
     def process(self, key: tuple[Any, ...], rows: pd.DataFrame, state: Any) -> Any:
         state.update({"total": 1})
+
+
+class TotalsWithBonus:
+    """RunningTotals that gained a state field: ``bonus`` counts a key's records (its value
+    in restored state without it: ``state_defaults``, or what a transform put there)."""
+
+    state_schema = "total long, count long, bonus long"
+    output_schema = "user_id string, total long"
+    state_defaults = {"bonus": 100}
+
+    def process_batch(self, rows: pd.DataFrame, state: pd.DataFrame) -> Any:
+        amounts = rows.groupby("user_id", sort=False)["amount"]
+        batch = pd.DataFrame({"total": amounts.sum(), "count": amounts.size()})
+        batch["bonus"] = batch["count"]
+        before = state.set_index("user_id")[["total", "count", "bonus"]]
+        new = batch.add(before, fill_value=0).astype("int64").rename_axis("user_id")
+        new = new.reset_index()
+        return new[["user_id", "total"]], new
+
+
+class TotalsOnly:
+    """RunningTotals that lost its ``count`` state field."""
+
+    state_schema = "total long"
+    output_schema = "user_id string, total long"
+
+    def process_batch(self, rows: pd.DataFrame, state: pd.DataFrame) -> Any:
+        batch = rows.groupby("user_id", sort=False)["amount"].sum().to_frame("total")
+        before = state.set_index("user_id")[["total"]]
+        new = batch.add(before, fill_value=0).astype("int64").rename_axis("user_id")
+        return new.reset_index(), new.reset_index()
+
+
+class TotalsAsText:
+    """RunningTotals whose ``total`` became a string: not a lossless widening."""
+
+    state_schema = "total string, count long"
+    output_schema = "user_id string, total string"
+
+    def process_batch(self, rows: pd.DataFrame, state: pd.DataFrame) -> Any:
+        raise AssertionError("never runs: the restore is refused")
+
+
+class NoDefaultBonus(TotalsWithBonus):
+    """TotalsWithBonus restoring a state that already has ``bonus`` (a transform's)."""
+
+    state_defaults: dict[str, int] = {}

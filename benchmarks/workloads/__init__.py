@@ -17,6 +17,7 @@ from benchmarks.workloads import (
     restore,
     sink,
     snapshot,
+    state_processor,
 )
 
 WORKLOADS: dict[str, ModuleType] = {
@@ -27,4 +28,5 @@ WORKLOADS: dict[str, ModuleType] = {
     "provider": provider,
     "sink": sink,
     "kafka": kafka,
+    "state_processor": state_processor,
 }

@@ -6,9 +6,10 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Sequence
 from typing import Any, cast
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 from pyspark.sql.types import StructType, _parse_datatype_string
@@ -86,7 +87,10 @@ class KeyedStream:
             return is checked on every call (output columns, state columns and types,
             each key once): a breach fails the query with a
             :class:`~barriered.errors.ProcessorError` naming the processor, the method
-            and the contract.
+            and the contract. Restored from a snapshot whose operator had other state
+            fields, fields it adds get the values of an optional ``state_defaults``
+            mapping (else null), removed ones are dropped and losslessly widened ones
+            cast (:mod:`barriered.statestore.evolution`); other changes are refused.
         name : str, optional
             The operator id on the snapshot path (default: the class name in
             snake_case). It must stay the same across restores.
@@ -102,27 +106,17 @@ class KeyedStream:
             When the processor lacks an attribute, its state schema has a field of a
             type keyed state cannot hold (named), or its columns clash with another
             operator's on the snapshot path.
+        RestoreError
+            With ``restoreFrom``, when the processor's key columns or types differ from
+            the snapshot's operator, or a state field changed in a way a restore cannot
+            convert (named); nothing is written.
         """
-        for attr in ("state_schema", "output_schema"):
-            if not hasattr(processor, attr):
-                raise ConfigError(f"processor {processor!r} has no {attr!r}")
         if not hasattr(processor, "process_batch") and not hasattr(processor, "process"):
             raise ConfigError(f"processor {processor!r} has neither 'process_batch' nor 'process'")
-        operator = name or _snake(type(processor).__name__)
-        key_fields = [self.df.schema[c] for c in self.key_columns]
-        output_type = cast(StructType, _parse_datatype_string(processor.output_schema))
-        spec = OperatorSpec(
-            operator=operator,
-            key_columns=self.key_columns,
-            key_schema=", ".join(f"{f.name} {f.dataType.simpleString()}" for f in key_fields),
-            state_schema=processor.state_schema,
-            output_schema=processor.output_schema,
-            max_parallelism=self.max_parallelism,
-            key_type=StructType(key_fields).json(),
-            state_type=_parse_datatype_string(processor.state_schema).json(),
-            input_columns=(*self.df.columns, KEY_GROUP),
-            output_columns=tuple(output_type.names),
+        spec = operator_spec(
+            self.df.schema, self.key_columns, processor, name, self.max_parallelism
         )
+        operator = spec.operator
         try:
             struct_schema(spec.to_dict()["state_type"])
         except ConfigError as exc:
@@ -135,13 +129,14 @@ class KeyedStream:
         table_schema([*others, spec.to_dict()])
         restored = None
         if self.restore is not None:
-            restored = restored_files(self.restore, spec)
+            same_path = SnapshotLayout.at(str(self.restore["root"])).root == layout.root
+            defaults = dict(getattr(processor, "state_defaults", None) or {})
+            restored = restored_files(self.restore, spec, defaults, same_path)
         if read_json(layout.operator_file(operator), default=None) != spec.to_dict():
             # Unchanged: not rewritten (a query refused on a path in use changes nothing).
             write_json(layout.operator_file(operator), spec.to_dict())
         key_group = F.when(
-            F.col(BARRIER).isNull(),
-            F.pmod(F.hash(*[F.col(c) for c in self.key_columns]), F.lit(self.max_parallelism)),
+            F.col(BARRIER).isNull(), key_group_column(self.key_columns, self.max_parallelism)
         ).otherwise(F.col(SEQ).cast("int"))
         grouped = self.df.withColumn(KEY_GROUP, key_group).groupBy(KEY_GROUP)
         return grouped.applyInPandasWithState(
@@ -151,6 +146,46 @@ class KeyedStream:
             "Append",
             GroupStateTimeout.NoTimeout,
         )
+
+
+def key_group_column(key_columns: Sequence[str], max_parallelism: int) -> Column:
+    """The key group of a row: ``pmod(hash(key columns), maxParallelism)``, Spark's own
+    Murmur3 ``hash`` computed in the JVM. The one definition the keyed operator and the
+    state processor (:mod:`barriered.state_processor`) both use."""
+    return F.pmod(F.hash(*[F.col(c) for c in key_columns]), F.lit(max_parallelism))
+
+
+def operator_spec(
+    schema: StructType,
+    key_columns: Sequence[str],
+    processor: Any,
+    name: str | None,
+    max_parallelism: int,
+) -> OperatorSpec:
+    """What identifies the keyed operator of ``processor`` over rows of ``schema``.
+
+    Raises
+    ------
+    ConfigError
+        When the processor lacks ``state_schema``/``output_schema``.
+    """
+    for attr in ("state_schema", "output_schema"):
+        if not hasattr(processor, attr):
+            raise ConfigError(f"processor {processor!r} has no {attr!r}")
+    key_fields = [schema[c] for c in key_columns]
+    output_type = cast(StructType, _parse_datatype_string(processor.output_schema))
+    return OperatorSpec(
+        operator=name or _snake(type(processor).__name__),
+        key_columns=tuple(key_columns),
+        key_schema=", ".join(f"{f.name} {f.dataType.simpleString()}" for f in key_fields),
+        state_schema=processor.state_schema,
+        output_schema=processor.output_schema,
+        max_parallelism=max_parallelism,
+        key_type=StructType(key_fields).json(),
+        state_type=_parse_datatype_string(processor.state_schema).json(),
+        input_columns=(*schema.names, KEY_GROUP),
+        output_columns=tuple(output_type.names),
+    )
 
 
 def keyed(df: DataFrame, *key_columns: str) -> KeyedStream:

@@ -11,6 +11,9 @@ Commands:
 * ``plot PATH -o FILE.png``: durations, alignment and sizes over checkpoint ids;
 * ``savepoint PATH -o OUT [--checkpoint N]``: copy a completed checkpoint into a
   self-contained savepoint folder;
+* ``savepoint bootstrap -o OUT ...`` and ``savepoint transform PATH -o OUT ...``: write a
+  savepoint from a table of keyed state, or with one operator's state changed
+  (:mod:`barriered.tools.offline_state`);
 * ``restore-plan PATH [--from latest|N|FOLDER]``: where a restore would start, after
   checking every file it reads (nothing is written).
 
@@ -39,6 +42,7 @@ from typing import NoReturn
 
 from barriered.datasource.options import RESTORE_FROM
 from barriered.errors import BarrieredError
+from barriered.tools import offline_state
 from barriered.tools.progress import reporting
 
 log = logging.getLogger(__name__)
@@ -249,12 +253,16 @@ def build_parser() -> argparse.ArgumentParser:
     plot.set_defaults(run=cmd_plot)
 
     sp = sub.add_parser(
-        "savepoint", help="copy a completed checkpoint into a self-contained savepoint folder"
+        "savepoint",
+        help="copy a completed checkpoint into a self-contained savepoint folder",
+        epilog="Write state offline: barriered savepoint bootstrap --help, "
+        "barriered savepoint transform --help",
     )
     sp.add_argument("path", help="the snapshot path")
     sp.add_argument("-o", "--out", required=True, help="the savepoint folder (must be new)")
     _add_checkpoint_option(sp)
     sp.set_defaults(run=cmd_savepoint)
+    offline_state.add_parsers(sub, _add_checkpoint_option)
 
     rp = sub.add_parser(
         "restore-plan", help="check a restore point and show where a restore would start"
@@ -293,8 +301,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(argv: Sequence[str] | None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["savepoint"] and words[1:2] in (["bootstrap"], ["transform"]):
+        words[:2] = [f"savepoint-{words[1]}"]  # "savepoint bootstrap": its own parser
     try:
-        return _command(build_parser().parse_args(argv))
+        return _command(build_parser().parse_args(words))
     except SystemExit as exc:  # argparse printed --help (0) or the usage error (2)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
 

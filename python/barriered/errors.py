@@ -91,3 +91,10 @@ class MirrorError(BarrieredError, RuntimeError):
     """One barriered source read more than once in a query: a mirroring instance was asked
     for a batch its leading instance did not plan (the instances would cut at different
     positions), or two separately loaded barriered sources share one query."""
+
+
+class StateProcessorError(BarrieredError, ValueError):
+    """A bootstrap or transform of snapshot state (:mod:`barriered.state_processor`) was
+    refused: its input does not fit the operator or the source it writes state for (the
+    message names the operator, the column or option and what to do). Nothing was
+    written."""

@@ -35,7 +35,9 @@ _PATCHED = False
 _EXIT_HOOK = False
 
 
-def _session_conf(spark: SparkSession) -> dict[str, str]:
+def session_conf(spark: SparkSession) -> dict[str, str]:
+    """The session's ``spark.sql.streaming.barriered.*`` keys (and its extensions), as the
+    source receives them."""
     conf = spark.conf.getAll  # a property on classic and Connect sessions (pyspark >= 4)
     items = (conf() if callable(conf) else conf).items()
     return {k: v for k, v in items if k.startswith(PREFIX) or k == SESSION_EXTENSIONS}
@@ -48,7 +50,7 @@ def _pass_session_keys(reader: Any, spark: SparkSession) -> None:
     :func:`read_stream`), on classic and Spark Connect sessions; a driver-side check of
     the source's options before Spark loads it belongs here.
     """
-    reader.option(SESSION_CONF_OPTION, json.dumps(_session_conf(spark)))
+    reader.option(SESSION_CONF_OPTION, json.dumps(session_conf(spark)))
 
 
 def _reader_classes() -> list[type]:
@@ -161,7 +163,7 @@ def _hook_start(cls: Any) -> None:
         fmt = given or getattr(self, "_barriered_format", None)
         if fmt == BarrieredDeltaSink.name():
             classic = getattr(self, "_spark", None)
-            keys = json.dumps(_session_conf(classic or self._session))
+            keys = json.dumps(session_conf(classic or self._session))
             self.option(SESSION_CONF_OPTION, keys)
             df = getattr(self, "_df", None)
             if classic is not None and df is not None:

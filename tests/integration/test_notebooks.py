@@ -80,6 +80,7 @@ def test_every_notebook_is_tested() -> None:
         "05_serverless_available_now.py",
         "06_spark_operators_provider.py",
         "07_kafka.py",
+        "08_backfill_then_stream.py",
     }
     assert {p.name for p in NOTEBOOKS.glob("*.py")} == tested
 
@@ -226,3 +227,12 @@ def test_kafka(
     lines = capsys.readouterr().out.splitlines()
     shown = {line.split()[0]: int(line.split()[1]) for line in lines if line.startswith(topic)}
     assert shown == ends
+
+
+def test_backfill_then_stream(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ns = run_notebook("08_backfill_then_stream.py", spark, tmp_path, monkeypatch)
+    assert ns["mismatches"] == 0
+    assert ns["saved"].checkpoint_id == 1 and ns["fixed"].checkpoint_id > 1
+    assert len(ns["test_users"]) == 3  # test-eu, test-us, test-asia: March only
+    assert ns["final"].count() == 15
+    assert ns["BASE"].startswith(str(tmp_path))

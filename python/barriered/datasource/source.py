@@ -78,7 +78,7 @@ class BarrieredDataSource(DataSource):
             required_by = point.describe()
             if _adopts_manifest(point, layout):
                 source_dir = point.origin.source_dir
-        upstream = _upstream(settings, source_dir, required_by)
+        upstream = upstream_of(settings, source_dir, required_by)
         if point is not None:
             point.check_upstream(upstream.channel_count(), upstream.name, upstream.grows)
         return settings, upstream, layout, point
@@ -140,17 +140,9 @@ def _start_run(
     ensure_dir(layout.root)
     if point is not None and _adopts_manifest(point, layout):
         copy_tree(point.origin.source_dir, layout.source_dir)
-        upstream = _upstream(settings, layout.source_dir, point.describe())
+        upstream = upstream_of(settings, layout.source_dir, point.describe())
     upstream.persist()
-    write_json(
-        layout.config_file,
-        {
-            "conf": settings.conf.to_dict(),
-            "channels": upstream.channel_count(),
-            "upstream": dict(upstream.describe()),
-            "written_ms": wall_time.now_ms(),
-        },
-    )
+    write_json(layout.config_file, config_record(settings, upstream))
     triggers = TriggerLog.read(layout.triggers_file)
     if triggers.fatal:
         log.warning("a previous run failed: %s; starting a new run", triggers.fatal)
@@ -158,7 +150,19 @@ def _start_run(
     return upstream
 
 
-def _upstream(settings: SourceSettings, state_dir: str, required_by: str | None) -> Upstream:
+def config_record(settings: SourceSettings, upstream: Upstream) -> dict[str, Any]:
+    """The ``_coordinator/config.json`` of a run (or a bootstrapped savepoint): the resolved
+    configuration, the channels and the upstream it reads."""
+    return {
+        "conf": settings.conf.to_dict(),
+        "channels": upstream.channel_count(),
+        "upstream": dict(upstream.describe()),
+        "written_ms": wall_time.now_ms(),
+    }
+
+
+def upstream_of(settings: SourceSettings, state_dir: str, required_by: str | None) -> Upstream:
+    """The upstream the source options name, keeping its manifest in ``state_dir``."""
     return make_upstream(
         Options({**settings.upstream_options, UPSTREAM.name: settings.upstream}),
         state_dir,

@@ -41,6 +41,7 @@ from barriered.statestore.acks import (
     write_data_file,
 )
 from barriered.statestore.contract import Contract
+from barriered.statestore.evolution import conform
 from barriered.statestore.fileio import filesystem
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.state_schema import columns_schema
@@ -89,14 +90,19 @@ class RestoredFiles:
 
     checkpoint_id: int
     by_key_group: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    #: Values of state fields the snapshot's operator did not have (schema evolution).
+    defaults: dict[str, Any] = field(default_factory=dict)
 
     def load(self, key_group: int, schema: pa.Schema) -> pa.Table:
-        """Read one key group's state (empty when it had none), as ``schema``."""
+        """Read one key group's state (empty when it had none), as ``schema``: fields the
+        snapshot lacks get their default (or null), fields it has are cast
+        (:mod:`barriered.statestore.evolution`)."""
         tables = []
         for path in self.by_key_group.get(key_group, ()):
             fs, local = filesystem(path)
             with fs.open_input_file(local) as f:
-                tables.append(pq.read_table(f, columns=schema.names).cast(schema))
+                stored = pq.read_table(f)
+            tables.append(conform(stored, schema, self.defaults))
         log.info(
             "restore: key group %d loaded from checkpoint %d (%d file(s), %d keys)",
             key_group,

@@ -3,7 +3,8 @@
 With ``restoreFrom`` the source puts the restored checkpoint (snapshot path, id, state
 table version) in the metadata of the ``_barrier`` column. ``barriered.keyed(...)
 .process(...)`` then checks that the processor matches the operator that wrote the
-snapshot (key columns, key types, state schema) and that the snapshot is typed, and
+snapshot (key columns and types; state fields may evolve:
+:mod:`barriered.statestore.evolution`) and that the snapshot is typed, and
 lists the operator's files at that version per key group (Delta metadata only; no data
 is read on the driver). The operator carries that list to the executors, where each key
 group reads its own Parquet file on its first call, in whichever Spark partition owns it
@@ -20,9 +21,11 @@ from pyspark.sql.types import StructType, _parse_datatype_string
 
 from barriered.errors import RestoreError
 from barriered.statestore.delta_tables import current_files, open_table
+from barriered.statestore.evolution import check_defaults, compare
 from barriered.statestore.fileio import join, read_json
 from barriered.statestore.keyed import OperatorSpec, RestoredFiles
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.state_schema import struct_schema
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +34,38 @@ def _schema(ddl: str) -> StructType:
     return cast(StructType, _parse_datatype_string(ddl))
 
 
-def check_operator(spec: OperatorSpec, registered: Mapping[str, Any] | None, where: str) -> None:
-    """Refuse a processor whose keys or state schema differ from the snapshot's operator.
+def check_operator(
+    spec: OperatorSpec,
+    registered: Mapping[str, Any] | None,
+    where: str,
+    defaults: Mapping[str, Any] | None = None,
+    same_path: bool = False,
+) -> None:
+    """Refuse a processor whose keys differ from the snapshot's operator, or whose state
+    fields changed in a way a restore cannot convert (:mod:`barriered.statestore.evolution`).
+
+    Parameters
+    ----------
+    spec : OperatorSpec
+        The restoring operator.
+    registered : mapping or None
+        The snapshot's registration of the operator (None: it had none, nothing to check).
+    where : str
+        The restored checkpoint, for messages.
+    defaults : mapping, optional
+        The processor's ``state_defaults`` (values of added fields).
+    same_path : bool, default False
+        Whether the restore is into the snapshot's own path (no type widening there).
 
     Raises
     ------
     RestoreError
         Naming the operator, what differs (both values) and what to do.
+    ConfigError
+        When ``defaults`` name an unknown field or a value of the wrong type.
     """
+    new_state = struct_schema(spec.to_dict()["state_type"])
+    check_defaults(defaults or {}, new_state, spec.operator)
     if registered is None:
         return
     problems = []
@@ -48,22 +75,42 @@ def check_operator(spec: OperatorSpec, registered: Mapping[str, Any] | None, whe
         )
     elif _schema(str(registered["key_schema"])) != _schema(spec.key_schema):
         problems.append(f"key types were '{registered['key_schema']}', now '{spec.key_schema}'")
-    if _schema(str(registered["state_schema"])) != _schema(spec.state_schema):
-        problems.append(
-            f"the state schema was '{registered['state_schema']}', the processor declares "
-            f"'{spec.state_schema}'"
+    evolution = compare(struct_schema(registered["state_type"]), new_state)
+    problems.extend(evolution.refused)
+    if same_path:
+        problems.extend(
+            f"field {name!r} was {old}, now {new}: widening a type needs a restore into a new "
+            "snapshotPath (this path's state table keeps the old type)"
+            for name, old, new in evolution.widened
         )
     if problems:
         raise RestoreError(
             f"cannot restore operator {spec.operator!r} from {where}: "
             + "; ".join(problems)
-            + ". Keyed state can only be restored into the same keys and state schema: "
-            "change the processor back, or give it another name (process(..., name=...)) "
-            "to start it empty"
+            + f" (the state schema was '{registered['state_schema']}', the processor "
+            f"declares '{spec.state_schema}'). Nothing was written. Keyed state "
+            "restores into the same key columns and types; state fields may be added "
+            "(state_defaults on the processor), removed or widened. Change the processor "
+            "back, transform the state offline (barriered savepoint transform), or give the "
+            "operator another name (process(..., name=...)) to start it empty"
+        )
+    if evolution.changed:
+        log.info(
+            "restore: operator %s evolves its state from %s: added %s, removed %s, widened %s",
+            spec.operator,
+            where,
+            list(evolution.added),
+            list(evolution.removed),
+            [w[0] for w in evolution.widened],
         )
 
 
-def restored_files(restore: Mapping[str, Any], spec: OperatorSpec) -> RestoredFiles:
+def restored_files(
+    restore: Mapping[str, Any],
+    spec: OperatorSpec,
+    defaults: Mapping[str, Any] | None = None,
+    same_path: bool = False,
+) -> RestoredFiles:
     """Return the operator's snapshot files per key group at the restored checkpoint.
 
     Parameters
@@ -72,6 +119,10 @@ def restored_files(restore: Mapping[str, Any], spec: OperatorSpec) -> RestoredFi
         ``{"root", "checkpoint_id", "state_version"}`` from the source's metadata.
     spec : OperatorSpec
         The operator being restored.
+    defaults : mapping, optional
+        Values of state fields the snapshot's operator lacks (``state_defaults``).
+    same_path : bool, default False
+        Whether the restore is into the snapshot's own path.
 
     Raises
     ------
@@ -81,7 +132,8 @@ def restored_files(restore: Mapping[str, Any], spec: OperatorSpec) -> RestoredFi
     origin = SnapshotLayout.configured(str(restore["root"]))
     cid, version = int(restore["checkpoint_id"]), int(restore["state_version"])
     where = f"checkpoint {cid} of {origin.root!r}"
-    check_operator(spec, read_json(origin.operator_file(spec.operator), default=None), where)
+    registered = read_json(origin.operator_file(spec.operator), default=None)
+    check_operator(spec, registered, where, defaults, same_path)
     table = open_table(origin.state_table, version, origin.storage_options)
     by_group: dict[int, list[str]] = {}
     for f in current_files(table) if table is not None else []:
@@ -97,4 +149,4 @@ def restored_files(restore: Mapping[str, Any], spec: OperatorSpec) -> RestoredFi
         where,
         version,
     )
-    return RestoredFiles(cid, {k: tuple(v) for k, v in by_group.items()})
+    return RestoredFiles(cid, {k: tuple(v) for k, v in by_group.items()}, dict(defaults or {}))

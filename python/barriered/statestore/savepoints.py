@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -45,9 +46,7 @@ from barriered.statestore.restore_point import (
     TableFile,
     resolve,
 )
-from barriered.statestore.state_schema import (
-    TYPED_DESCRIPTION,
-)
+from barriered.statestore.state_schema import TYPED_DESCRIPTION, table_schema
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +84,31 @@ def _copy(files: list[TableFile], source: str, target: str) -> list[DataFile]:
     return out
 
 
-def export(origin: SnapshotLayout, checkpoint_id: int | None, target: str) -> Savepoint:
+class Rewrite(Protocol):
+    """One operator's state replaced in a savepoint (a transform,
+    :mod:`barriered.state_processor`): its new registration and its new files."""
+
+    @property
+    def operator(self) -> str:
+        """The operator whose state is replaced."""
+        ...
+
+    @property
+    def registration(self) -> dict[str, Any]:
+        """Its new registration."""
+        ...
+
+    def write(self, out: SnapshotLayout, checkpoint_id: int) -> list[DataFile]:
+        """Write the operator's new state files into ``out``'s ``state`` table."""
+        ...
+
+
+def export(
+    origin: SnapshotLayout,
+    checkpoint_id: int | None,
+    target: str,
+    rewrite: Rewrite | None = None,
+) -> Savepoint:
     """Copy a completed checkpoint of ``origin`` to the savepoint folder ``target``.
 
     Parameters
@@ -96,6 +119,9 @@ def export(origin: SnapshotLayout, checkpoint_id: int | None, target: str) -> Sa
         The checkpoint (None: the latest completed one).
     target : str
         A folder that does not exist yet (or is empty).
+    rewrite : Rewrite, optional
+        Replace one operator's registration and state files (everything else is
+        copied as it is).
 
     Raises
     ------
@@ -109,6 +135,9 @@ def export(origin: SnapshotLayout, checkpoint_id: int | None, target: str) -> Sa
     assert source_table is not None  # resolve() found the checkpoint in it
     state_schema = pa.schema(source_table.schema().to_arrow())
     registrations = origin.registrations()
+    if rewrite is not None:
+        registrations[rewrite.operator] = rewrite.registration
+        state_schema = table_schema(registrations.values())
     point.check_files()
     out = SnapshotLayout.at(target, origin.storage_options)
     if exists(out.root) and (list_names(out.root) or list_names(out.root, folders=True)):
@@ -137,7 +166,14 @@ def export(origin: SnapshotLayout, checkpoint_id: int | None, target: str) -> Sa
     stores = operators.copy_stores(origin, point.metadata, out, cid)
     if stores is not None:
         metadata[operators.VERSIONS_KEY] = stores
-    state = _copy(point.state_files(), origin.state_table, out.state_table)
+    kept = [
+        f
+        for f in point.state_files()
+        if rewrite is None or f.partition_values.get("operator") != rewrite.operator
+    ]
+    state = _copy(kept, origin.state_table, out.state_table)
+    if rewrite is not None:
+        state.extend(rewrite.write(out, cid))
     state_version = commit_files(
         out.state_table, state_schema, STATE_PARTITIONS, cid,
         state, metadata=metadata, storage_options=out.storage_options,
@@ -169,6 +205,7 @@ def export(origin: SnapshotLayout, checkpoint_id: int | None, target: str) -> Sa
             "created_ms": wall_time.now_ms(),
             "state_files": saved.state_files,
             "state_bytes": saved.state_bytes,
+            **({} if rewrite is None else {"transformed": rewrite.operator}),
         },
     )
     log.info(
