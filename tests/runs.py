@@ -24,6 +24,7 @@ from barriered.datasource.upstreams.rate import RateUpstream
 from barriered.examples import RecordNumbers, RunningTotals
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.storage import delta_options
 from barriered.testing.expected import running_totals
 
 PREFIX = "spark.sql.streaming.barriered."
@@ -188,7 +189,9 @@ def commit_metadata(layout: SnapshotLayout) -> dict[int, dict[str, Any]]:
     """Commit metadata of every checkpoint commit of the state table, by id."""
     return {
         int(h["barriered.checkpoint_id"]): h
-        for h in DeltaTable(layout.state_table).history()
+        for h in DeltaTable(
+            layout.state_table, storage_options=dict(layout.storage_options)
+        ).history()
         if "barriered.checkpoint_id" in h
     }
 
@@ -225,6 +228,6 @@ def expected_output(kind: str, ends: dict[int, int]) -> list[tuple[str, int]]:
 
 def output_rows(out: str, version: int | None = None) -> list[tuple[str, int]]:
     """The rows of a sink's output table (at ``version``), sorted, as (user, number)."""
-    table = DeltaTable(out, version=version).to_pyarrow_table()
+    table = DeltaTable(out, version=version, storage_options=delta_options(out)).to_pyarrow_table()
     second = "n" if "n" in table.column_names else "total"
     return sorted(zip(table["user_id"].to_pylist(), table[second].to_pylist(), strict=True))

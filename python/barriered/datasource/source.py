@@ -38,6 +38,7 @@ from barriered.statestore.fileio import (
 )
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint
+from barriered.statestore.storage import redact_conf
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ def _start_run(
     write_json(
         layout.config_file,
         {
-            "conf": settings.conf.to_dict(),
+            "conf": redact_conf(settings.conf.to_dict()),
             "channels": upstream.channel_count(),
             "upstream": dict(upstream.describe()),
             "written_ms": wall_time.now_ms(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from barriered.config import PREFIX, SINK_OPTIONS, closest
 from barriered.datasource.options import SESSION_CONF_OPTION
 from barriered.errors import ConfigError
 from barriered.statestore.fileio import to_local_or_uri
+from barriered.statestore.storage import register
 
 APPEND = "append"
 UPDATE = "update"
@@ -42,6 +44,9 @@ class SinkSettings:
         Name under ``_sink/`` and of the app transaction.
     adopt_table : bool
         Take over an existing table no barriered-delta sink owns (:mod:`barriered.sink.owner`).
+    storage_options : Mapping[str, str]
+        The session's ``snapshotStorageOptions``, for the stores of ``snapshot_path`` and
+        ``path`` (:meth:`register_storage`); in no file, no ``repr``.
     """
 
     path: str
@@ -51,6 +56,16 @@ class SinkSettings:
     partition_by: tuple[str, ...] = ()
     sink_id: str = ""
     adopt_table: bool = False
+    storage_options: Mapping[str, str] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False, hash=False
+    )
+
+    def register_storage(self) -> None:
+        """Register :attr:`storage_options` in this process for the stores of the
+        snapshot path and the output table (:func:`barriered.statestore.storage.register`)."""
+        if self.storage_options:
+            for uri in {self.snapshot_path, self.path}:
+                register(uri, self.storage_options)
 
     @property
     def app_id(self) -> str:
@@ -173,7 +188,7 @@ def parse(options: Mapping[str, str]) -> SinkSettings:
             f"barriered-delta sink id {sink_id!r} (option sinkId, default the output "
             "folder's name) may hold only letters, digits, '-', '_' and '.'; set sinkId"
         )
-    return SinkSettings(
+    settings = SinkSettings(
         path=path,
         snapshot_path=to_local_or_uri(str(values["snapshot_path"])),
         mode=mode,
@@ -181,4 +196,7 @@ def parse(options: Mapping[str, str]) -> SinkSettings:
         partition_by=_columns(values.get("partition_by")),
         sink_id=sink_id,
         adopt_table=bool(values.get("adopt_table", False)),
+        storage_options=json.loads(session.get(PREFIX + "snapshotStorageOptions") or "{}"),
     )
+    settings.register_storage()
+    return settings
