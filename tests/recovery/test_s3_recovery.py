@@ -26,6 +26,7 @@ from runs import (
     MODES,
     PREFIX,
     SOURCE,
+    commit_metadata,
     expected_output,
     output_rows,
     sink_query,
@@ -56,7 +57,7 @@ def _on_s3(session: Any, s3_server: S3Server, name: str) -> tuple[str, str, dict
 
 def _final_state(layout: SnapshotLayout, query: Any, after_id: int = 0) -> dict[str, int]:
     row = wait_final_checkpoint(layout, tuple(upstream().available()), query, after_id)
-    return state_at(layout, int(row["state_version"]))
+    return state_at(layout, int(commit_metadata(layout)[row["checkpoint_id"]]["version"]))
 
 
 def _no_secret_anywhere(s3_server: S3Server, prefix: str, logs: str) -> list[str]:
@@ -78,6 +79,7 @@ def _local_files(tmp_path: Path) -> list[str]:
     )
 
 
+@pytest.mark.full
 def test_a_run_on_s3_writes_the_exact_state_and_output_to_the_bucket(
     session: Any, s3_server: S3Server, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -112,7 +114,7 @@ def test_a_driver_killed_on_s3_restores_with_other_partitions_to_the_exact_outpu
     fired = crash_driver(tmp_path, "update", mode, point, snap=snap, out=out, conf=conf)
     layout = SnapshotLayout.configured(snap)
     crashed_at = fired["checkpoint_id"]
-    assert crashed_at in {r["checkpoint_id"] for r in checkpoints_table.completed(layout)}
+    assert crashed_at in commit_metadata(layout)  # the state committed, the output staged
     staged = s3_server.keys("crash-run/snap/_sink/out/")
     assert staged, "the crashed run left its output staged, not committed"
 
@@ -133,4 +135,13 @@ def test_a_driver_killed_on_s3_restores_with_other_partitions_to_the_exact_outpu
     logs = caplog.text + (tmp_path / "driver.out").read_text()
     keys = _no_secret_anywhere(s3_server, "crash-run/", logs)
     assert any(k.startswith("crash-run/snap/_owners/_delta_log/") for k in keys)
+    recorded = json.loads(s3_server.read("crash-run/snap/_coordinator/config.json"))
+    options = json.loads(recorded["conf"]["snapshot_storage_options"])
+    assert options["AWS_SECRET_ACCESS_KEY"] == storage.REDACTED
+    assert options["AWS_ENDPOINT_URL"] == s3_server.endpoint
+    # the restored run's load() gave the JVM the bucket's settings (fs.s3a.*)
+    hadoop = session.sparkContext._jsc.hadoopConfiguration()
+    assert hadoop.get("fs.s3a.endpoint") == s3_server.endpoint
+    assert hadoop.get("fs.s3a.path.style.access") == "true"
+    assert hadoop.get("fs.s3a.secret.key") == s3_server.secret_key
     assert _local_files(tmp_path) == ["driver.out"]

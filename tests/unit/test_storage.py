@@ -12,7 +12,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from barriered.config import BarrieredConf, resolve
-from barriered.errors import SnapshotStoreError
+from barriered.errors import ConfigError, SnapshotStoreError
 from barriered.statestore import storage
 from barriered.statestore.delta_tables import append_rows, open_table
 from barriered.statestore.fileio import (
@@ -105,6 +105,13 @@ def test_secrets_are_redacted_in_what_is_written_and_in_repr() -> None:
     assert recorded["AWS_SECRET_ACCESS_KEY"] == REDACTED
     layout = SnapshotLayout.at("s3://b/snap", conf.storage_options)
     assert "very-secret" not in repr(layout)
+
+
+def test_a_bad_storage_setting_is_refused_without_showing_it() -> None:
+    for bad in ('{"AWS_SECRET_ACCESS_KEY": "very-secret"', '{"AWS_SECRET_ACCESS_KEY": 1}'):
+        with pytest.raises(ConfigError, match="snapshotStorageOptions") as caught:
+            resolve({"spark.sql.streaming.barriered.snapshotStorageOptions": bad})
+        assert "very-secret" not in str(caught.value) and "not shown" in str(caught.value)
 
 
 def test_each_store_keeps_the_settings_registered_for_it() -> None:
