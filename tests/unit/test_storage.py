@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -126,6 +127,11 @@ def test_each_store_keeps_the_settings_registered_for_it() -> None:
     assert storage.delta_options("s3://b/t", {"aws_region": "y"})["AWS_REGION"] == "y"
     layout = SnapshotLayout.at("s3://b/snap")  # no options given: the registered ones
     assert layout.storage_options["AWS_SECRET_ACCESS_KEY"] == "very-secret"
+    # a layout sent to a Python worker registers them there (as in a new process)
+    sent = pickle.dumps(layout)
+    storage._REGISTERED.clear()
+    assert pickle.loads(sent) == layout
+    assert storage.settings_for("s3://b/out").secret_access_key == "very-secret"
 
 
 def test_plain_http_needs_allow_http() -> None:

@@ -62,6 +62,12 @@ class SnapshotLayout:
         root = to_local_or_uri(root)
         return cls(root, register(root, storage_options).delta_options())
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Unpickled in another process (a Python worker, with the source's reader or a
+        sink's writer), a layout registers its store's settings there too: the settings
+        travel with Spark's tasks, never in a file."""
+        return (SnapshotLayout.at, (self.root, dict(self.storage_options)))
+
     @classmethod
     def configured(cls, root: str) -> SnapshotLayout:
         """Return the layout with the storage options the source recorded at start
