@@ -5,11 +5,12 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 JAR    := python/barriered/jars/barriered-shim.jar
 KAFKA  := build/kafka/.installed
+S3A    := build/hadoop-aws/.installed
 
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: install jar kafka demo test test-full test-fast lint bench docs
+.PHONY: install jar kafka s3a demo test test-full test-fast lint bench docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,7 +18,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[test,plot,kafka]"
 	touch $(STAMP)
 
-install: $(STAMP) $(JAR) $(KAFKA)
+install: $(STAMP) $(JAR) $(KAFKA) $(S3A)
 
 # The JVM state store provider (jvm-shim/), compiled with javac against the installed
 # pyspark's jars; it ships inside the package (barriered/jars/).
@@ -36,6 +37,18 @@ $(KAFKA): tests/kafka/pom.xml
 	touch $(KAFKA)
 
 kafka: $(KAFKA)
+
+# Hadoop's s3a filesystem for the tests whose snapshot path is on the local S3 server
+# (tests/s3_server.py): hadoop-aws of pyspark's Hadoop and its AWS SDK bundle, from Maven
+# Central through tests/hadoop-aws/pom.xml, copied into build/hadoop-aws/. Only the tests
+# put them on a session's class path; the package never downloads anything.
+$(S3A): tests/hadoop-aws/pom.xml
+	@command -v mvn >/dev/null || { echo "make: mvn (Maven) is required to fetch hadoop-aws"; exit 1; }
+	rm -rf build/hadoop-aws
+	mvn -q -B -f tests/hadoop-aws/pom.xml package
+	touch $(S3A)
+
+s3a: $(S3A)
 
 demo: $(STAMP) $(JAR)  ## the main job: a local demo on real Spark
 	$(PY) -m barriered demo --out $(or $(OUT),out/demo) --duration $(or $(DURATION),40)

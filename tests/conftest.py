@@ -30,6 +30,7 @@ os.environ["BARRIERED_FAULTS"] = "1"  # barriered.crash_points.ENV, read at impo
 
 if TYPE_CHECKING:
     from kafka_broker import KafkaBroker
+    from s3_server import S3Server
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
@@ -172,6 +173,19 @@ def kafka_broker() -> Iterator[KafkaBroker]:
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """One local S3 server (moto's, ``tests/s3_server.py``) with one bucket for the whole
+    test session, started on first use and stopped by pid at the end."""
+    from s3_server import S3Server
+
+    server = S3Server().start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

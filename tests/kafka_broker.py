@@ -16,16 +16,12 @@ from __future__ import annotations
 
 import atexit
 import base64
-import ctypes
-import ctypes.util
 import functools
 import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -48,6 +44,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewTopic,
     OffsetSpec,
 )
+
+from child_process import die_with_parent, free_port, running
 
 LOG = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,27 +77,6 @@ class KafkaBrokerError(RuntimeError):
     """The broker did not start, or a call to it failed."""
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def die_with_parent() -> Any:
-    """A function that has the kernel send SIGTERM to the process calling it when that
-    process's parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``): a ``preexec_fn`` for a
-    child; ``None`` elsewhere. The libc handle is loaded here, before any fork."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).prctl
-    pr_set_pdeathsig = 1
-
-    def preexec() -> None:
-        prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-    return preexec
-
-
 def _remove_dead_brokers_folders() -> None:
     """Remove the folders of brokers whose run was killed before it could (SIGTERM or
     SIGKILL of the test process: the broker itself died with it): a dead pid in its pid
@@ -117,20 +94,6 @@ def _remove_dead_brokers_folders() -> None:
             continue
         if dead:
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def running(pid: int) -> bool:
-    """Whether the process runs: a zombie (dead, its parent gone and no reaper) does not."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # Linux: the state after the command's parenthesis
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def _cluster_id() -> str:
@@ -188,9 +151,9 @@ class KafkaBroker:
             raise KafkaBrokerError(f"no Kafka jars in {self.jars}: run `make install`")
         _remove_dead_brokers_folders()
         self.folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))
-        self.port, self.controller_port = _free_port(), _free_port()
+        self.port, self.controller_port = free_port(), free_port()
         while self.controller_port == self.port:
-            self.controller_port = _free_port()
+            self.controller_port = free_port()
         properties = self.folder / "server.properties"
         template = (CONFIG / "server.properties").read_text()
         data = self.folder / "data"

@@ -29,6 +29,7 @@ from barriered.datasource.upstreams.rate import RateUpstream
 from barriered.examples import RecordNumbers, RunningTotals
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.storage import delta_options
 from barriered.testing.expected import running_totals
 
 PREFIX = "spark.sql.streaming.barriered."
@@ -199,7 +200,9 @@ def commit_metadata(layout: SnapshotLayout) -> dict[int, dict[str, Any]]:
     """Commit metadata of every checkpoint commit of the state table, by id."""
     return {
         int(h["barriered.checkpoint_id"]): h
-        for h in DeltaTable(layout.state_table).history()
+        for h in DeltaTable(
+            layout.state_table, storage_options=dict(layout.storage_options)
+        ).history()
         if "barriered.checkpoint_id" in h
     }
 
@@ -236,7 +239,7 @@ def expected_output(kind: str, ends: dict[int, int]) -> list[tuple[str, int]]:
 
 def output_rows(out: str, version: int | None = None) -> list[tuple[str, int]]:
     """The rows of a sink's output table (at ``version``), sorted, as (user, number)."""
-    table = DeltaTable(out, version=version).to_pyarrow_table()
+    table = DeltaTable(out, version=version, storage_options=delta_options(out)).to_pyarrow_table()
     second = "n" if "n" in table.column_names else "total"
     return sorted(zip(table["user_id"].to_pylist(), table[second].to_pylist(), strict=True))
 
@@ -247,16 +250,18 @@ def kill_driver_when(
     log: Path,
     ready: Callable[[], T | None],
     timeout_s: float = 240.0,
+    env: dict[str, str] | None = None,
 ) -> T:
     """Run ``script args`` in a driver process of its own (output to ``log``) until
     ``ready()`` returns something other than None, then SIGKILL the driver's whole process
     group (its Python process and Spark's JVM, as a lost driver machine); return it.
 
     Fails showing the driver's last output when the driver ends first or ``timeout_s``
-    passes.
+    passes. ``env`` adds environment variables.
     """
     env = {
         **os.environ,
+        **(env or {}),
         "PYTHONPATH": os.pathsep.join(sys.path),
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,

@@ -32,6 +32,7 @@ from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restored_state import restored_files
 from barriered.statestore.savepoints import Savepoint, export
 from barriered.statestore.state_schema import struct_schema, table_schema
+from barriered.statestore.storage import settings_for
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,9 @@ class KeyedStream:
         ).otherwise(F.col(SEQ).cast("int"))
         grouped = self.df.withColumn(KEY_GROUP, key_group).groupBy(KEY_GROUP)
         return grouped.applyInPandasWithState(
-            KeyedOperator(spec, processor, restored),
+            KeyedOperator(
+                spec, processor, restored, (layout.root, settings_for(layout.root).options)
+            ),
             processor.output_schema,
             LIVE_STATE_DDL,
             "Append",

@@ -26,6 +26,7 @@ from barriered.datasource.source import BarrieredDataSource
 from barriered.errors import CheckpointError
 from barriered.sink import BarrieredDeltaSink, writer
 from barriered.sink.options import PATH as SINK_PATH
+from barriered.statestore import storage
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,8 @@ def _hook_load(cls: Any) -> None:
             classic = getattr(self, "_spark", None)
             _pass_session_keys(self, classic or self._client)
             if classic is not None:  # this process is the driver: our own errors, unwrapped
-                preflight.checked(self.__dict__.get("_barriered_options", {}))
+                _, layout, _ = preflight.checked(self.__dict__.get("_barriered_options", {}))
+                storage.configure_hadoop(classic, layout.root)
         return original_load(self, path=path, format=format, **kw)
 
     cls.load = load

@@ -4,13 +4,16 @@
 of ``runs.SOURCE`` through ``barriered.keyed`` (KIND ``append``: ``RecordNumbers`` to
 the sink in mode append; ``update``: ``RunningTotals`` merged by ``user_id``) into the
 ``barriered-delta`` sink at OUT, with the checkpoint settings of ``runs.MODES[MODE]``
-(its own local[2] session, 2 shuffle partitions). The test arms a blocking fault first
+(its own local[2] session, 2 shuffle partitions; the environment variable
+``BARRIERED_TEST_CONF``, a JSON object, adds session keys). The test arms a blocking fault first
 and SIGKILLs this process (the driver) once the fault fired. It prints ``STARTED`` when
 the query runs and ``ENDED`` if it ends on its own.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -41,6 +44,7 @@ def main() -> int:
         "maxParallelism": "8",
         "bufferPerChannel": "100",
         "retainedCheckpoints": "100",
+        **json.loads(os.environ.get("BARRIERED_TEST_CONF") or "{}"),
     }.items():
         spark.conf.set(PREFIX + key, value)
     processor, sink = sink_query(kind, out)

@@ -10,6 +10,7 @@ A second reader polling the table during a run sees only whole checkpoints' outp
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -77,14 +78,28 @@ def sink_versions(out: Path) -> dict[int, int]:
     }
 
 
-def crash_driver(tmp_path: Path, kind: str, mode: str, point: str) -> dict[str, Any]:
+def crash_driver(
+    tmp_path: Path,
+    kind: str,
+    mode: str,
+    point: str,
+    snap: str | None = None,
+    out: str | None = None,
+    conf: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Run the query in a driver process until the fault at ``point`` holds it (from
-    checkpoint 2 on), SIGKILL the driver; return the fault's record."""
-    snap = str(tmp_path / "snap")
+    checkpoint 2 on), SIGKILL the driver; return the fault's record. ``snap`` and ``out``
+    default to folders of ``tmp_path``; ``conf`` adds session keys (short names)."""
+    snap = snap or str(tmp_path / "snap")
     faults.inject(snap, point, checkpoint_id=2, action=faults.BLOCK)
-    args = [snap, str(tmp_path), str(tmp_path / "out"), kind, mode]
+    out = out or str(tmp_path / "out")
+    args = [snap, str(tmp_path), out, kind, mode]
     return kill_driver_when(
-        DRIVER, args, tmp_path / "driver.out", lambda: faults.fired(snap, point)
+        DRIVER,
+        args,
+        tmp_path / "driver.out",
+        lambda: faults.fired(snap, point),
+        env={"BARRIERED_TEST_CONF": json.dumps(conf or {})},
     )
 
 

@@ -166,8 +166,9 @@ class ConfigKey:
         text = (str(raw).lower() if isinstance(raw, bool) else str(raw)).strip()
 
         def bad(reason: str) -> ConfigError:
+            shown = "(not shown: it may hold credentials)" if self.type == "json" else repr(raw)
             return ConfigError(
-                f"{where}: invalid value {raw!r} ({reason}); expected {self.accepted_forms()}"
+                f"{where}: invalid value {shown} ({reason}); expected {self.accepted_forms()}"
             )
 
         if self.type == "duration":

@@ -166,10 +166,13 @@ SNAPSHOT_STORAGE_OPTIONS = _declare(
         "snapshotStorageOptions",
         "json",
         "{}",
-        "Storage options (a JSON object of strings) passed to delta-rs for every Delta "
-        "table under snapshotPath, e.g. credentials or the region of an object store; "
-        "the data and handshake files use pyarrow's filesystem with its environment "
-        "credentials.",
+        "Settings of the object store of snapshotPath (a JSON object of strings, in "
+        "delta-rs's names: AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, "
+        "AWS_SECRET_ACCESS_KEY, AWS_ALLOW_HTTP, AZURE_STORAGE_ACCOUNT_KEY, ...), for every "
+        "path in that bucket or container: delta-rs, pyarrow's filesystems on the driver "
+        "and the executors, and the JVM's Hadoop configuration (fs.s3a.*). Secrets are "
+        "written nowhere (config.json records them redacted); see statestore/README.md, "
+        "'Object stores'.",
         field="snapshot_storage_options",
     )
 )

@@ -38,6 +38,7 @@ from barriered.statestore.fileio import (
 )
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint
+from barriered.statestore.storage import redact_conf
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ def config_record(settings: SourceSettings, upstream: Upstream) -> dict[str, Any
     """The ``_coordinator/config.json`` of a run (or a bootstrapped savepoint): the resolved
     configuration, the channels and the upstream it reads."""
     return {
-        "conf": settings.conf.to_dict(),
+        "conf": redact_conf(settings.conf.to_dict()),
         "channels": upstream.channel_count(),
         "upstream": dict(upstream.describe()),
         "written_ms": wall_time.now_ms(),

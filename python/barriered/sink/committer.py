@@ -38,6 +38,7 @@ from barriered.sink.staging import StagedBatch
 from barriered.statestore.delta_tables import commit_files, committed_version, open_table
 from barriered.statestore.fileio import delete_file, filesystem, join, list_names
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.storage import delta_options
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +173,7 @@ def _merge(
             schema.empty_table(),
             partition_by=list(settings.partition_by) or None,
             commit_properties=CommitProperties(custom_metadata={**metadata, CREATED_KEY: True}),
+            storage_options=delta_options(settings.path),
         )
         table = open_table(settings.path)
         assert table is not None

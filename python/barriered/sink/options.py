@@ -8,10 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from barriered.config import SNAPSHOT_PATH, ConfigKey, closest
+from barriered.config import SNAPSHOT_PATH, SNAPSHOT_STORAGE_OPTIONS, ConfigKey, closest
 from barriered.datasource.options import SESSION_CONF_OPTION
 from barriered.errors import ConfigError
 from barriered.statestore.fileio import to_local_or_uri
+from barriered.statestore.storage import register
 
 APPEND = "append"
 UPDATE = "update"
@@ -114,6 +115,9 @@ class SinkSettings:
         Name under ``_sink/`` and of the app transaction.
     adopt_table : bool
         Take over an existing table no barriered-delta sink owns (:mod:`barriered.sink.owner`).
+    storage_options : Mapping[str, str]
+        The session's ``snapshotStorageOptions``, for the stores of ``snapshot_path`` and
+        ``path`` (:meth:`register_storage`); in no file, no ``repr``.
     """
 
     path: str
@@ -123,6 +127,16 @@ class SinkSettings:
     partition_by: tuple[str, ...] = ()
     sink_id: str = ""
     adopt_table: bool = False
+    storage_options: Mapping[str, str] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False, hash=False
+    )
+
+    def register_storage(self) -> None:
+        """Register :attr:`storage_options` in this process for the stores of the
+        snapshot path and the output table (:func:`barriered.statestore.storage.register`)."""
+        if self.storage_options:
+            for uri in {self.snapshot_path, self.path}:
+                register(uri, self.storage_options)
 
     @property
     def app_id(self) -> str:
@@ -244,7 +258,7 @@ def parse(options: Mapping[str, str]) -> SinkSettings:
             f"barriered-delta sink id {sink_id!r} (option {SINK_ID.name}, default the output "
             f"folder's name) may hold only letters, digits, '-', '_' and '.'; set {SINK_ID.name}"
         )
-    return SinkSettings(
+    settings = SinkSettings(
         path=path,
         snapshot_path=to_local_or_uri(str(values[SNAPSHOT_PATH.field])),
         mode=mode,
@@ -252,4 +266,7 @@ def parse(options: Mapping[str, str]) -> SinkSettings:
         partition_by=_columns(values.get(PARTITION_BY.field)),
         sink_id=sink_id,
         adopt_table=bool(values.get(ADOPT_TABLE.field, False)),
+        storage_options=json.loads(session.get(SNAPSHOT_STORAGE_OPTIONS.key) or "{}"),
     )
+    settings.register_storage()
+    return settings

@@ -184,6 +184,7 @@ class BarrieredDeltaWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFiles:
         """Write this task's rows as data files; return them (executor side)."""
+        self.settings.register_storage()
         batches = list(iterator)
         table = pa.Table.from_batches(batches) if batches else self.schema.empty_table()
         if BARRIER in table.column_names:  # a query that wrote its input's marker rows

@@ -37,6 +37,7 @@ from barriered import wall_time
 from barriered.errors import SnapshotStoreError
 from barriered.statestore.acks import Ack, DataFile
 from barriered.statestore.fileio import delete_file, filesystem, join, list_names
+from barriered.statestore.storage import delta_options
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def open_table(
         missing or damaged, when one can be found. Nothing is changed.
     """
     try:
-        return DeltaTable(uri, version=version, storage_options=dict(storage_options or {}))
+        return DeltaTable(uri, version=version, storage_options=delta_options(uri, storage_options))
     except TableNotFoundError:
         return None
     except Exception as exc:  # delta-rs raises DeltaError, OSError, ... for a damaged log
@@ -223,7 +224,7 @@ def commit_files(
         apps.append(Transaction(app_id, checkpoint_id, wall_time.now_ms()))
     props = CommitProperties(custom_metadata=custom, app_transactions=apps or None)
     what = f"checkpoint {checkpoint_id}" if checkpoint_id is not None else "retention"
-    options = dict(storage_options or {})
+    options = delta_options(uri, storage_options)
     table = open_table(uri, storage_options=options)
     try:
         if table is None:
@@ -355,7 +356,7 @@ def append_rows(
         table,
         mode="append",
         schema_mode="merge",
-        storage_options=dict(storage_options or {}),
+        storage_options=delta_options(uri, storage_options),
     )
 
 

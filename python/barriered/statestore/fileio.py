@@ -5,7 +5,8 @@ Python worker on the driver) and the keyed operator (executors) uses small JSON 
 each is written whole to a temporary name and renamed into place, so a reader sees the
 old file or the new one, never half of one, and a crash of any party leaves nothing
 half-written behind. Paths may be local folders, mounted volumes (``/Volumes/...``) or
-URIs that :mod:`pyarrow.fs` understands.
+URIs that :mod:`pyarrow.fs` understands, opened with the storage settings of their store
+(:mod:`barriered.statestore.storage`).
 """
 
 from __future__ import annotations
@@ -15,21 +16,19 @@ import os
 import uuid
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 
 from barriered.errors import SnapshotStoreError
+from barriered.statestore.storage import settings_for
 
 
 def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    """Return the pyarrow filesystem and the path inside it for ``uri``."""
+    """Return the pyarrow filesystem and the path inside it for ``uri``: a local one, or
+    the one of the object store with the settings registered for it in this process
+    (:mod:`barriered.statestore.storage`)."""
     if "://" not in uri:
         return pafs.LocalFileSystem(), os.path.abspath(uri)
-    try:
-        result: tuple[pafs.FileSystem, str] = pafs.FileSystem.from_uri(uri)
-        return result
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise SnapshotStoreError(f"cannot open storage for {uri!r}: {exc}") from exc
+    return settings_for(uri).filesystem(uri)
 
 
 def join(base: str, *parts: str) -> str:

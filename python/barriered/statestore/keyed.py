@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +45,7 @@ from barriered.statestore.evolution import conform
 from barriered.statestore.fileio import filesystem
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.state_schema import columns_schema
+from barriered.statestore.storage import register
 from barriered.statestore.vectorized import BatchProcessor, PerKey, merge
 
 log = logging.getLogger(__name__)
@@ -131,14 +132,21 @@ class KeyedOperator:
 
     Called by ``applyInPandasWithState`` as ``(key, frames, state)``; the processor is
     either a :class:`~barriered.statestore.vectorized.BatchProcessor` or a per-key one
-    (``process(key, rows, state)``).
+    (``process(key, rows, state)``). ``storage`` is the storage settings of the snapshot
+    path's store (:mod:`barriered.statestore.storage`), handed to the executors' Python
+    workers with the operator itself, never in a file.
     """
 
     def __init__(
-        self, spec: OperatorSpec, processor: Any, restored: RestoredFiles | None = None
+        self,
+        spec: OperatorSpec,
+        processor: Any,
+        restored: RestoredFiles | None = None,
+        storage: tuple[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.spec = spec
         self.restored = restored
+        self.storage = storage
         self.schema = columns_schema(spec.to_dict())
         self.user_columns = [c for c in spec.input_columns if c not in _META]
         batch = hasattr(processor, "process_batch")
@@ -155,6 +163,8 @@ class KeyedOperator:
     def __call__(
         self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame], live: Any
     ) -> Iterator[pd.DataFrame]:
+        if self.storage is not None:
+            register(*self.storage)
         key_group = int(key[0])
         parts = list(frames)
         batch = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)

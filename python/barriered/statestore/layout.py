@@ -41,6 +41,7 @@ from barriered.statestore.fileio import (
     read_json,
     to_local_or_uri,
 )
+from barriered.statestore.storage import register
 
 
 @dataclass(frozen=True)
@@ -49,16 +50,28 @@ class SnapshotLayout:
 
     root: str
     #: delta-rs storage options of the Delta tables (``snapshotStorageOptions``).
-    storage_options: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
+    storage_options: Mapping[str, str] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
 
     @classmethod
     def at(cls, root: str, storage_options: Mapping[str, str] | None = None) -> SnapshotLayout:
-        """Return the layout rooted at ``root`` (made absolute when local)."""
-        return cls(to_local_or_uri(root), dict(storage_options or {}))
+        """Return the layout rooted at ``root`` (made absolute when local), with
+        ``storage_options`` registered for its store in this process over those
+        registered before (:func:`barriered.statestore.storage.register`)."""
+        root = to_local_or_uri(root)
+        return cls(root, register(root, storage_options).delta_options())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Unpickled in another process (a Python worker, with the source's reader or a
+        sink's writer), a layout registers its store's settings there too: the settings
+        travel with Spark's tasks, never in a file."""
+        return (SnapshotLayout.at, (self.root, dict(self.storage_options)))
 
     @classmethod
     def configured(cls, root: str) -> SnapshotLayout:
-        """Return the layout with the storage options the source recorded at start.
+        """Return the layout with the storage options the source recorded at start
+        (without their secrets, which come from the settings registered in this process).
 
         Raises
         ------

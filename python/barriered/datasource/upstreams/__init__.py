@@ -23,7 +23,9 @@ def make_upstream(
         The source options (case as given by the user).
     state_dir : str
         A folder under the snapshot path where the upstream may keep its own manifest: a
-        local (or mounted) path or a ``file://`` URI; the manifests are local files.
+        local (or mounted) path or a URI. The ``files`` and ``delta`` upstreams keep theirs
+        with local file operations (a path or a ``file://`` URI only); ``rate`` and
+        ``kafka`` through :mod:`barriered.statestore.fileio`, on any store.
     required_by : str or None
         What already refers to this stream's positions (a restore point, the snapshot
         path's configuration or checkpoints): a manifest upstream then refuses to start
@@ -32,7 +34,8 @@ def make_upstream(
     from barriered.datasource.upstreams.options import UPSTREAM
 
     name = str(UPSTREAM.read(options))  # declared with a default
-    state_dir = local_dir(state_dir, name)
+    if name in ("files", "delta"):
+        state_dir = local_dir(state_dir, name)
     if name == "rate":
         from barriered.datasource.upstreams.rate import RateUpstream
 

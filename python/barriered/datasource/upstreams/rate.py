@@ -11,9 +11,7 @@ admission those channels build a backlog and lag.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
 from collections.abc import Mapping
 
@@ -31,6 +29,7 @@ from barriered.datasource.upstreams.options import (
     parse_channel_factors,
 )
 from barriered.errors import ConfigError
+from barriered.statestore.fileio import join, read_json, write_json
 
 SCHEMA = pa.schema([("user_id", pa.string()), ("amount", pa.int64())])
 
@@ -117,17 +116,12 @@ class RateUpstream(Upstream):
 
     def _start(self) -> float:
         if self._start_s is None:
-            path = os.path.join(self.state_dir, "rate_start.json")
-            try:
-                with open(path, encoding="utf-8") as f:
-                    self._start_s = float(json.load(f)["start_s"])
-            except FileNotFoundError:
-                os.makedirs(self.state_dir, exist_ok=True)
-                self._start_s = time.time()
-                tmp = f"{path}.{os.getpid()}.tmp"
-                with open(tmp, "w", encoding="utf-8") as f:
-                    json.dump({"start_s": self._start_s}, f)
-                os.replace(tmp, path)
+            path = join(self.state_dir, "rate_start.json")
+            saved = read_json(path, default=None)
+            if saved is None:
+                saved = {"start_s": time.time()}
+                write_json(path, saved)
+            self._start_s = float(saved["start_s"])
         return self._start_s
 
     def available(self) -> list[int]:

@@ -1,0 +1,286 @@
+"""Storage settings of object stores: one object for pyarrow, delta-rs and Hadoop.
+
+``snapshotStorageOptions`` (a JSON object of strings, in delta-rs's names such as
+``AWS_ENDPOINT_URL`` or ``AZURE_STORAGE_ACCOUNT_KEY``, any case) holds the endpoint,
+region, credentials, path-style access and plain-HTTP permission of the store of the
+snapshot path. :class:`StorageSettings` turns them into what each client takes: delta-rs's
+storage options (:meth:`~StorageSettings.delta_options`), a pyarrow filesystem
+(:meth:`~StorageSettings.filesystem`) and the JVM's Hadoop configuration
+(:meth:`~StorageSettings.hadoop_conf`, ``fs.s3a.*``).
+
+The settings hold for a whole store (an S3 bucket, an Azure container, a GCS bucket): the
+snapshot path's, and every other path in it (the sink's output table, an input folder).
+Each process registers the settings it is handed (:func:`register`): the driver and the
+source's workers from the session keys the source receives, the sink's workers from the
+sink's, the keyed operator's workers from the operator itself. Every file operation under
+a path then looks them up by its store (:func:`settings_for`), so no call site passes
+credentials around, and nothing writes them: :func:`redact_conf` is what
+``_coordinator/config.json`` records, and the settings' ``repr`` shows no secret.
+A store without registered settings uses each client's own defaults (environment
+variables, instance profiles).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from barriered.errors import SnapshotStoreError
+
+#: What a secret's value is replaced with in everything written or logged.
+REDACTED = "<redacted>"
+#: Parts of an option's name that make its value a secret (credentials, keys, tokens).
+_SECRET_PARTS = ("SECRET", "TOKEN", "PASSWORD", "SAS", "_KEY")
+
+_S3_SCHEMES = frozenset({"s3", "s3a"})
+_AZURE_SCHEMES = frozenset({"abfs", "abfss", "az", "adl"})
+_TRUE = frozenset({"true", "1", "yes"})
+
+
+def is_secret(name: str) -> bool:
+    """Whether the option ``name``'s value is a secret (``AWS_SECRET_ACCESS_KEY``,
+    ``AWS_SESSION_TOKEN``, ``AZURE_STORAGE_ACCOUNT_KEY``, ``GOOGLE_SERVICE_ACCOUNT_KEY``;
+    not ``AWS_ACCESS_KEY_ID``, which names the key)."""
+    upper = name.upper()
+    return any(part in upper for part in _SECRET_PARTS) and not upper.endswith("_ID")
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    """The settings of one object store, in delta-rs's option names (upper case).
+
+    Parameters
+    ----------
+    options : Mapping[str, str]
+        Options as delta-rs takes them; names in any case, values strings.
+    """
+
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        normalized = {str(k).upper(): str(v) for k, v in self.options.items()}
+        object.__setattr__(self, "options", normalized)
+
+    def __repr__(self) -> str:
+        return f"StorageSettings({self.redacted()!r})"
+
+    def _get(self, *names: str) -> str | None:
+        return next((self.options[n] for n in names if n in self.options), None)
+
+    # -- what the options say -------------------------------------------------------------
+
+    @property
+    def endpoint(self) -> str | None:
+        """The S3 endpoint URL (``AWS_ENDPOINT_URL``), or None for AWS's own."""
+        return self._get("AWS_ENDPOINT_URL", "AWS_ENDPOINT", "AWS_S3_ENDPOINT")
+
+    @property
+    def region(self) -> str | None:
+        """The S3 region (``AWS_REGION``)."""
+        return self._get("AWS_REGION", "AWS_DEFAULT_REGION")
+
+    @property
+    def access_key_id(self) -> str | None:
+        """``AWS_ACCESS_KEY_ID``."""
+        return self._get("AWS_ACCESS_KEY_ID")
+
+    @property
+    def secret_access_key(self) -> str | None:
+        """``AWS_SECRET_ACCESS_KEY``."""
+        return self._get("AWS_SECRET_ACCESS_KEY")
+
+    @property
+    def session_token(self) -> str | None:
+        """``AWS_SESSION_TOKEN`` of temporary credentials."""
+        return self._get("AWS_SESSION_TOKEN", "AWS_TOKEN")
+
+    @property
+    def allow_http(self) -> bool:
+        """``AWS_ALLOW_HTTP``: plain HTTP to the endpoint (a local server)."""
+        return (self._get("AWS_ALLOW_HTTP") or "").lower() in _TRUE
+
+    @property
+    def path_style(self) -> bool:
+        """Path-style requests (``http://endpoint/bucket/key``): unless
+        ``AWS_VIRTUAL_HOSTED_STYLE_REQUEST`` is true, whenever an endpoint is set (as
+        S3-compatible servers need), virtual-hosted style on AWS's own endpoint."""
+        virtual = self._get("AWS_VIRTUAL_HOSTED_STYLE_REQUEST")
+        if virtual is not None:
+            return virtual.lower() not in _TRUE
+        return self.endpoint is not None
+
+    def redacted(self) -> dict[str, str]:
+        """The options with every secret's value replaced by :data:`REDACTED`."""
+        return {k: REDACTED if is_secret(k) else v for k, v in sorted(self.options.items())}
+
+    # -- what each client takes -----------------------------------------------------------
+
+    def delta_options(self) -> dict[str, str]:
+        """The storage options of delta-rs (``DeltaTable``, ``write_deltalake``)."""
+        return dict(self.options)
+
+    def filesystem(self, uri: str) -> tuple[pafs.FileSystem, str]:
+        """The pyarrow filesystem of ``uri``'s store and the path inside it.
+
+        Raises
+        ------
+        SnapshotStoreError
+            When pyarrow cannot open the store (the message names the URI, never a
+            secret).
+        """
+        parts = urlsplit(uri)
+        scheme = parts.scheme.lower()
+        try:
+            if scheme in _S3_SCHEMES and self.options:
+                return _s3(self._frozen()), f"{parts.netloc}{parts.path}".rstrip("/")
+            name = self._get("AZURE_STORAGE_ACCOUNT_NAME")
+            if scheme in _AZURE_SCHEMES and name:
+                key = self._get("AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_ACCESS_KEY")
+                azure = pafs.AzureFileSystem(account_name=name, account_key=key)
+                return azure, f"{parts.netloc.split('@')[0]}{parts.path}".rstrip("/")
+            result: tuple[pafs.FileSystem, str] = pafs.FileSystem.from_uri(uri)
+            return result
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise SnapshotStoreError(f"cannot open storage for {uri!r}: {exc}") from exc
+
+    def hadoop_conf(self, uri: str) -> dict[str, str]:
+        """The Hadoop configuration that gives the JVM (the state store provider's
+        ``s3a`` or ``abfs`` filesystem) the same store as ``uri``: ``fs.s3a.*`` for
+        ``s3://`` and ``s3a://`` (``s3://`` mapped to ``S3AFileSystem``),
+        ``fs.azure.account.key.<account>.dfs.core.windows.net`` for Azure,
+        ``google.cloud.auth.service.account.json.keyfile`` for GCS."""
+        scheme = urlsplit(uri).scheme.lower()
+        conf: dict[str, str] = {}
+        if scheme in _S3_SCHEMES:
+            conf["fs.s3.impl"] = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+            if self.endpoint:
+                conf["fs.s3a.endpoint"] = self.endpoint
+                conf["fs.s3a.connection.ssl.enabled"] = str(
+                    not self.endpoint.startswith("http://")
+                ).lower()
+            if self.region:
+                conf["fs.s3a.endpoint.region"] = self.region
+            conf["fs.s3a.path.style.access"] = str(self.path_style).lower()
+            if self.access_key_id and self.secret_access_key:
+                conf["fs.s3a.access.key"] = self.access_key_id
+                conf["fs.s3a.secret.key"] = self.secret_access_key
+                provider = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+                if self.session_token:
+                    conf["fs.s3a.session.token"] = self.session_token
+                    provider = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+                conf["fs.s3a.aws.credentials.provider"] = provider
+        elif scheme in _AZURE_SCHEMES:
+            name = self._get("AZURE_STORAGE_ACCOUNT_NAME")
+            key = self._get("AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_ACCESS_KEY")
+            if name and key:
+                conf[f"fs.azure.account.key.{name}.dfs.core.windows.net"] = key
+        elif scheme == "gs":
+            keyfile = self._get("GOOGLE_SERVICE_ACCOUNT", "GOOGLE_SERVICE_ACCOUNT_PATH")
+            if keyfile:
+                conf["google.cloud.auth.service.account.json.keyfile"] = keyfile
+        return conf
+
+    def _frozen(self) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted(self.options.items()))
+
+
+@functools.lru_cache(maxsize=16)
+def _s3(options: tuple[tuple[str, str], ...]) -> pafs.S3FileSystem:
+    """One pyarrow S3 filesystem per distinct settings (its connections are reused)."""
+    settings = StorageSettings(dict(options))
+    kwargs: dict[str, Any] = {}
+    if settings.access_key_id and settings.secret_access_key:
+        kwargs.update(access_key=settings.access_key_id, secret_key=settings.secret_access_key)
+        if settings.session_token:
+            kwargs["session_token"] = settings.session_token
+    if settings.region:
+        kwargs["region"] = settings.region
+    if settings.endpoint:
+        endpoint = urlsplit(settings.endpoint)
+        if endpoint.scheme == "http" and not settings.allow_http:
+            raise SnapshotStoreError(
+                f"the endpoint {settings.endpoint!r} is plain HTTP: set AWS_ALLOW_HTTP=true "
+                "in snapshotStorageOptions to allow it"
+            )
+        kwargs["endpoint_override"] = endpoint.netloc or settings.endpoint
+        kwargs["scheme"] = endpoint.scheme or "https"
+    kwargs["force_virtual_addressing"] = not settings.path_style
+    return pafs.S3FileSystem(**kwargs)
+
+
+# -- the settings each process was handed, by store ---------------------------------------
+
+_REGISTERED: dict[str, StorageSettings] = {}
+_LOCK = threading.Lock()
+
+
+def store_of(uri: str) -> str | None:
+    """The store ``uri`` is in (``scheme://authority``), or None for a local path."""
+    if "://" not in uri:
+        return None
+    parts = urlsplit(uri)
+    return None if parts.scheme.lower() == "file" else f"{parts.scheme.lower()}://{parts.netloc}"
+
+
+def register(uri: str, options: Mapping[str, str] | None) -> StorageSettings:
+    """Remember ``options`` for the store of ``uri`` in this process, over what was
+    registered for it before; values :data:`REDACTED` (read back from
+    ``config.json``) are ignored. Returns the settings now in force."""
+    store = store_of(uri)
+    if store is None:
+        return StorageSettings({k: v for k, v in (options or {}).items() if v != REDACTED})
+    with _LOCK:
+        merged = dict(_REGISTERED.get(store, StorageSettings()).options)
+        merged.update({k.upper(): v for k, v in (options or {}).items() if v != REDACTED})
+        settings = _REGISTERED[store] = StorageSettings(merged)
+    return settings
+
+
+def settings_for(uri: str) -> StorageSettings:
+    """The settings registered in this process for ``uri``'s store (empty: none)."""
+    store = store_of(uri)
+    return _REGISTERED.get(store, StorageSettings()) if store else StorageSettings()
+
+
+def delta_options(uri: str, given: Mapping[str, str] | None = None) -> dict[str, str]:
+    """delta-rs's storage options for the table at ``uri``: the registered settings of
+    its store, overridden by ``given``."""
+    return {**settings_for(uri).delta_options(), **{k.upper(): v for k, v in (given or {}).items()}}
+
+
+def redact_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """``conf`` (:meth:`BarrieredConf.to_dict`) with the secrets of
+    ``snapshot_storage_options`` replaced by :data:`REDACTED`: what ``config.json``
+    records."""
+    out = dict(conf)
+    raw = out.get("snapshot_storage_options")
+    if raw:
+        options = {k: REDACTED if is_secret(k) else v for k, v in json.loads(raw).items()}
+        out["snapshot_storage_options"] = json.dumps(options, sort_keys=True)
+    return out
+
+
+def configure_hadoop(spark: Any, uri: str) -> list[str]:
+    """Set the Hadoop configuration of a classic session's JVM to the settings registered
+    for ``uri``'s store (:meth:`StorageSettings.hadoop_conf`), so that the JVM state store
+    provider and Spark itself reach the same store with the same credentials. The
+    SparkContext's Hadoop configuration is copied into each query's (and broadcast to
+    the executors) and written to no file. Returns the keys set (none for a local path,
+    a store without settings, or a Spark Connect session, whose server has its own)."""
+    settings = settings_for(uri)
+    jsc = getattr(getattr(spark, "sparkContext", None), "_jsc", None) if settings.options else None
+    if jsc is None:
+        return []
+    hadoop = jsc.hadoopConfiguration()
+    conf = settings.hadoop_conf(uri)
+    for key, value in conf.items():
+        hadoop.set(key, value)
+    return sorted(conf)

@@ -1,0 +1,171 @@
+"""One way to pass storage settings (``barriered.statestore.storage``): what each client
+gets from ``snapshotStorageOptions``, what is written (no secret), and the snapshot-path
+files and Delta tables on the local S3 server (``tests/s3_server.py``) through them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pytest
+
+from barriered.config import BarrieredConf, resolve
+from barriered.errors import ConfigError, SnapshotStoreError
+from barriered.statestore import storage
+from barriered.statestore.delta_tables import append_rows, open_table
+from barriered.statestore.fileio import (
+    delete_tree,
+    exists,
+    filesystem,
+    list_names,
+    read_json,
+    write_atomic,
+    write_json,
+)
+from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.storage import REDACTED, StorageSettings
+from s3_server import S3Server
+
+S3 = {
+    "aws_endpoint_url": "http://127.0.0.1:9000",
+    "AWS_REGION": "eu-west-1",
+    "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE",
+    "AWS_SECRET_ACCESS_KEY": "very-secret",
+    "AWS_SESSION_TOKEN": "token-secret",
+    "AWS_ALLOW_HTTP": "true",
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_registered_settings() -> None:
+    storage._REGISTERED.clear()
+
+
+def test_s3_settings_reach_delta_rs_pyarrow_and_hadoop() -> None:
+    settings = StorageSettings(S3)
+    assert settings.endpoint == "http://127.0.0.1:9000"
+    assert (settings.region, settings.access_key_id) == ("eu-west-1", "AKIAEXAMPLE")
+    assert settings.allow_http and settings.path_style  # a custom endpoint: path style
+    assert settings.delta_options()["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000"
+    assert settings.hadoop_conf("s3://bucket/snap") == {
+        "fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "fs.s3a.endpoint": "http://127.0.0.1:9000",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.endpoint.region": "eu-west-1",
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.access.key": "AKIAEXAMPLE",
+        "fs.s3a.secret.key": "very-secret",
+        "fs.s3a.session.token": "token-secret",
+        "fs.s3a.aws.credentials.provider": (
+            "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+        ),
+    }
+    fs, path = settings.filesystem("s3://bucket/snap/_coordinator/config.json")
+    assert isinstance(fs, pafs.S3FileSystem)
+    assert path == "bucket/snap/_coordinator/config.json"
+    assert fs.region == "eu-west-1"
+    # AWS itself: virtual-hosted requests, no endpoint
+    aws = StorageSettings({"AWS_REGION": "us-east-1"})
+    assert not aws.path_style
+    assert aws.hadoop_conf("s3a://b/p")["fs.s3a.path.style.access"] == "false"
+    virtual = StorageSettings({**S3, "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "true"})
+    assert not virtual.path_style
+
+
+def test_azure_and_gcs_keys_map_to_hadoop() -> None:
+    azure = StorageSettings(
+        {"AZURE_STORAGE_ACCOUNT_NAME": "acct", "AZURE_STORAGE_ACCOUNT_KEY": "azure-secret"}
+    )
+    assert azure.hadoop_conf("abfss://c@acct.dfs.core.windows.net/snap") == {
+        "fs.azure.account.key.acct.dfs.core.windows.net": "azure-secret"
+    }
+    gcs = StorageSettings({"GOOGLE_SERVICE_ACCOUNT": "/keys/sa.json"})
+    assert gcs.hadoop_conf("gs://b/snap") == {
+        "google.cloud.auth.service.account.json.keyfile": "/keys/sa.json"
+    }
+    assert StorageSettings(S3).hadoop_conf("/local/snap") == {}
+
+
+def test_secrets_are_redacted_in_what_is_written_and_in_repr() -> None:
+    names = ["AWS_SECRET_ACCESS_KEY", "aws_session_token", "AZURE_STORAGE_ACCOUNT_KEY"]
+    names += ["AZURE_STORAGE_SAS_KEY", "GOOGLE_SERVICE_ACCOUNT_KEY", "AZURE_CLIENT_SECRET"]
+    assert all(storage.is_secret(n) for n in names)
+    assert not any(storage.is_secret(n) for n in ["AWS_ACCESS_KEY_ID", "AWS_REGION"])
+    settings = StorageSettings(S3)
+    assert "very-secret" not in repr(settings) and "token-secret" not in repr(settings)
+    assert settings.redacted()["AWS_SECRET_ACCESS_KEY"] == REDACTED
+    assert settings.redacted()["AWS_ACCESS_KEY_ID"] == "AKIAEXAMPLE"
+    conf = resolve({}, {"snapshotPath": "s3://b/snap", "snapshotStorageOptions": json.dumps(S3)})
+    written = storage.redact_conf(conf.to_dict())
+    assert "very-secret" not in json.dumps(written) and "token-secret" not in json.dumps(written)
+    recorded = BarrieredConf(**written).storage_options  # config.json reads back valid
+    assert recorded["aws_endpoint_url"] == "http://127.0.0.1:9000"
+    assert recorded["AWS_SECRET_ACCESS_KEY"] == REDACTED
+    layout = SnapshotLayout.at("s3://b/snap", conf.storage_options)
+    assert "very-secret" not in repr(layout)
+
+
+def test_a_bad_storage_setting_is_refused_without_showing_it() -> None:
+    for bad in ('{"AWS_SECRET_ACCESS_KEY": "very-secret"', '{"AWS_SECRET_ACCESS_KEY": 1}'):
+        with pytest.raises(ConfigError, match="snapshotStorageOptions") as caught:
+            resolve({"spark.sql.streaming.barriered.snapshotStorageOptions": bad})
+        assert "very-secret" not in str(caught.value) and "not shown" in str(caught.value)
+
+
+def test_each_store_keeps_the_settings_registered_for_it() -> None:
+    assert storage.store_of("s3://b/snap/x") == "s3://b"
+    assert storage.store_of("/tmp/x") is None and storage.store_of("file:///tmp/x") is None
+    storage.register("s3://b/snap", S3)
+    # what config.json reads back (secrets redacted) never replaces the registered secret
+    storage.register("s3://b/snap", {"AWS_SECRET_ACCESS_KEY": REDACTED, "AWS_REGION": "x"})
+    found = storage.settings_for("s3://b/out/table")  # another path of the same bucket
+    assert found.secret_access_key == "very-secret" and found.region == "x"
+    assert storage.settings_for("s3://other/snap").options == {}
+    assert storage.delta_options("s3://b/t", {"aws_region": "y"})["AWS_REGION"] == "y"
+    layout = SnapshotLayout.at("s3://b/snap")  # no options given: the registered ones
+    assert layout.storage_options["AWS_SECRET_ACCESS_KEY"] == "very-secret"
+    # a layout sent to a Python worker registers them there (as in a new process)
+    sent = pickle.dumps(layout)
+    storage._REGISTERED.clear()
+    assert pickle.loads(sent) == layout
+    assert storage.settings_for("s3://b/out").secret_access_key == "very-secret"
+
+
+def test_plain_http_needs_allow_http() -> None:
+    settings = StorageSettings({k: v for k, v in S3.items() if k != "AWS_ALLOW_HTTP"})
+    with pytest.raises(SnapshotStoreError, match="AWS_ALLOW_HTTP=true") as caught:
+        settings.filesystem("s3://bucket/snap")
+    assert "very-secret" not in str(caught.value)
+
+
+@pytest.mark.s3
+def test_snapshot_path_files_and_tables_on_the_s3_server(
+    s3_server: S3Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The handshake files (write, read, list, delete) and a Delta table under an
+    ``s3://`` snapshot path, through the settings registered for the bucket: the objects
+    are in the bucket, and no log line holds the secret key."""
+    caplog.set_level(logging.DEBUG)
+    root = s3_server.uri("unit-storage")
+    layout = SnapshotLayout.at(root, s3_server.storage_options)
+    assert isinstance(filesystem(root)[0], pafs.S3FileSystem)
+    write_json(layout.operator_file("op"), {"operator": "op"})
+    write_atomic(layout.triggers_file, b'{"requests":[]}')
+    assert read_json(layout.operator_file("op")) == {"operator": "op"}
+    assert read_json(layout.operator_file("none"), default=7) == 7
+    assert list_names(layout.operators_dir) == ["op.json"]
+    assert exists(layout.triggers_file)
+    append_rows(layout.owners_table, [{"epoch": 1}], pa.schema([("epoch", pa.int64())]))
+    table = open_table(layout.owners_table)  # the registered options, none given
+    assert table is not None and table.to_pyarrow_table().to_pylist() == [{"epoch": 1}]
+    keys = s3_server.keys("unit-storage/")
+    assert "unit-storage/_coordinator/operators/op.json" in keys
+    assert "unit-storage/_coordinator/triggers.json" in keys
+    assert "unit-storage/_owners/_delta_log/00000000000000000000.json" in keys
+    assert not [k for k in keys if k.rsplit("/", 1)[-1].startswith(".")]  # no temporary
+    delete_tree(root)
+    assert s3_server.keys("unit-storage/") == []
+    assert s3_server.secret_key not in caplog.text
