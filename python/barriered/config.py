@@ -40,6 +40,7 @@ __all__ = [
     "CHECKPOINT_TIMEOUT",
     "COORDINATOR_TIMEOUT",
     "INFLIGHT_CAPTURE",
+    "KAFKA_SINK_OPTIONS",
     "KEYS",
     "KEYS_BY_NAME",
     "LEASE_TIMEOUT",
@@ -594,6 +595,48 @@ SINK_OPTIONS: dict[str, ConfigKey] = {
             "owns (created by another writer; its columns must be the output's). The sink "
             "then owns it: a table another query's sink owns is never taken over.",
             field="adopt_table",
+        ),
+    )
+}
+
+#: Options of the "barriered-kafka" sink (besides ``kafka.*``, handed to the producer).
+KAFKA_SINK_OPTIONS: dict[str, ConfigKey] = {
+    k.name: k
+    for k in (
+        ConfigKey(
+            "topic",
+            "str",
+            None,
+            "The output topic of every row (it overrides a topic column). Without it, "
+            "each row's topic column names its topic.",
+            field="topic",
+        ),
+        ConfigKey(
+            "snapshotPath",
+            "path",
+            None,
+            "The snapshot path of the barriered source of the same query (default: the "
+            "session key spark.sql.streaming.barriered.snapshotPath); its coordinator "
+            "publishes the staged rows with each completed checkpoint.",
+            field="snapshot_path",
+        ),
+        ConfigKey(
+            "sinkId",
+            "str",
+            None,
+            "Name of the sink under the snapshot path (_sink/<sinkId>/), of its Kafka "
+            "transactional.id (barriered.sink.<sinkId>) and consumer group; default: the "
+            "topic option. Give every query writing Kafka its own.",
+            field="sink_id",
+        ),
+        ConfigKey(
+            "progressTopic",
+            "str",
+            None,
+            "The topic on whose partition 0 the sink's consumer group records, in each "
+            "publishing transaction, the checkpoint published (default: the topic "
+            "option; required with a topic column).",
+            field="progress_topic",
         ),
     )
 }

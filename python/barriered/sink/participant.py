@@ -26,6 +26,8 @@ from typing import Any
 from barriered.errors import SinkError
 from barriered.sink import committer, owner, rewind, staging
 from barriered.sink.committer import SinkCommit, SinkPlan
+from barriered.sink.kafka import publisher
+from barriered.sink.options import SinkSettings
 from barriered.statestore.fileio import exists
 from barriered.statestore.layout import SnapshotLayout
 
@@ -85,11 +87,14 @@ class SinkParticipants:
         SinkRewindError
             When a table was written by someone else after the restored checkpoint.
         """
+        if self.epoch is not None:  # no transaction of an older run commits from now on
+            publisher.fence(self.layout, self.epoch)
         committer.finish(
             self.layout,
             {c: v for c, v in committed.items() if restored is None or c <= restored},
             lambda cid, p: rewind.superseded(self.layout, cid, p),
             self.lineage,
+            self.epoch,
         )
         if restored is not None:
             rewind.rewind(self.layout, restored, committed, self.epoch)
@@ -162,14 +167,14 @@ class SinkParticipants:
         self._check_own(plans)
         for p in plans:  # the checkpoint does not complete with output it cannot commit
             last = staging.read(self.layout, p.sink_id, *p.batches[-1])
-            if last is not None:
+            if last is not None and isinstance(last.settings, SinkSettings):
                 committer.guard(self.layout.root, last.settings, last.schema, self.lineage)
         return plans
 
     def commit(self, checkpoint_id: int, plans: list[SinkPlan]) -> None:
         """Commit the staged output of completed ``checkpoint_id`` (see :mod:`committer`)."""
         self._done[checkpoint_id] = committer.commit(
-            self.layout, checkpoint_id, plans, self.lineage
+            self.layout, checkpoint_id, plans, self.lineage, self.epoch
         )
 
     def sweep(self, min_age_ms: int) -> None:

@@ -21,6 +21,10 @@ party that reaches the point for a matching checkpoint crashes there:
     The coordinator right after the ``state`` table commit (the completion point),
     before the sink commit (the output of a ``barriered-delta`` sink), before it records
     the checkpoint in ``_checkpoints``, applies retention or tells the source.
+``mid_publish``
+    The coordinator publishing a completed checkpoint to a ``barriered-kafka`` sink,
+    after half its records were produced (and flushed) in the open Kafka transaction,
+    before the transaction commits.
 ``after_sink_commit``
     The coordinator right after the sink commit of a completed checkpoint, before it
     records the checkpoint in ``_checkpoints``.
@@ -61,12 +65,14 @@ STATE_SNAPSHOT = "state_snapshot"
 BEFORE_COMMIT = "before_commit"
 AFTER_COMMIT = "after_commit"
 AFTER_SINK_COMMIT = "after_sink_commit"
+MID_PUBLISH = "mid_publish"
 POINTS = (
     ALIGNING,
     INFLIGHT_CAPTURE,
     STATE_SNAPSHOT,
     BEFORE_COMMIT,
     AFTER_COMMIT,
+    MID_PUBLISH,
     AFTER_SINK_COMMIT,
 )
 
