@@ -101,11 +101,14 @@ def start(
     checkpoint: str = "ck",
     processor: Any = None,
     sink: dict[str, str] | None = None,
+    sink_format: str = "barriered-delta",
+    output: Any = None,
 ) -> Any:
     """Start one availableNow query of running totals (or ``processor``); return it.
 
     With ``sink`` (its options, ``path`` included) the query writes to the
-    ``barriered-delta`` sink of the same snapshot path; else to ``noop``.
+    ``sink_format`` sink of the same snapshot path (``output``: what it writes, from the
+    processor's output); else to ``noop``.
     """
     for key, value in conf.items():
         session.conf.set(PREFIX + key, value)
@@ -113,9 +116,11 @@ def start(
     events = session.readStream.format("barriered").options(**(source or SOURCE))
     events = events.option("snapshotPath", snap).load()
     out = barriered.keyed(events, "user_id").process(processor or RunningTotals())
+    if output is not None:
+        out = output(out)
     writer = out.writeStream.format("noop")
     if sink is not None:
-        writer = out.writeStream.format("barriered-delta").options(snapshotPath=snap, **sink)
+        writer = out.writeStream.format(sink_format).options(snapshotPath=snap, **sink)
     return (
         writer.option("checkpointLocation", str(tmp_path / checkpoint))
         .trigger(availableNow=True)
@@ -161,13 +166,17 @@ def run(
     after_id: int = 0,
     processor: Any = None,
     sink: dict[str, str] | None = None,
+    sink_format: str = "barriered-delta",
+    output: Any = None,
 ) -> tuple[Any, SnapshotLayout]:
     """Run one availableNow query to its end and wait for its last checkpoint.
 
     ``final`` are the channels' end positions (default: the rate upstream's); the last
     checkpoint must have an id above ``after_id`` (a restored run's own).
     """
-    query = start(session, tmp_path, conf, source, snap, checkpoint, processor, sink)
+    query = start(
+        session, tmp_path, conf, source, snap, checkpoint, processor, sink, sink_format, output
+    )
     query.awaitTermination()
     layout = SnapshotLayout.configured(snap or str(tmp_path / "snap"))
     wait_final_checkpoint(layout, final or tuple(upstream().available()), query, after_id)
@@ -228,3 +237,9 @@ def output_rows(out: str, version: int | None = None) -> list[tuple[str, int]]:
     table = DeltaTable(out, version=version).to_pyarrow_table()
     second = "n" if "n" in table.column_names else "total"
     return sorted(zip(table["user_id"].to_pylist(), table[second].to_pylist(), strict=True))
+
+
+def state_counts(layout: SnapshotLayout, version: int) -> dict[str, int]:
+    """``RecordNumbers``' count per user in the state table at ``version``."""
+    table = DeltaTable(layout.state_table, version=version).to_pyarrow_table()
+    return dict(zip(table["user_id"].to_pylist(), table["count"].to_pylist(), strict=True))

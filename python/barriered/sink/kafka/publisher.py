@@ -20,6 +20,7 @@ is fenced by the new run's ``init_transactions``.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -182,6 +183,16 @@ def clients(layout: SnapshotLayout, settings: KafkaSinkSettings, epoch: int | No
             raise _failed(settings, "init_transactions", exc) from None
         _CLIENTS[key] = found
     return found
+
+
+def close(root: str | None = None) -> None:
+    """Close the clients of every run of snapshot path ``root`` (None: of every path) in
+    this process; also at the interpreter's exit."""
+    for key in [k for k in _CLIENTS if root is None or k[0] == root]:
+        _CLIENTS.pop(key).close()
+
+
+atexit.register(close)
 
 
 def _drop(layout: SnapshotLayout, settings: KafkaSinkSettings, epoch: int | None) -> None:
