@@ -12,6 +12,7 @@ from types import ModuleType
 from benchmarks.workloads import (
     backpressure,
     kafka,
+    kafka_sink,
     overhead,
     provider,
     restore,
@@ -27,4 +28,5 @@ WORKLOADS: dict[str, ModuleType] = {
     "provider": provider,
     "sink": sink,
     "kafka": kafka,
+    "kafka_sink": kafka_sink,
 }

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from barriered.config import BUFFER_PER_CHANNEL, KEYS, SINK_OPTIONS, ConfigKey
+from barriered.config import BUFFER_PER_CHANNEL, KAFKA_SINK_OPTIONS, KEYS, SINK_OPTIONS, ConfigKey
 from barriered.durations import format_duration
 from barriered.errors import ConfigError
 
@@ -76,10 +76,15 @@ SINK_DOC_MARKER_START = "<!-- sink-options:start -->"
 SINK_DOC_MARKER_END = "<!-- sink-options:end -->"
 
 
-def sink_options_markdown() -> str:
-    """The reference table of the "barriered-delta" sink's options, as Markdown."""
+KAFKA_DOC_MARKER_START = "<!-- kafka-sink-options:start -->"
+KAFKA_DOC_MARKER_END = "<!-- kafka-sink-options:end -->"
+
+
+def sink_options_markdown(options: dict[str, ConfigKey] = SINK_OPTIONS) -> str:
+    """The reference table of a sink's options (default: the "barriered-delta" sink's),
+    as Markdown."""
     lines = ["| Option | Type | Default | Meaning |", "|---|---|---|---|"]
-    for option in SINK_OPTIONS.values():
+    for option in options.values():
         default = f"`{option.default}`" if option.default is not None else "(none)"
         lines.append(f"| `{option.name}` | {_type_cell(option)} | {default} | {_md(option.doc)} |")
     return "\n".join(lines) + "\n"
@@ -120,6 +125,9 @@ def render_configuration_doc(text: str) -> str:
         text = _replace_between(
             text, SINK_DOC_MARKER_START, SINK_DOC_MARKER_END, sink_options_markdown()
         )
+    if KAFKA_DOC_MARKER_START in text:
+        table = sink_options_markdown(KAFKA_SINK_OPTIONS)
+        text = _replace_between(text, KAFKA_DOC_MARKER_START, KAFKA_DOC_MARKER_END, table)
     return text
 
 
