@@ -14,6 +14,10 @@ participants check every batch of their epoch against the batches this run ran: 
 this run did not run, or one staged after this run's progress of it (Spark reports a
 batch's progress only after its sink commit), was staged by another run, and the
 checkpoint fails with a :class:`~barriered.errors.SinkError` instead of committing it.
+
+The same participants serve ``barriered-kafka`` sinks (their plans are published by
+:mod:`barriered.sink.kafka.publisher`); at a run's start they also fence the Kafka sinks'
+older producers (``init_transactions``) before finishing interrupted publishes.
 """
 
 from __future__ import annotations

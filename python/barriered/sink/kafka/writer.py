@@ -210,7 +210,7 @@ class BarrieredKafkaWriter(DataSourceStreamArrowWriter):
         """Record the batch as staged (driver side); nothing is published."""
         layout = SnapshotLayout.configured(self.settings.snapshot_path)
         files = tuple(f for m in messages if isinstance(m, StagedFiles) for f in m.files)
-        epoch = run_epoch(layout, self.settings.sink_id, batchId)
+        epoch = run_epoch(layout, self.settings.sink_id, batchId, BarrieredKafkaSink.name())
         if not self._saved:
             save_settings(layout, self.settings)
             self._saved = True
