@@ -317,7 +317,7 @@ def publish(
     staged = [staging.read(layout, plan.sink_id, e, b) for e, b in plan.batches]
     batches = [b for b in staged if b is not None]
     s = saved_settings(layout, plan.sink_id)
-    if s is None:
+    if s is None or not batches:  # published and forgotten (as the delta sink's commit)
         return SinkCommit(plan.sink_id, None)
     c = clients(layout, s, epoch)
     done = c.published()
