@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,9 @@ log = logging.getLogger(__name__)
 
 #: Longest wait of one Kafka call (init, send offsets, commit, flush), in seconds.
 TIMEOUT_S = 60.0
+#: Error codes of a group coordinator not (yet) there: NOT_COORDINATOR,
+#: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE (asked again).
+COORDINATOR_MOVING = frozenset({14, 15, 16})
 #: The file under ``_sink/<sink>/`` with the sink's settings (no secret).
 SETTINGS_FILE = "kafka.json"
 
@@ -112,12 +116,19 @@ def group_consumer(settings: KafkaSinkSettings) -> Any:
 
 def read_published(consumer: Any, s: KafkaSinkSettings) -> Published | None:
     """The last checkpoint the sink's group records as published (None: none)."""
-    from confluent_kafka import TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
-    try:
-        (tp,) = consumer.committed([TopicPartition(s.progress_topic, 0)], timeout=TIMEOUT_S)
-    except Exception as exc:
-        raise _failed(s, f"reading the offset of group {s.group_id!r}", exc) from None
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        try:
+            (tp,) = consumer.committed([TopicPartition(s.progress_topic, 0)], timeout=TIMEOUT_S)
+            break
+        except KafkaException as exc:  # no group coordinator yet (a new cluster): retry
+            err = exc.args[0]
+            again = err.retriable() or err.code() in COORDINATOR_MOVING
+            if not again or time.monotonic() > deadline:
+                raise _failed(s, f"reading the offset of group {s.group_id!r}", exc) from None
+            time.sleep(0.2)
     if tp.error is not None:
         raise SinkError(redact(f"reading the group {s.group_id!r}: {tp.error}", s))
     if tp.offset < 0:
