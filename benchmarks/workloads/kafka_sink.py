@@ -64,7 +64,9 @@ def _readable(broker: Any, topic: str) -> int:
     return sum(broker.end_offsets(topic).values())
 
 
-def _run_variant(ctx: Context, broker: Any, name: str, size: dict[str, Any]) -> dict[str, Any]:
+def _run_variant(
+    ctx: Context, broker: Any, name: str, size: dict[str, Any], tag: str
+) -> dict[str, Any]:
     configure(
         ctx.spark,
         {
@@ -75,7 +77,7 @@ def _run_variant(ctx: Context, broker: Any, name: str, size: dict[str, Any]) -> 
     )
     topic = f"{name}-{uuid.uuid4().hex[:6]}"
     broker.create_topic(topic, PARTITIONS)
-    snap, ck = ctx.path(name, "snap"), ctx.path(name, "ck")
+    snap, ck = ctx.path(tag, name, "snap"), ctx.path(tag, name, "ck")
     total = CHANNELS * size["rows_per_channel"]
     options = rate_options(
         CHANNELS, KEYS, size["per_batch"], rows_per_channel=size["rows_per_channel"]
@@ -106,6 +108,8 @@ def _run_variant(ctx: Context, broker: Any, name: str, size: dict[str, Any]) -> 
         time.sleep(0.05)
     seconds = time.perf_counter() - began
     readable = _readable(broker, topic)
+    if readable < total:  # (b) also counts one commit marker per partition and checkpoint
+        raise RuntimeError(f"{name}: only {readable} of {total} rows readable in {topic!r}")
     return {
         "records": total,
         "readable": readable,
@@ -124,9 +128,9 @@ def run(ctx: Context) -> dict[str, Any]:
     with kafka_broker(ctx) as broker:
         warm = {**size, "rows_per_channel": size["per_batch"] * 2}
         for name in VARIANTS:
-            ctx.emit(f"  warm-up {name}: {_run_variant(ctx, broker, name, warm)}")
+            ctx.emit(f"  warm-up {name}: {_run_variant(ctx, broker, name, warm, 'warmup')}")
         for name in VARIANTS:
-            variants[name] = _run_variant(ctx, broker, name, size)
+            variants[name] = _run_variant(ctx, broker, name, size, "run")
             ctx.emit(f"  {name}: {variants[name]['records_per_s']} records/s")
     r = ratio(
         variants["barriered_kafka"]["records_per_s"],
