@@ -110,12 +110,15 @@ def start(
     sink: dict[str, str] | None = None,
     keys: tuple[str, ...] = ("user_id",),
     name: str | None = None,
+    sink_format: str = "barriered-delta",
+    output: Any = None,
 ) -> Any:
     """Start one availableNow query of running totals (or ``processor`` keyed by ``keys``,
     operator ``name``); return it.
 
     With ``sink`` (its options, ``path`` included) the query writes to the
-    ``barriered-delta`` sink of the same snapshot path; else to ``noop``.
+    ``sink_format`` sink of the same snapshot path (``output``: what it writes, from the
+    processor's output); else to ``noop``.
     """
     for key, value in conf.items():
         session.conf.set(PREFIX + key, value)
@@ -123,9 +126,11 @@ def start(
     events = session.readStream.format("barriered").options(**(source or SOURCE))
     events = events.option("snapshotPath", snap).load()
     out = barriered.keyed(events, *keys).process(processor or RunningTotals(), name)
+    if output is not None:
+        out = output(out)
     writer = out.writeStream.format("noop")
     if sink is not None:
-        writer = out.writeStream.format("barriered-delta").options(snapshotPath=snap, **sink)
+        writer = out.writeStream.format(sink_format).options(snapshotPath=snap, **sink)
     return (
         writer.option("checkpointLocation", str(tmp_path / checkpoint))
         .trigger(availableNow=True)
@@ -173,13 +178,28 @@ def run(
     sink: dict[str, str] | None = None,
     keys: tuple[str, ...] = ("user_id",),
     name: str | None = None,
+    sink_format: str = "barriered-delta",
+    output: Any = None,
 ) -> tuple[Any, SnapshotLayout]:
     """Run one availableNow query to its end and wait for its last checkpoint.
 
     ``final`` are the channels' end positions (default: the rate upstream's); the last
     checkpoint must have an id above ``after_id`` (a restored run's own).
     """
-    query = start(session, tmp_path, conf, source, snap, checkpoint, processor, sink, keys, name)
+    query = start(
+        session,
+        tmp_path,
+        conf,
+        source,
+        snap,
+        checkpoint,
+        processor,
+        sink,
+        keys,
+        name,
+        sink_format,
+        output,
+    )
     query.awaitTermination()
     layout = SnapshotLayout.configured(snap or str(tmp_path / "snap"))
     wait_final_checkpoint(layout, final or tuple(upstream().available()), query, after_id)
@@ -288,3 +308,9 @@ def kill_driver_when(
                 proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL, log.read_text()[-4000:]
     return found
+
+
+def state_counts(layout: SnapshotLayout, version: int) -> dict[str, int]:
+    """``RecordNumbers``' count per user in the state table at ``version``."""
+    table = DeltaTable(layout.state_table, version=version).to_pyarrow_table()
+    return dict(zip(table["user_id"].to_pylist(), table["count"].to_pylist(), strict=True))

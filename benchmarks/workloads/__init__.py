@@ -12,6 +12,7 @@ from types import ModuleType
 from benchmarks.workloads import (
     backpressure,
     kafka,
+    kafka_sink,
     overhead,
     provider,
     restore,
@@ -29,4 +30,5 @@ WORKLOADS: dict[str, ModuleType] = {
     "sink": sink,
     "kafka": kafka,
     "state_processor": state_processor,
+    "kafka_sink": kafka_sink,
 }

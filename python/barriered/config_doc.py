@@ -22,6 +22,7 @@ __all__ = [
     "DOC_MARKER_END",
     "DOC_MARKER_START",
     "config_table_markdown",
+    "kafka_sink_options_markdown",
     "main",
     "options_markdown",
     "render_configuration_doc",
@@ -85,6 +86,10 @@ SINK_DOC_MARKER_START = "<!-- sink-options:start -->"
 SINK_DOC_MARKER_END = "<!-- sink-options:end -->"
 
 
+KAFKA_DOC_MARKER_START = "<!-- kafka-sink-options:start -->"
+KAFKA_DOC_MARKER_END = "<!-- kafka-sink-options:end -->"
+
+
 def options_markdown(options: Sequence[ConfigKey]) -> str:
     """The reference table of some options (of the source, an upstream or the sink).
 
@@ -117,6 +122,13 @@ def sink_options_markdown() -> str:
     from barriered.sink.options import SINK_OPTIONS  # here: barriered.sink imports PySpark
 
     return options_markdown(list(SINK_OPTIONS.values()))
+
+
+def kafka_sink_options_markdown() -> str:
+    """The reference table of the "barriered-kafka" sink's options, as Markdown."""
+    from barriered.sink.kafka.options import KAFKA_SINK_OPTIONS  # imports PySpark too
+
+    return options_markdown(list(KAFKA_SINK_OPTIONS.values()))
 
 
 def _replace_between(text: str, start_marker: str, end_marker: str, table: str) -> str:
@@ -159,6 +171,9 @@ def render_configuration_doc(text: str) -> str:
         text = _replace_between(
             text, SINK_DOC_MARKER_START, SINK_DOC_MARKER_END, sink_options_markdown()
         )
+    if KAFKA_DOC_MARKER_START in text:
+        table = kafka_sink_options_markdown()
+        text = _replace_between(text, KAFKA_DOC_MARKER_START, KAFKA_DOC_MARKER_END, table)
     return text
 
 

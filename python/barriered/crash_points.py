@@ -20,6 +20,10 @@ Python workers, executors and drivers inherit it); then a fault armed by
 ``after_commit``
     The coordinator right after the ``state`` table commit (the completion point),
     before the sink commit, the ``_checkpoints`` row, retention and telling the source.
+``mid_publish``
+    The coordinator publishing a completed checkpoint to a ``barriered-kafka`` sink,
+    after half its records were produced (and flushed) in the open Kafka transaction,
+    before the transaction commits.
 ``after_sink_commit``
     The coordinator right after the sink commit of a completed checkpoint, before it
     records the checkpoint in ``_checkpoints``.
@@ -40,12 +44,14 @@ STATE_SNAPSHOT = "state_snapshot"
 BEFORE_COMMIT = "before_commit"
 AFTER_COMMIT = "after_commit"
 AFTER_SINK_COMMIT = "after_sink_commit"
+MID_PUBLISH = "mid_publish"
 POINTS = (
     ALIGNING,
     INFLIGHT_CAPTURE,
     STATE_SNAPSHOT,
     BEFORE_COMMIT,
     AFTER_COMMIT,
+    MID_PUBLISH,
     AFTER_SINK_COMMIT,
 )
 

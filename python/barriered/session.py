@@ -1,9 +1,10 @@
 """How barriered attaches to a Spark session: ``install`` and ``read_stream``.
 
-``install`` registers the "barriered" data source, the "barriered-delta" sink and the
-checkpoint coordinator's query listener, makes RocksDB the state store where nothing
-else was chosen, and hooks ``load()`` of the classic and Spark Connect stream readers
-(and ``start()`` of the writers, for the sink) so that the session's
+``install`` registers the "barriered" data source, the "barriered-delta" and
+"barriered-kafka" sinks and the checkpoint coordinator's query listener, makes RocksDB
+the state store where nothing else was chosen, and hooks ``load()`` of the classic and
+Spark Connect stream readers (and ``start()`` of the writers, for the sinks) so that the
+session's
 ``spark.sql.streaming.barriered.*`` keys reach the source and the sink (a Python data
 source sees only its options). ``uninstall`` removes the listener again; so does the
 interpreter's exit, for Spark Connect sessions (see :func:`_remove_listeners_at_exit`).
@@ -25,6 +26,8 @@ from barriered.datasource.options import SESSION_CONF_OPTION, SESSION_EXTENSIONS
 from barriered.datasource.source import BarrieredDataSource
 from barriered.errors import CheckpointError
 from barriered.sink import BarrieredDeltaSink, writer
+from barriered.sink.kafka import writer as kafka_writer
+from barriered.sink.kafka.writer import BarrieredKafkaSink
 from barriered.sink.options import PATH as SINK_PATH
 from barriered.statestore import storage
 
@@ -163,7 +166,7 @@ def _hook_start(cls: Any) -> None:
     def start(self: Any, *args: Any, **kw: Any) -> Any:
         given = kw.get("format") or (args[1] if len(args) > 1 else None)
         fmt = given or getattr(self, "_barriered_format", None)
-        if fmt == BarrieredDeltaSink.name():
+        if fmt in (BarrieredDeltaSink.name(), BarrieredKafkaSink.name()):
             classic = getattr(self, "_spark", None)
             keys = json.dumps(session_conf(classic or self._session))
             self.option(SESSION_CONF_OPTION, keys)
@@ -176,7 +179,12 @@ def _hook_start(cls: Any) -> None:
                 path = kw.get("path") or (args[0] if args else None)
                 if path is not None:
                     sink_options[SINK_PATH.name] = str(path)
-                writer.before_start(sink_options, df.schema)
+                check = (
+                    writer.before_start
+                    if fmt == BarrieredDeltaSink.name()
+                    else kafka_writer.before_start
+                )
+                check(sink_options, df.schema)
         return original_start(self, *args, **kw)
 
     cls.start = start
@@ -268,6 +276,7 @@ def install(spark: SparkSession) -> BarrieredListener:
     """
     spark.dataSource.register(BarrieredDataSource)
     spark.dataSource.register(BarrieredDeltaSink)
+    spark.dataSource.register(BarrieredKafkaSink)
     _use_rocksdb(spark)
     _patch_stream_reader()
     _remove_listeners_at_exit()

@@ -34,6 +34,7 @@ from runs import (
     run,
     sink_query,
     start,
+    state_counts,
     upstream,
     wait_final_checkpoint,
 )
@@ -173,12 +174,6 @@ def test_a_reader_sees_only_whole_checkpoints(session: Any, tmp_path: Path) -> N
         expected = sorted((user, n) for user, c in counts.items() for n in range(1, c + 1))
         assert rows == expected, f"version {version} is not checkpoint {checkpoint}'s output"
     assert output_rows(out) == expected_output("append", everything())
-
-
-def state_counts(layout: SnapshotLayout, version: int) -> dict[str, int]:
-    """``RecordNumbers``' count per user in the state table at ``version``."""
-    table = DeltaTable(layout.state_table, version=version).to_pyarrow_table()
-    return dict(zip(table["user_id"].to_pylist(), table["count"].to_pylist(), strict=True))
 
 
 def test_a_restore_from_an_older_checkpoint_takes_the_output_back(

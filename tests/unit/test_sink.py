@@ -136,7 +136,7 @@ def test_a_commit_repeated_after_a_crash_changes_nothing(
         raise OSError("crash after the Delta commit")
 
     with monkeypatch.context() as m:
-        m.setattr(committer, "_forget", crash)
+        m.setattr(committer, "forget", crash)
         with pytest.raises(OSError):
             committer.commit(layout, 3, plans)
     assert staging.staged_ids(layout, "out", 0) == [0]  # still staged: a crash left it

@@ -370,6 +370,10 @@ class QueryCoordinator:
             if tick:
                 self.tick()
 
+    def ended(self) -> None:
+        """The query's run ended: release what it holds open (the sinks' clients)."""
+        self.sinks.ended()
+
     def on_progress(
         self,
         batch_id: int,

@@ -144,6 +144,12 @@ class BarrieredListener(StreamingQueryListener):
 
     def onQueryTerminated(self, event: Any) -> None:
         self._between_batches(event.id, tick=False, when="at query termination")
+        qc = self.coordinators.get(str(event.id))
+        if qc is not None:
+            try:
+                qc.ended()
+            except Exception:
+                log.exception("barriered coordinator failed to release the run's clients")
         self._ended_event(event.runId).set()
 
     def _ended_event(self, run_id: Any) -> threading.Event:

@@ -33,6 +33,7 @@ from barriered import wall_time
 from barriered.errors import SinkError
 from barriered.sink import owner, staging
 from barriered.sink import schema as output_schema
+from barriered.sink.kafka.options import KIND as KAFKA
 from barriered.sink.options import UPDATE, SinkSettings
 from barriered.sink.staging import StagedBatch
 from barriered.statestore.delta_tables import commit_files, committed_version, open_table
@@ -60,20 +61,25 @@ def participant(sink_id: str) -> str:
 class SinkPlan:
     """What checkpoint ``n`` commits to one sink: staged ``(epoch, batch)`` in order.
 
-    ``epoch`` is the run that planned the commit (its commit metadata carries it).
+    ``epoch`` is the run that planned the commit (its commit metadata carries it);
+    ``kind`` the sink (``delta``: ``path`` is the output table; ``kafka``: the folder of
+    its staged records, published by :mod:`barriered.sink.kafka.publisher`).
     """
 
     sink_id: str
     path: str
     epoch: int
     batches: tuple[tuple[int, int], ...]
+    kind: str = staging.DELTA
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (in the state commit's metadata)."""
+        extra = {} if self.kind == staging.DELTA else {"kind": self.kind}
         return {
             "path": self.path,
             "epoch": self.epoch,
             "batches": [list(b) for b in self.batches],
+            **extra,
         }
 
 
@@ -112,7 +118,8 @@ def plan(
         ]
         last = staging.read(layout, sink_id, *batches[-1]) if batches else None
         if last is not None:
-            plans.append(SinkPlan(sink_id, last.settings.path, epoch, tuple(batches)))
+            kind = staging.kind(last.settings)
+            plans.append(SinkPlan(sink_id, last.settings.path, epoch, tuple(batches), kind))
     return plans
 
 
@@ -130,6 +137,7 @@ def plans_from_metadata(metadata: Mapping[str, Any]) -> list[SinkPlan]:
             str(p["path"]),
             int(p["epoch"]),
             tuple((int(e), int(b)) for e, b in p["batches"]),
+            str(p.get("kind", staging.DELTA)),
         )
         for sid, p in raw.items()
     ]
@@ -217,6 +225,7 @@ def _commit_one(
         table = open_table(p.path)
         return SinkCommit(p.sink_id, None if table is None else table.version())
     settings, schema = batches[-1].settings, batches[-1].schema
+    assert isinstance(settings, SinkSettings)
     table, claim = guard(layout.root, settings, schema, lineage)
     if claim:
         assert table is not None
@@ -261,7 +270,7 @@ def _commit_one(
         created = open_table(settings.path)
         assert created is not None
         owner.record(created, settings, layout.root)
-    _forget(layout, batches, delete_data=settings.mode == UPDATE)
+    forget(layout, batches, delete_data=settings.mode == UPDATE)
     log.info(
         "sink %s: checkpoint %d committed %d batch(es), %d rows, table version %s",
         p.sink_id,
@@ -278,20 +287,30 @@ def commit(
     checkpoint_id: int,
     plans: Sequence[SinkPlan],
     lineage: owner.Lineage | None = None,
+    epoch: int | None = None,
 ) -> list[SinkCommit]:
     """Make the output of completed checkpoint ``checkpoint_id`` visible, per sink.
 
     Idempotent: a sink whose table already holds the checkpoint's app transaction is
-    not committed again (its staged records are only cleaned up). ``lineage``: the run
-    was restored from another snapshot path (it may take that path's tables over).
+    not committed again (its staged records are only cleaned up); a Kafka sink whose
+    group already records the checkpoint publishes nothing. ``lineage``: the run was
+    restored from another snapshot path (it may take that path's tables over);
+    ``epoch``: the run committing (a Kafka sink refuses to publish once it is fenced).
 
     Raises
     ------
     SinkError
         When a staged batch of the plan is no longer recorded, or the table is not the
-        sink's to write (:func:`guard`).
+        sink's to write (:func:`guard`), or a Kafka transaction failed.
     """
-    return [_commit_one(layout, checkpoint_id, p, lineage) for p in plans]
+    from barriered.sink.kafka import publisher  # it builds on this module
+
+    return [
+        publisher.publish(layout, checkpoint_id, p, epoch)
+        if p.kind == KAFKA
+        else _commit_one(layout, checkpoint_id, p, lineage)
+        for p in plans
+    ]
 
 
 def finish(
@@ -299,6 +318,7 @@ def finish(
     committed: Mapping[int, tuple[int, Mapping[str, Any]]],
     superseded: Callable[[int, SinkPlan], bool] | None = None,
     lineage: owner.Lineage | None = None,
+    epoch: int | None = None,
 ) -> None:
     """Finish the sink commits of completed checkpoints a crash interrupted.
 
@@ -314,10 +334,10 @@ def finish(
             if superseded is None or not superseded(checkpoint_id, p)
         ]
         if plans:
-            commit(layout, checkpoint_id, plans, lineage)
+            commit(layout, checkpoint_id, plans, lineage, epoch)
 
 
-def _forget(layout: SnapshotLayout, batches: Sequence[StagedBatch], delete_data: bool) -> None:
+def forget(layout: SnapshotLayout, batches: Sequence[StagedBatch], delete_data: bool) -> None:
     """Delete the records of committed (or orphaned) batches, and their data files when
     no table version reads them (mode update's staged rows, orphans)."""
     for batch in batches:
@@ -353,7 +373,7 @@ def sweep(
                     continue
                 batch = staging.read(layout, sink_id, old, batch_id)
                 if batch is not None:
-                    _forget(layout, [batch], delete_data=True)
+                    forget(layout, [batch], delete_data=True)
                     dropped += 1
             folder = join(layout.sink_dir(sink_id), f"e{old}")
             if not list_names(folder):

@@ -14,6 +14,10 @@ participants check every batch of their epoch against the batches this run ran: 
 this run did not run, or one staged after this run's progress of it (Spark reports a
 batch's progress only after its sink commit), was staged by another run, and the
 checkpoint fails with a :class:`~barriered.errors.SinkError` instead of committing it.
+
+The same participants serve ``barriered-kafka`` sinks (their plans are published by
+:mod:`barriered.sink.kafka.publisher`); at a run's start they also fence the Kafka sinks'
+older producers (``init_transactions``) before finishing interrupted publishes.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from barriered import wall_time
 from barriered.errors import SinkError
 from barriered.sink import committer, owner, rewind, staging
 from barriered.sink.committer import SinkCommit, SinkPlan
+from barriered.sink.kafka import publisher
+from barriered.sink.options import SinkSettings
 from barriered.statestore.fileio import exists
 from barriered.statestore.layout import SnapshotLayout
 
@@ -85,14 +91,21 @@ class SinkParticipants:
         SinkRewindError
             When a table was written by someone else after the restored checkpoint.
         """
+        if self.epoch is not None:  # no transaction of an older run commits from now on
+            publisher.fence(self.layout, self.epoch)
         committer.finish(
             self.layout,
             {c: v for c, v in committed.items() if restored is None or c <= restored},
             lambda cid, p: rewind.superseded(self.layout, cid, p),
             self.lineage,
+            self.epoch,
         )
         if restored is not None:
             rewind.rewind(self.layout, restored, committed, self.epoch)
+
+    def ended(self) -> None:
+        """The run ended: close its Kafka sinks' clients (nothing is left to publish)."""
+        publisher.close(self.layout.root)
 
     def ran(self, batch_id: int, at_ms: int | None = None) -> None:
         """This run ran ``batch_id`` (its progress arrived, after its sink commit)."""
@@ -162,14 +175,14 @@ class SinkParticipants:
         self._check_own(plans)
         for p in plans:  # the checkpoint does not complete with output it cannot commit
             last = staging.read(self.layout, p.sink_id, *p.batches[-1])
-            if last is not None:
+            if last is not None and isinstance(last.settings, SinkSettings):
                 committer.guard(self.layout.root, last.settings, last.schema, self.lineage)
         return plans
 
     def commit(self, checkpoint_id: int, plans: list[SinkPlan]) -> None:
         """Commit the staged output of completed ``checkpoint_id`` (see :mod:`committer`)."""
         self._done[checkpoint_id] = committer.commit(
-            self.layout, checkpoint_id, plans, self.lineage
+            self.layout, checkpoint_id, plans, self.lineage, self.epoch
         )
 
     def sweep(self, min_age_ms: int) -> None:

@@ -16,6 +16,12 @@ walks past it like past any commit after its checkpoint. The restore is recorded
 commit of a checkpoint after the restored one that the crashed run left unfinished. App
 transactions are not rewound: the restored run numbers its checkpoints after every id
 the path used.
+
+A ``barriered-kafka`` sink cannot be rewound (published records stay in the topic): a
+restore from ``n`` is refused (:func:`check`, nothing written) when its sink already
+published a checkpoint after ``n`` (:func:`barriered.sink.kafka.publisher.check_restore`);
+a completed checkpoint after ``n`` that was not published yet is never published (as
+above), so the restored run publishes the output after ``n`` once.
 """
 
 from __future__ import annotations
@@ -29,8 +35,10 @@ from deltalake.transaction import CommitProperties
 
 from barriered.errors import SinkRewindError
 from barriered.sink.committer import CREATED_KEY, SinkPlan, plans_from_metadata
+from barriered.sink.kafka import publisher
 from barriered.sink.options import PATH
 from barriered.sink.owner import RECORDED_KEY, SINK_ID_KEY, SNAPSHOT_PATH_KEY
+from barriered.sink.staging import DELTA
 from barriered.statestore.delta_tables import open_table
 from barriered.statestore.fileio import join, read_json, write_json
 from barriered.statestore.layout import SnapshotLayout
@@ -66,7 +74,12 @@ class Rewind:
 
 def sink_tables(committed: Mapping[int, tuple[int, Mapping[str, Any]]]) -> dict[str, str]:
     """Sink id -> output table of every sink a retained checkpoint committed to."""
-    return {p.sink_id: p.path for _, meta in committed.values() for p in plans_from_metadata(meta)}
+    return {
+        p.sink_id: p.path
+        for _, meta in committed.values()
+        for p in plans_from_metadata(meta)
+        if p.kind == DELTA
+    }
 
 
 def _target(sink_id: str, path: str, root: str, checkpoint_id: int) -> Rewind | None:
@@ -150,9 +163,10 @@ def check(
     Raises
     ------
     SinkRewindError
-        See :func:`plan`.
+        See :func:`plan`; or a Kafka sink already published a later checkpoint.
     """
     plan(layout, checkpoint_id, committed)
+    publisher.check_restore(layout, checkpoint_id)
 
 
 def rewind(
@@ -169,7 +183,8 @@ def rewind(
         See :func:`plan` (then nothing was written).
     """
     done = [r for r in plan(layout, checkpoint_id, committed) if r.needed]
-    if epoch is not None and sink_tables(committed):
+    publisher.check_restore(layout, checkpoint_id)
+    if epoch is not None and any(plans_from_metadata(m) for _, m in committed.values()):
         record_restore(layout, epoch, checkpoint_id)
     for r in done:
         table = open_table(r.path)

@@ -7,6 +7,10 @@ the sink's settings. Nothing is visible in the output table yet. Staged batches 
 by the epoch of the run that staged them (:mod:`barriered.coordinator.ownership`): Spark
 numbers the batches of a restored run from 0 again, and the batches a crashed run staged
 after the restored cut must never be committed.
+
+Both sinks stage this way: the ``barriered-delta`` sink's data files lie in the output
+table's folder, the ``barriered-kafka`` sink's (its rows as Kafka records) under
+``_sink/<sink>/data/`` (:mod:`barriered.sink.kafka`); ``settings.kind`` tells them apart.
 """
 
 from __future__ import annotations
@@ -17,17 +21,31 @@ from typing import Any
 
 import pyarrow as pa
 
+from barriered.sink.kafka.options import KIND as KAFKA
+from barriered.sink.kafka.options import KafkaSinkSettings
 from barriered.sink.options import SinkSettings
 from barriered.statestore.acks import DataFile
 from barriered.statestore.fileio import join, list_names, read_json, write_json
 from barriered.statestore.layout import SnapshotLayout
+
+DELTA = "delta"
+
+
+def settings_from_dict(d: dict[str, Any]) -> SinkSettings | KafkaSinkSettings:
+    """The settings of a staged batch (a delta sink's have no ``kind``)."""
+    return KafkaSinkSettings.from_dict(d) if d.get("kind") == KAFKA else SinkSettings.from_dict(d)
+
+
+def kind(settings: SinkSettings | KafkaSinkSettings) -> str:
+    """``"kafka"`` or ``"delta"``: which sink staged with ``settings``."""
+    return KAFKA if isinstance(settings, KafkaSinkSettings) else DELTA
 
 
 @dataclass(frozen=True)
 class StagedBatch:
     """The output of one micro-batch, written but not committed."""
 
-    settings: SinkSettings
+    settings: SinkSettings | KafkaSinkSettings
     epoch: int
     batch_id: int
     schema: pa.Schema
@@ -60,7 +78,7 @@ class StagedBatch:
     def from_dict(cls, d: dict[str, Any]) -> StagedBatch:
         """Parse the JSON form."""
         return cls(
-            settings=SinkSettings.from_dict(d["settings"]),
+            settings=settings_from_dict(d["settings"]),
             epoch=int(d["epoch"]),
             batch_id=int(d["batch_id"]),
             schema=pa.ipc.read_schema(pa.py_buffer(base64.b64decode(d["schema"]))),

@@ -87,9 +87,11 @@ def write_files(settings: SinkSettings, table: pa.Table) -> list[DataFile]:
     ]
 
 
-def _no_source(sink_id: str, layout: SnapshotLayout, why: str) -> SinkError:
+def _no_source(
+    sink_id: str, layout: SnapshotLayout, why: str, sink: str = "barriered-delta"
+) -> SinkError:
     return SinkError(
-        f"barriered-delta sink {sink_id!r}: {why}. The sink writes the output of a stream "
+        f"{sink} sink {sink_id!r}: {why}. The sink writes the output of a stream "
         "read with spark.readStream.format('barriered') (its coordinator commits the "
         "output with the checkpoints), and its snapshotPath must be that source's (the "
         f"session key {PREFIX}snapshotPath or the option snapshotPath, now "
@@ -97,7 +99,9 @@ def _no_source(sink_id: str, layout: SnapshotLayout, why: str) -> SinkError:
     )
 
 
-def run_epoch(layout: SnapshotLayout, sink_id: str, batch_id: int) -> int:
+def run_epoch(
+    layout: SnapshotLayout, sink_id: str, batch_id: int, sink: str = "barriered-delta"
+) -> int:
     """The epoch of the run that owns the snapshot path (the one staging this batch).
 
     Raises
@@ -108,7 +112,10 @@ def run_epoch(layout: SnapshotLayout, sink_id: str, batch_id: int) -> int:
     owner = current_owner(layout)
     if owner is None:
         raise _no_source(
-            sink_id, layout, f"no barriered source ever read with snapshot path {layout.root!r}"
+            sink_id,
+            layout,
+            f"no barriered source ever read with snapshot path {layout.root!r}",
+            sink,
         )
     if not owner.alive(wall_time.now_ms(), sys.maxsize):  # released, or its process gone
         raise _no_source(
@@ -117,6 +124,7 @@ def run_epoch(layout: SnapshotLayout, sink_id: str, batch_id: int) -> int:
             f"batch {batch_id} was not read by a running barriered source: the last run on "
             f"snapshot path {layout.root!r} (epoch {owner.epoch}) has ended; the batch's "
             "data files are left unreferenced in the output folder",
+            sink,
         )
     return owner.epoch
 

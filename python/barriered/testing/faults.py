@@ -40,6 +40,7 @@ from barriered.crash_points import (
     BEFORE_COMMIT,
     INFLIGHT_CAPTURE,
     MESSAGE_PREFIX,
+    MID_PUBLISH,
     POINTS,
     STATE_SNAPSHOT,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "ALIGNING",
     "BEFORE_COMMIT",
     "INFLIGHT_CAPTURE",
+    "MID_PUBLISH",
     "POINTS",
     "STATE_SNAPSHOT",
     "fire",

@@ -216,7 +216,8 @@ def _cells(row: dict[str, Any]) -> list[str]:
 
 
 def _output(row: dict[str, Any]) -> str:
-    """What the barriered-delta sink committed with the checkpoint: rows, bytes."""
+    """What a sink committed (barriered-delta) or published (barriered-kafka) with the
+    checkpoint: rows, bytes."""
     if row.get("sink_rows") is None:
         return ""
     return f"{row['sink_rows']} rows {human_bytes(row.get('sink_bytes'))}"

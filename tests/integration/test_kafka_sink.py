@@ -1,0 +1,293 @@
+"""The ``barriered-kafka`` sink on the real broker: whole checkpoints, once, fenced zombies.
+
+A run publishes exactly one uninterrupted run's output, each record once; a consumer
+watching the topic with ``read_committed`` during the run only ever sees, per partition,
+the output of a completed checkpoint. A zombie's open transaction is aborted and its
+commit fenced by the next run's ``init_transactions``. A restore below a published
+checkpoint, a bad option, a missing topic and a missing topic column are refused
+with typed errors, and write nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import KafkaException
+
+import barriered
+from barriered.coordinator import ownership
+from barriered.errors import ConfigError, SinkError, SinkRewindError
+from barriered.sink import staging
+from barriered.sink.committer import SinkPlan
+from barriered.sink.kafka import options as kafka_options
+from barriered.sink.kafka import publisher
+from barriered.sink.kafka.options import KafkaSinkSettings
+from barriered.sink.kafka.writer import FILE_PREFIX, RECORDS
+from barriered.sink.staging import StagedBatch
+from barriered.statestore import checkpoints_table
+from barriered.statestore.acks import write_data_file
+from barriered.statestore.layout import SnapshotLayout
+from barriered.testing import faults
+from file_tree import tree
+from kafka_sink_runs import FORMAT, as_records, kafka_query, published
+from runs import (
+    MODES,
+    SOURCE,
+    commit_metadata,
+    expected_output,
+    run,
+    state_counts,
+    upstream,
+)
+
+pytestmark = pytest.mark.kafka
+SPARK = pytest.mark.spark
+LEASE_MS = 60_000
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Any:
+    """The sink's clients of a test go with it (not at exit, after the broker)."""
+    yield
+    publisher.close()
+
+
+def new_topic(broker: Any, partitions: int = 2) -> str:
+    topic = f"out-{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, partitions)
+    return topic
+
+
+def everything() -> dict[int, int]:
+    return dict(enumerate(upstream().available()))
+
+
+@SPARK
+def test_a_run_publishes_whole_checkpoints_once(
+    session: Any, kafka_broker: Any, tmp_path: Path
+) -> None:
+    topic = new_topic(kafka_broker)
+    seen: list[dict[int, int]] = []
+    done = threading.Event()
+
+    def watch() -> None:  # what a read_committed consumer can read, over and over
+        while not done.is_set():
+            with contextlib.suppress(KafkaException):  # no leader known yet: ask again
+                seen.append(kafka_broker.end_offsets(topic))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    processor, sink = kafka_query("append", kafka_broker.bootstrap, topic)
+    try:
+        _, layout = run(
+            session,
+            tmp_path,
+            MODES["unaligned"],
+            processor=processor,
+            sink=sink,
+            sink_format=FORMAT,
+            output=as_records,
+        )
+    finally:
+        done.set()
+        watcher.join(timeout=30)
+    records = kafka_broker.read_committed(topic)
+    assert published(kafka_broker, topic, "append") == expected_output("append", everything())
+
+    # per partition, every end offset seen is the output of one completed checkpoint
+    state = commit_metadata(layout)
+    partition_of = {r.key.decode(): r.partition for r in records}
+    outputs = []  # per completed checkpoint: partition -> its rows
+    for cid in sorted(state):
+        counts = state_counts(layout, int(state[cid]["version"]))
+        rows: dict[int, list[tuple[str, int]]] = {0: [], 1: []}
+        for user, count in counts.items():
+            if user in partition_of:
+                rows[partition_of[user]] += [(user, n) for n in range(1, count + 1)]
+        outputs.append({p: sorted(r) for p, r in rows.items()})
+    distinct = {json.dumps(s, sort_keys=True) for s in seen}
+    assert len(distinct) >= 3, f"the consumer saw only {distinct}"
+    for ends in seen:
+        for p, end in ends.items():
+            below = sorted(
+                (r.key.decode(), int(r.value))
+                for r in records
+                if r.partition == p and r.offset < end
+            )
+            assert any(o[p] == below for o in [{0: [], 1: []}, *outputs]), (
+                f"partition {p} up to offset {end} is no completed checkpoint's output"
+            )
+
+    rows_by_checkpoint = {
+        r["checkpoint_id"]: (r["sink_rows"], r["sink_bytes"])
+        for r in checkpoints_table.completed(layout)
+    }
+    assert sum(n for n, _ in rows_by_checkpoint.values() if n) == len(records)
+    value_bytes = sum(len(r.key or b"") + len(r.value or b"") for r in records)
+    assert sum(b for _, b in rows_by_checkpoint.values() if b) == value_bytes
+    settings = publisher.saved_settings(layout, topic)
+    assert settings is not None
+    last = max(c for c, (n, _) in rows_by_checkpoint.items() if n)
+    assert publisher.published(settings) == publisher.Published(
+        last, rows_by_checkpoint[last][0], rows_by_checkpoint[last][1], layout.root
+    )
+    assert not list(Path(settings.path).rglob("*.parquet")), "published records stay staged"
+
+
+def stage_records(layout: SnapshotLayout, s: KafkaSinkSettings, epoch: int, rows: int) -> None:
+    table = pa.table(
+        {
+            "key": [f"k{i % 7}".encode() for i in range(rows)],
+            "value": [str(i).encode() for i in range(rows)],
+            "topic": pa.nulls(rows, pa.string()),
+            "partition": pa.nulls(rows, pa.int32()),
+            "headers": pa.nulls(rows, RECORDS.field("headers").type),
+        },
+        schema=RECORDS,
+    )
+    files = (write_data_file(s.path, {}, FILE_PREFIX, table),)
+    staging.stage(layout, StagedBatch(s, epoch, 0, RECORDS, files, int(time.time() * 1000)))
+
+
+def sink_of(tmp_path: Path, broker: Any, topic: str) -> tuple[SnapshotLayout, KafkaSinkSettings]:
+    layout = SnapshotLayout.at(str(tmp_path / "snap"))
+    client = (("bootstrap.servers", broker.bootstrap),)
+    settings = KafkaSinkSettings(layout.root, "s", topic, topic, client)
+    publisher.save_settings(layout, settings)
+    return layout, settings
+
+
+def test_a_zombie_is_fenced_and_none_of_its_records_is_visible(
+    kafka_broker: Any, tmp_path: Path
+) -> None:
+    topic = new_topic(kafka_broker)
+    layout, s = sink_of(tmp_path, kafka_broker, topic)
+    old = ownership.acquire(layout, LEASE_MS).epoch
+    stage_records(layout, s, old, 1000)
+    plan = SinkPlan("s", s.path, old, ((old, 0),), "kafka")
+    faults.inject(layout.root, faults.MID_PUBLISH, 1, faults.BLOCK)
+    failure: list[BaseException] = []
+
+    def zombie() -> None:  # no ownership check (epoch None): only Kafka fences it
+        try:
+            publisher.publish(layout, 1, plan, None)
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=zombie)
+    thread.start()
+    faults.wait_fired(layout.root, faults.MID_PUBLISH, timeout_s=60)
+    # half the records are in the log, in the zombie's open transaction
+    assert sum(kafka_broker.end_offsets(topic, read_committed=False).values()) >= 500
+    assert kafka_broker.read_committed(topic) == []
+    new = ownership.acquire(layout, LEASE_MS, restore_from="latest").epoch
+    publisher.fence(layout, new)  # the new run's start: the zombie's transaction aborted
+    assert publisher.publish(layout, 1, plan, new).rows == 1000
+    faults.release(layout.root, faults.MID_PUBLISH)
+    thread.join(timeout=120)
+    assert len(failure) == 1 and isinstance(failure[0], SinkError), failure
+    assert "fenced" in str(failure[0]).lower()
+    values = sorted(int(r.value) for r in kafka_broker.read_committed(topic))
+    assert values == list(range(1000))  # the new run's records, once; none of the zombie's
+    assert publisher.published(s) == publisher.Published(1, 1000, 2890 + 2000, layout.root)
+
+
+def test_a_restore_below_a_published_checkpoint_is_refused(
+    kafka_broker: Any, tmp_path: Path
+) -> None:
+    topic = new_topic(kafka_broker, 1)
+    layout, s = sink_of(tmp_path, kafka_broker, topic)
+    epoch = ownership.acquire(layout, LEASE_MS).epoch
+    stage_records(layout, s, epoch, 10)
+    publisher.publish(layout, 4, SinkPlan("s", s.path, epoch, ((epoch, 0),), "kafka"), epoch)
+    publisher.check_restore(layout, 4)  # the published checkpoint itself: nothing again
+    before = tree(layout.root), kafka_broker.end_offsets(topic)
+    with pytest.raises(SinkRewindError) as refused:
+        publisher.check_restore(layout, 3)
+    assert str(refused.value) == (
+        f"restore from checkpoint 3 of {layout.root!r}: the barriered-kafka sink 's' "
+        f"already published the output up to checkpoint 4 to {topic!r} (group "
+        "'barriered.sink.s'), and Kafka records cannot be taken back: the restored run "
+        "would publish the output after checkpoint 3 again. Nothing was written. Restore "
+        "the latest checkpoint (4 or later), or publish to a new topic with a new sinkId"
+    )
+    assert (tree(layout.root), kafka_broker.end_offsets(topic)) == before
+
+
+def test_secrets_are_never_written_nor_shown(tmp_path: Path) -> None:
+    secret = "s3cr3t-pa55"
+    given = {
+        "kafka.bootstrap.servers": "127.0.0.1:1",
+        "kafka.sasl.password": secret,
+        "kafka.sasl.jaas.config": f'x required password="{secret}";',
+        "topic": "t",
+        "snapshotPath": str(tmp_path / "snap"),
+    }
+    settings = kafka_options.parse(given)
+    kafka_options.remember_secrets(settings, given)
+    assert secret not in json.dumps(settings.to_dict())
+    assert settings.producer_config()["sasl.password"] == secret  # this process only
+    publisher.save_settings(SnapshotLayout.at(str(tmp_path / "snap")), settings)
+    written = [p.read_text() for p in (tmp_path / "snap").rglob("*") if p.is_file()]
+    assert written and not any(secret in w for w in written)
+    assert kafka_options.redact(f"login {secret} failed", settings) == "login *** failed"
+
+
+REFUSALS = {
+    "bad option": (
+        {"topc": "x"},
+        ConfigError,
+        "unknown barriered-kafka sink option 'topc' (did you mean 'topic'?)",
+    ),
+    "missing topic": (
+        {"topic": "no-such-topic"},
+        SinkError,
+        "barriered-kafka sink 'no-such-topic': the topic 'no-such-topic' (option 'topic') "
+        "does not exist on '{bootstrap}'; the sink never creates topics. Nothing was "
+        "written. Create it first",
+    ),
+    "no topic": (
+        {"sinkId": "s", "progressTopic": "{topic}"},
+        ConfigError,
+        "the barriered-kafka sink needs a topic: set the option 'topic', or give the "
+        "query's output a 'topic' column (its columns: ['key', 'value']). Nothing was "
+        "written",
+    ),
+}
+
+
+@SPARK
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_a_refused_sink_writes_nothing(
+    session: Any, kafka_broker: Any, tmp_path: Path, case: str
+) -> None:
+    topic = new_topic(kafka_broker, 1)
+    extra, error, message = REFUSALS[case]
+    barriered.install(session)
+    snap = tmp_path / "snap"
+    events = session.readStream.format("barriered").options(**SOURCE)
+    events = events.option("snapshotPath", str(snap)).load()
+    processor, _ = kafka_query("append", kafka_broker.bootstrap, topic)
+    out = as_records(barriered.keyed(events, "user_id").process(processor))
+    before = tree(tmp_path), kafka_broker.end_offsets(topic)
+    writer = (
+        out.writeStream.format(FORMAT)
+        .option("kafka.bootstrap.servers", kafka_broker.bootstrap)
+        .option("snapshotPath", str(snap))
+        .options(**{k: v.format(topic=topic) for k, v in extra.items()})
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+    )
+    with pytest.raises(error) as refused:
+        writer.start()
+    assert message.format(bootstrap=kafka_broker.bootstrap) in str(refused.value)
+    assert (tree(tmp_path), kafka_broker.end_offsets(topic)) == before

@@ -1,0 +1,66 @@
+"""One Spark driver of tests/recovery/test_kafka_sink_recovery.py, run as its own process.
+
+``python kafka_sink_driver.py SNAP CHECKPOINT_PARENT BOOTSTRAP TOPIC KIND MODE`` runs the
+availableNow query of ``runs.SOURCE`` through ``barriered.keyed`` (KIND ``append`` or
+``update``, :mod:`kafka_sink_runs`) into the ``barriered-kafka`` sink publishing to
+TOPIC, with the checkpoint settings of ``runs.MODES[MODE]`` (its own local[2] session, 2
+shuffle partitions). The test arms a blocking fault first and SIGKILLs this process once
+the fault fired (or releases it: a zombie). Prints ``STARTED`` and ``ENDED``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+import barriered
+from kafka_sink_runs import FORMAT, as_records, kafka_query
+from runs import MODES, PREFIX, SOURCE, start
+
+
+def main() -> int:
+    snap, parent, bootstrap, topic, kind, mode = sys.argv[1:7]
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("kafka-sink-driver")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config(
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        )
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    barriered.install(spark)
+    for key, value in {
+        "checkpointInterval": "10ms",
+        "maxParallelism": "8",
+        "bufferPerChannel": "100",
+        "retainedCheckpoints": "100",
+    }.items():
+        spark.conf.set(PREFIX + key, value)
+    processor, sink = kafka_query(kind, bootstrap, topic)
+    query = start(
+        spark,
+        Path(parent),
+        MODES[mode],
+        SOURCE,
+        snap,
+        "ck-crashed",
+        processor,
+        sink,
+        FORMAT,
+        as_records,
+    )
+    print("STARTED", flush=True)
+    query.awaitTermination()
+    print("ENDED", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
