@@ -26,6 +26,7 @@ from barriered.barrier import (
     TimeAdvance,
     parse_event,
 )
+from barriered.datasource.alignment import feed
 from barriered.testing.conformance import run_scenario
 from barriered.testing.recording import RecordingController
 
@@ -97,17 +98,7 @@ def run(sc: Scenario) -> Run:
     result.handler = handler
     for index, event in enumerate(sc.parsed):
         before = len(result.controller.calls)
-        if isinstance(event, Data):
-            handler.on_data(event.channel, index)
-        elif isinstance(event, Barrier):
-            handler.on_barrier(event.channel, event.checkpoint_id)
-        elif isinstance(event, Cancel):
-            handler.on_cancel(event.channel, event.checkpoint_id)
-        elif isinstance(event, EndOfPartition):
-            handler.on_end_of_partition(event.channel)
-        else:
-            clock.advance(event.ms)
-            handler.on_time_advanced()
+        feed(handler, clock, event, index)  # the production planner's dispatch
         result.calls.append(result.controller.calls[before:])
         result.blocked.append(handler.blocked_channels())
     return result
