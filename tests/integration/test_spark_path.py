@@ -260,7 +260,7 @@ def test_files_upstream_on_a_file_uri_snapshot_path(session: Any, tmp_path: Path
     conf = {**MODES["aligned"], "snapshotStorageOptions": '{"timeout": "120s"}'}
     query, layout = run(session, tmp_path, conf, source, snap, final=tuple(sizes.values()))
     assert layout.root.startswith("file://")
-    assert layout.storage_options == {"timeout": "120s"}
+    assert layout.storage_options == {"TIMEOUT": "120s"}  # delta-rs names, upper case
     done = checkpoints_table.completed(layout)
     assert len(done) >= 2
     assert all(r["effective_mode"] == "aligned" for r in done)

@@ -53,8 +53,8 @@ def main() -> int:
         "ck-crashed",
         processor,
         sink,
-        FORMAT,
-        as_records,
+        sink_format=FORMAT,
+        output=as_records,
     )
     print("STARTED", flush=True)
     query.awaitTermination()

@@ -132,8 +132,8 @@ def test_published_output_after_a_crash_and_restore_is_exactly_one_runs(
             "ck-restored",
             processor,
             sink,
-            FORMAT,
-            as_records,
+            sink_format=FORMAT,
+            output=as_records,
         )
         restored.awaitTermination()
         wait_final_checkpoint(layout, tuple(upstream().available()), restored, after_id=crashed_at)
