@@ -50,9 +50,10 @@ BEFORE_CUT = {
     "aligned_with_timeout": faults.ALIGNING,
     "unaligned": faults.INFLIGHT_CAPTURE,
 }
-REPRESENTATIVE = ("unaligned", faults.AFTER_COMMIT)
+#: The default suite's case (mode update's is test_s3_recovery's, on the S3 server).
+REPRESENTATIVE = ("append", "unaligned", faults.AFTER_COMMIT)
 CASES = [
-    pytest.param(kind, mode, point, marks=() if (mode, point) == REPRESENTATIVE else (FULL,))
+    pytest.param(kind, mode, point, marks=() if (kind, mode, point) == REPRESENTATIVE else (FULL,))
     for kind in ("append", "update")
     for mode in ("aligned", "unaligned", "aligned_with_timeout")
     for point in (
