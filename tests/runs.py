@@ -314,3 +314,36 @@ def state_counts(layout: SnapshotLayout, version: int) -> dict[str, int]:
     """``RecordNumbers``' count per user in the state table at ``version``."""
     table = DeltaTable(layout.state_table, version=version).to_pyarrow_table()
     return dict(zip(table["user_id"].to_pylist(), table["count"].to_pylist(), strict=True))
+
+
+#: Session keys of the crash-test drivers: a checkpoint as often as possible, all kept.
+DRIVER_KEYS = {
+    "checkpointInterval": "10ms",
+    "maxParallelism": "8",
+    "bufferPerChannel": "100",
+    "retainedCheckpoints": "100",
+}
+
+
+def driver_session(app: str, keys: dict[str, str] | None = None) -> Any:
+    """The local session of a crash-test driver process, with barriered installed and
+    :data:`DRIVER_KEYS` (and ``keys``) set."""
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config(
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        )
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    barriered.install(spark)
+    for key, value in {**DRIVER_KEYS, **(keys or {})}.items():
+        spark.conf.set(PREFIX + key, value)
+    return spark

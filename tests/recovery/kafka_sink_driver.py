@@ -13,36 +13,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pyspark.sql import SparkSession
-
-import barriered
 from kafka_sink_runs import FORMAT, as_records, kafka_query
-from runs import MODES, PREFIX, SOURCE, start
+from runs import MODES, SOURCE, driver_session, start
 
 
 def main() -> int:
     snap, parent, bootstrap, topic, kind, mode = sys.argv[1:7]
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("kafka-sink-driver")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config(
-            "spark.sql.streaming.stateStore.providerClass",
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        )
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    barriered.install(spark)
-    for key, value in {
-        "checkpointInterval": "10ms",
-        "maxParallelism": "8",
-        "bufferPerChannel": "100",
-        "retainedCheckpoints": "100",
-    }.items():
-        spark.conf.set(PREFIX + key, value)
+    spark = driver_session("kafka-sink-driver")
     processor, sink = kafka_query(kind, bootstrap, topic)
     query = start(
         spark,

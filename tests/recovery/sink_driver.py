@@ -17,36 +17,12 @@ import os
 import sys
 from pathlib import Path
 
-from pyspark.sql import SparkSession
-
-import barriered
-from runs import MODES, PREFIX, SOURCE, sink_query, start
+from runs import MODES, SOURCE, driver_session, sink_query, start
 
 
 def main() -> int:
     snap, parent, out, kind, mode = sys.argv[1:6]
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("sink-driver")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config(
-            "spark.sql.streaming.stateStore.providerClass",
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        )
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    barriered.install(spark)
-    for key, value in {
-        "checkpointInterval": "10ms",
-        "maxParallelism": "8",
-        "bufferPerChannel": "100",
-        "retainedCheckpoints": "100",
-        **json.loads(os.environ.get("BARRIERED_TEST_CONF") or "{}"),
-    }.items():
-        spark.conf.set(PREFIX + key, value)
+    spark = driver_session("sink-driver", json.loads(os.environ.get("BARRIERED_TEST_CONF") or "{}"))
     processor, sink = sink_query(kind, out)
     query = start(spark, Path(parent), MODES[mode], SOURCE, snap, "ck-crashed", processor, sink)
     print("STARTED", flush=True)

@@ -11,10 +11,6 @@ once (append), the final total as each key's last value (update).
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -30,6 +26,7 @@ from runs import (
     SOURCE,
     commit_metadata,
     expected_output,
+    kill_driver_when,
     start,
     upstream,
     wait_final_checkpoint,
@@ -72,26 +69,10 @@ def crash_driver(tmp_path: Path, bootstrap: str, topic: str, kind: str, mode: st
     checkpoint 2 on), SIGKILL the driver; return the fault's record."""
     snap = str(tmp_path / "snap")
     faults.inject(snap, point, checkpoint_id=2, action=faults.BLOCK)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(sys.path),
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-    }
-    args = [sys.executable, str(DRIVER), snap, str(tmp_path), bootstrap, topic, kind, mode]
-    log = (tmp_path / "driver.out").open("w")
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
-        record = faults.wait_fired(snap, point, timeout_s=240)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=60)
-        log.close()
-    assert proc.returncode == -signal.SIGKILL, (tmp_path / "driver.out").read_text()
-    return record
+    args = [snap, str(tmp_path), bootstrap, topic, kind, mode]
+    return kill_driver_when(
+        DRIVER, args, tmp_path / "driver.out", lambda: faults.fired(snap, point)
+    )
 
 
 @pytest.mark.parametrize(("kind", "mode", "point"), CASES)
