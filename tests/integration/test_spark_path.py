@@ -29,7 +29,6 @@ from barriered.session import ROCKSDB_PROVIDER, STATE_STORE_PROVIDER
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from runs import (
-    BOTH,
     CHANNELS,
     FILES_SOURCE,
     MODES,
@@ -60,8 +59,19 @@ def inflight_rows(layout: SnapshotLayout, version: int, checkpoint_id: int) -> s
     return {(r["_channel"], r["_seq"]) for r in rows}
 
 
-@BOTH
-@pytest.mark.parametrize("mode", ["aligned", "unaligned", "aligned_with_timeout"])
+@pytest.mark.parametrize(
+    ("session", "mode"),
+    [
+        *((("classic", mode)) for mode in ("aligned", "unaligned", "aligned_with_timeout")),
+        # Connect drives the same planner: one mode by default, the others under full
+        pytest.param("connect", "unaligned", marks=pytest.mark.connect),
+        *(
+            pytest.param("connect", mode, marks=(pytest.mark.connect, pytest.mark.full))
+            for mode in ("aligned", "aligned_with_timeout")
+        ),
+    ],
+    indirect=["session"],
+)
 def test_completed_checkpoints_hold_exactly_the_records_before_the_barrier(
     session: Any, tmp_path: Path, mode: str
 ) -> None:

@@ -20,30 +20,51 @@ FORMAT_VERSION = 1
 
 
 @dataclass(frozen=True)
-class StartedCheckpoint:
-    """A checkpoint whose barrier positions the planner fixed in this batch (``started``).
-
-    The coordinator adopts it from the offset (JSON key ``id`` for ``checkpoint_id``).
-    """
+class _Identified:
+    """What every checkpoint entry of the offset starts with: its id (JSON key ``id``),
+    kind, mode and barrier positions (one per channel)."""
 
     checkpoint_id: int
     kind: str
     mode: Mode
     barrier: tuple[int, ...]
-    at_ms: int
-    requested_ms: int = 0
-    reason: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", Mode(self.mode))  # a mode name is accepted too
 
-    def to_dict(self) -> dict[str, Any]:
-        """Return the JSON form."""
+    def _head(self) -> dict[str, Any]:
         return {
             "id": self.checkpoint_id,
             "kind": self.kind,
             "mode": self.mode.value,
             "barrier": list(self.barrier),
+        }
+
+    @staticmethod
+    def _parse_head(d: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "checkpoint_id": int(d["id"]),
+            "kind": str(d["kind"]),
+            "mode": Mode(d["mode"]),
+            "barrier": tuple(int(x) for x in d["barrier"]),
+        }
+
+
+@dataclass(frozen=True)
+class StartedCheckpoint(_Identified):
+    """A checkpoint whose barrier positions the planner fixed in this batch (``started``).
+
+    The coordinator adopts it from the offset (JSON key ``id`` for ``checkpoint_id``).
+    """
+
+    at_ms: int
+    requested_ms: int = 0
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return {
+            **self._head(),
             "at_ms": self.at_ms,
             "requested_ms": self.requested_ms,
             "reason": self.reason,
@@ -53,10 +74,7 @@ class StartedCheckpoint:
     def from_dict(cls, d: dict[str, Any]) -> StartedCheckpoint:
         """Parse the JSON form."""
         return cls(
-            checkpoint_id=int(d["id"]),
-            kind=str(d["kind"]),
-            mode=Mode(d["mode"]),
-            barrier=tuple(int(x) for x in d["barrier"]),
+            **cls._parse_head(d),
             at_ms=int(d["at_ms"]),
             requested_ms=int(d.get("requested_ms", 0)),
             reason=str(d.get("reason", "")),
@@ -81,7 +99,7 @@ class AbortedCheckpoint:
 
 
 @dataclass(frozen=True)
-class ActiveCheckpoint:
+class ActiveCheckpoint(_Identified):
     """A checkpoint whose barriers are fixed but whose cut has not happened yet.
 
     With ``arrived`` (the channels whose barrier arrived, in arrival order) and
@@ -91,25 +109,15 @@ class ActiveCheckpoint:
     ``first_barrier_ms`` existed read it as ``started_ms``.
     """
 
-    checkpoint_id: int
-    kind: str
-    mode: Mode
-    barrier: tuple[int, ...]
     arrived: tuple[int, ...]
     started_ms: int
     reason: str = ""
     first_barrier_ms: int | None = None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "mode", Mode(self.mode))  # a mode name is accepted too
-
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""
         return {
-            "id": self.checkpoint_id,
-            "kind": self.kind,
-            "mode": self.mode.value,
-            "barrier": list(self.barrier),
+            **self._head(),
             "arrived": list(self.arrived),
             "started_ms": self.started_ms,
             "reason": self.reason,
@@ -122,10 +130,7 @@ class ActiveCheckpoint:
         arrived = tuple(int(x) for x in d["arrived"])
         first = d.get("first_barrier_ms", d["started_ms"] if arrived else None)
         return cls(
-            checkpoint_id=int(d["id"]),
-            kind=str(d["kind"]),
-            mode=Mode(d["mode"]),
-            barrier=tuple(int(x) for x in d["barrier"]),
+            **cls._parse_head(d),
             arrived=arrived,
             started_ms=int(d["started_ms"]),
             reason=str(d.get("reason", "")),
@@ -134,27 +139,17 @@ class ActiveCheckpoint:
 
 
 @dataclass(frozen=True)
-class Cut:
+class Cut(_Identified):
     """The checkpoint whose snapshot is taken at the end of this batch (JSON ``id``)."""
 
-    checkpoint_id: int
-    kind: str
-    mode: Mode
-    barrier: tuple[int, ...]
     inflight: tuple[tuple[int, int, int], ...]
     base: int | None
     at_ms: int
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "mode", Mode(self.mode))  # a mode name is accepted too
-
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""
         return {
-            "id": self.checkpoint_id,
-            "kind": self.kind,
-            "mode": self.mode.value,
-            "barrier": list(self.barrier),
+            **self._head(),
             "inflight": [list(x) for x in self.inflight],
             "base": self.base,
             "at_ms": self.at_ms,
@@ -164,10 +159,7 @@ class Cut:
     def from_dict(cls, d: dict[str, Any]) -> Cut:
         """Parse the JSON form."""
         return cls(
-            checkpoint_id=int(d["id"]),
-            kind=str(d["kind"]),
-            mode=Mode(d["mode"]),
-            barrier=tuple(int(x) for x in d["barrier"]),
+            **cls._parse_head(d),
             inflight=tuple((int(a), int(b), int(c)) for a, b, c in d["inflight"]),
             base=None if d.get("base") is None else int(d["base"]),
             at_ms=int(d["at_ms"]),
