@@ -25,8 +25,9 @@ from deltalake import DeltaTable
 from standalone import Cluster, alive
 
 from barriered.statestore import checkpoints_table
-from barriered.statestore.delta_tables import current_files
+from barriered.statestore.delta_tables import current_files, open_table
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.storage import delta_options
 from barriered.testing import faults
 from runs import MODES, SOURCE, commit_metadata, start, state_at, totals_before, upstream
 from runs import wait_final_checkpoint as wait_final
@@ -35,10 +36,10 @@ pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
 #: Where an executor is killed in each mode: every mode writes state snapshots; only
 #: unaligned checkpoints capture in-flight records (aligned ones have none). ``make test``
-#: kills once, while a state snapshot is written; ``make test-full`` at each point in every
-#: mode.
+#: kills once, while a state snapshot is written, with every path on S3
+#: (``test_s3_cluster.py``); ``make test-full`` at each point in every mode, locally.
 KILLS = [
-    pytest.param("aligned", faults.STATE_SNAPSHOT, id="aligned-state_snapshot"),
+    pytest.param("aligned", faults.STATE_SNAPSHOT, marks=pytest.mark.full),
     pytest.param("unaligned", faults.STATE_SNAPSHOT, marks=pytest.mark.full),
     pytest.param("aligned_with_timeout", faults.STATE_SNAPSHOT, marks=pytest.mark.full),
     pytest.param("unaligned", faults.INFLIGHT_CAPTURE, marks=pytest.mark.full),
@@ -55,11 +56,15 @@ TABLE_OF = {faults.STATE_SNAPSHOT: "state", faults.INFLIGHT_CAPTURE: "inflight"}
 
 
 def referenced(table_uri: str) -> dict[int, list[dict[str, Any]]]:
-    """The files of every version of a Delta table, by version (empty if none)."""
-    if not os.path.exists(os.path.join(table_uri, "_delta_log")):
+    """The files of every version of a Delta table (on any store), by version (empty if
+    there is no table)."""
+    table = open_table(table_uri)
+    if table is None:
         return {}
-    latest = DeltaTable(table_uri).version()
-    return {v: current_files(DeltaTable(table_uri, version=v)) for v in range(latest + 1)}
+    return {
+        v: current_files(DeltaTable(table_uri, version=v, storage_options=delta_options(table_uri)))
+        for v in range(table.version() + 1)
+    }
 
 
 def assert_whole(table_uri: str, versions: dict[int, list[dict[str, Any]]]) -> None:
