@@ -55,6 +55,8 @@ from runs import (
 pytestmark = pytest.mark.kafka
 SPARK = pytest.mark.spark
 LEASE_MS = 60_000
+PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
+OAUTH = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 
 
 @pytest.fixture(autouse=True)
@@ -303,7 +305,7 @@ def test_secrets_are_never_written_nor_shown(tmp_path: Path) -> None:
     given = {
         "kafka.bootstrap.servers": "127.0.0.1:1",
         "kafka.sasl.password": secret,
-        "kafka.sasl.jaas.config": f'x required password="{secret}";',
+        "kafka.sasl.jaas.config": f'{PLAIN} required username="app" password="{secret}";',
         "topic": "t",
         "snapshotPath": str(tmp_path / "snap"),
     }
@@ -315,6 +317,16 @@ def test_secrets_are_never_written_nor_shown(tmp_path: Path) -> None:
     written = [p.read_text() for p in (tmp_path / "snap").rglob("*") if p.is_file()]
     assert written and not any(secret in w for w in written)
     assert kafka_options.redact(f"login {secret} failed", settings) == "login *** failed"
+    oauth = {**given, "kafka.sasl.jaas.config": f'{OAUTH} required token="{secret}";'}
+    with pytest.raises(ConfigError) as refused:
+        kafka_options.remember_secrets(settings, oauth)
+    assert str(refused.value) == (
+        "barriered-kafka sink option kafka.sasl.jaas.config: only the login modules "
+        "['PlainLoginModule', 'ScramLoginModule'] with username=\"...\" password=\"...\" are "
+        f"understood (the producer is librdkafka, which has no JAAS; got module {OAUTH!r}). "
+        "Set kafka.sasl.username and kafka.sasl.password (or librdkafka's "
+        "kafka.sasl.oauthbearer.* settings) instead"
+    )
 
 
 @SPARK
@@ -329,10 +341,9 @@ def test_over_spark_connect_a_run_publishes_once_and_no_secret_is_written(
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="barriered")
     secret = f"pw-{uuid.uuid4().hex}"
-    login = "org.apache.kafka.common.security.plain.PlainLoginModule required"
     topic = new_topic(kafka_broker)
     processor, sink = kafka_query("append", kafka_broker.bootstrap, topic)
-    sink["kafka.sasl.jaas.config"] = f'{login} username="app" password="{secret}";'
+    sink["kafka.sasl.jaas.config"] = f'{PLAIN} required username="app" password="{secret}";'
     _, layout = run(
         session,
         tmp_path,
