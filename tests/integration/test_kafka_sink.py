@@ -47,7 +47,6 @@ from runs import (
     commit_metadata,
     expected_output,
     run,
-    start,
     state_counts,
     upstream,
 )
@@ -245,6 +244,7 @@ def not_ours(sink_id: str, root: str, other: str, what: str) -> str:
 
 
 @SPARK
+@pytest.mark.full
 def test_a_restore_into_another_snapshot_path_is_refused_at_start(
     session: Any, kafka_broker: Any, tmp_path: Path
 ) -> None:
@@ -256,36 +256,55 @@ def test_a_restore_into_another_snapshot_path_is_refused_at_start(
     assert settings is not None
     done = publisher.published(settings)
     assert done is not None
-    before = tree(tmp_path), kafka_broker.end_offsets(topic)
     other = SnapshotLayout.at(str(tmp_path / "other"))
-    source = {**SOURCE, "restoreFrom": first.root}
+    source = {**SOURCE, "restoreFrom": first.root, "snapshotPath": other.root}
+    events = session.readStream.format("barriered").options(**source).load()
+    out = as_records(barriered.keyed(events, "user_id").process(processor))
+    # keyed().process() declared its operator under the new path: the sink starts from here
+    before = tree(tmp_path), kafka_broker.end_offsets(topic)
+    writer = out.writeStream.format(FORMAT).options(snapshotPath=other.root, **sink)
+    writer = writer.option("checkpointLocation", str(tmp_path / "ck2"))
     with pytest.raises(SinkError) as refused:
-        start(
-            session,
-            tmp_path,
-            MODES["aligned"],
-            source,
-            other.root,
-            "ck2",
-            processor,
-            sink,
-            **kwargs,
-        )
+        writer.trigger(availableNow=True).start()
     assert str(refused.value) == not_ours(
         topic,
         other.root,
         first.root,
         f"published its output up to checkpoint {done.checkpoint_id} to {topic!r}",
     )
-    assert (tree(tmp_path), kafka_broker.end_offsets(topic)) == before
+    after = tree(tmp_path)
+    changed = sorted(k for k in {*after, *before[0]} if after.get(k) != before[0].get(k))
+    assert not changed and kafka_broker.end_offsets(topic) == before[1]
     assert published(kafka_broker, topic, "append") == expected_output("append", everything())
+
+
+def test_a_sink_of_another_snapshot_paths_query_is_refused(
+    kafka_broker: Any, tmp_path: Path
+) -> None:
+    """What ``start()`` and the writer check before anything is staged (the Spark case,
+    a restore of a path into another: ``full``): the sink's group records a checkpoint
+    another snapshot path published."""
+    topic = new_topic(kafka_broker, 1)
+    origin, s = sink_of(tmp_path, kafka_broker, topic)
+    epoch = ownership.acquire(origin, LEASE_MS).epoch
+    stage_records(origin, s, epoch, 10)
+    publisher.publish(origin, 3, SinkPlan("s", s.path, epoch, ((epoch, 0),), "kafka"), epoch)
+    publisher.check_owner(origin, s)  # its own query
+    other = SnapshotLayout.at(str(tmp_path / "other"))
+    before = tree(tmp_path), kafka_broker.end_offsets(topic)
+    with pytest.raises(SinkError) as refused:
+        publisher.check_owner(other, s)
+    assert str(refused.value) == not_ours(
+        "s", other.root, origin.root, f"published its output up to checkpoint 3 to {topic!r}"
+    )
+    assert (tree(tmp_path), kafka_broker.end_offsets(topic)) == before
 
 
 def test_a_restore_from_a_path_whose_sink_published_nothing_is_refused(
     kafka_broker: Any, tmp_path: Path
 ) -> None:
-    """What the writer checks once the restored source took the new path (Spark Connect,
-    where no start() hook checks): the origin staged output, none was published."""
+    """What the writer checks once the restored source took the new path (on Spark
+    Connect no start() hook checks): the origin staged output, none was published."""
     topic = new_topic(kafka_broker, 1)
     origin, s = sink_of(tmp_path, kafka_broker, topic)
     stage_records(origin, s, ownership.acquire(origin, LEASE_MS).epoch, 10)
@@ -330,6 +349,7 @@ def test_secrets_are_never_written_nor_shown(tmp_path: Path) -> None:
 
 
 @SPARK
+@pytest.mark.full
 @pytest.mark.connect
 @pytest.mark.parametrize("session", ["connect"], indirect=True)
 def test_over_spark_connect_a_run_publishes_once_and_no_secret_is_written(
