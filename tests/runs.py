@@ -264,21 +264,11 @@ def output_rows(out: str, version: int | None = None) -> list[tuple[str, int]]:
     return sorted(zip(table["user_id"].to_pylist(), table[second].to_pylist(), strict=True))
 
 
-def kill_driver_when(
-    script: Path,
-    args: Sequence[str],
-    log: Path,
-    ready: Callable[[], T | None],
-    timeout_s: float = 240.0,
-    env: dict[str, str] | None = None,
-) -> T:
-    """Run ``script args`` in a driver process of its own (output to ``log``) until
-    ``ready()`` returns something other than None, then SIGKILL the driver's whole process
-    group (its Python process and Spark's JVM, as a lost driver machine); return it.
-
-    Fails showing the driver's last output when the driver ends first or ``timeout_s``
-    passes. ``env`` adds environment variables.
-    """
+def launch_driver(
+    script: Path, args: Sequence[str], log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``script args`` as a driver process of its own (a new process group, output
+    to ``log``, this interpreter and Python path; ``env`` adds environment variables)."""
     env = {
         **os.environ,
         **(env or {}),
@@ -287,25 +277,57 @@ def kill_driver_when(
         "PYSPARK_DRIVER_PYTHON": sys.executable,
     }
     with log.open("w") as out:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             [sys.executable, str(script), *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
         )
-        try:
-            deadline = time.monotonic() + timeout_s
-            while (found := ready()) is None:
-                assert proc.poll() is None, f"the driver ended first: {log.read_text()[-4000:]}"
-                assert time.monotonic() < deadline, f"not ready in {timeout_s} s: {script.name}"
-                time.sleep(0.2)
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=60)
+
+
+def wait_driver_until(
+    proc: subprocess.Popen[bytes], log: Path, ready: Callable[[], T | None], timeout_s: float
+) -> T:
+    """Wait until ``ready()`` returns something other than None (returned); fails showing
+    the driver's last output when the driver ends first or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while (found := ready()) is None:
+        assert proc.poll() is None, f"the driver ended first: {log.read_text()[-4000:]}"
+        assert time.monotonic() < deadline, f"not ready in {timeout_s} s: {log.read_text()[-4000:]}"
+        time.sleep(0.2)
+    return found
+
+
+def kill_driver(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a driver's whole process group (its Python process and Spark's JVM, as a
+    lost driver machine), if it still runs."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+
+
+def kill_driver_when(
+    script: Path,
+    args: Sequence[str],
+    log: Path,
+    ready: Callable[[], T | None],
+    timeout_s: float = 240.0,
+    env: dict[str, str] | None = None,
+) -> T:
+    """Run ``script args`` in a driver process of its own (:func:`launch_driver`) until
+    ``ready()`` returns something other than None, then SIGKILL the driver's whole process
+    group (:func:`kill_driver`); return it.
+
+    Fails showing the driver's last output when the driver ends first or ``timeout_s``
+    passes. ``env`` adds environment variables.
+    """
+    proc = launch_driver(script, args, log, env)
+    try:
+        found = wait_driver_until(proc, log, ready, timeout_s)
+        kill_driver(proc)
+    finally:
+        kill_driver(proc)
     assert proc.returncode == -signal.SIGKILL, log.read_text()[-4000:]
     return found
 

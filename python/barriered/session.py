@@ -159,7 +159,9 @@ def _hook_start(cls: Any) -> None:
     and, on a classic session (this process is the driver), check the sink before the
     query starts (:func:`barriered.sink.writer.before_start`), so a refusal writes
     nothing. (Spark creates the sink's writer only after the source planned the first
-    batch; on Spark Connect the sink checks itself then.)"""
+    batch; on Spark Connect the sink checks itself then.) The "barriered-kafka" sink's
+    secrets are kept in this process on either session (its coordinator, which
+    publishes, runs here): :func:`barriered.sink.kafka.writer.remember`."""
     _record_settings(cls)
     original_start = cls.start
 
@@ -171,20 +173,22 @@ def _hook_start(cls: Any) -> None:
             keys = json.dumps(session_conf(classic or self._session))
             self.option(SESSION_CONF_OPTION, keys)
             df = getattr(self, "_df", None)
+            sink_options = {
+                **self.__dict__.get("_barriered_options", {}),
+                **{k: str(v) for k, v in kw.items() if k not in _START_ARGS and v is not None},
+            }
+            path = kw.get("path") or (args[0] if args else None)
+            if path is not None:
+                sink_options[SINK_PATH.name] = str(path)
             if classic is not None and df is not None:
-                sink_options = {
-                    **self.__dict__.get("_barriered_options", {}),
-                    **{k: str(v) for k, v in kw.items() if k not in _START_ARGS and v is not None},
-                }
-                path = kw.get("path") or (args[0] if args else None)
-                if path is not None:
-                    sink_options[SINK_PATH.name] = str(path)
                 check = (
                     writer.before_start
                     if fmt == BarrieredDeltaSink.name()
                     else kafka_writer.before_start
                 )
                 check(sink_options, df.schema)
+            elif fmt == BarrieredKafkaSink.name():  # Connect: the coordinator publishes here
+                kafka_writer.remember(sink_options)
         return original_start(self, *args, **kw)
 
     cls.start = start

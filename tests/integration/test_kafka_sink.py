@@ -4,14 +4,17 @@ A run publishes exactly one uninterrupted run's output, each record once; a cons
 watching the topic with ``read_committed`` during the run only ever sees, per partition,
 the output of a completed checkpoint. A zombie's open transaction is aborted and its
 commit fenced by the next run's ``init_transactions``. A restore below a published
-checkpoint, a bad option, a missing topic and a missing topic column are refused
-with typed errors, and write nothing.
+checkpoint, a restore into another snapshot path, a bad option, a missing topic and a
+missing topic column are refused with typed errors, and write nothing. Over Spark
+Connect a run publishes once too, and a SASL secret given to the sink is in no file and
+no log.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import threading
 import time
 import uuid
@@ -51,6 +54,8 @@ from runs import (
 pytestmark = pytest.mark.kafka
 SPARK = pytest.mark.spark
 LEASE_MS = 60_000
+PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
+OAUTH = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 
 
 @pytest.fixture(autouse=True)
@@ -223,12 +228,103 @@ def test_a_restore_below_a_published_checkpoint_is_refused(
     assert (tree(layout.root), kafka_broker.end_offsets(topic)) == before
 
 
+def not_ours(sink_id: str, root: str, other: str, what: str) -> str:
+    """The refusal of a sink whose transactional id and group belong to ``other``."""
+    return (
+        f"barriered-kafka sink {sink_id!r} of snapshot path {root!r}: its transactional "
+        f"id and consumer group 'barriered.sink.{sink_id}' belong to the query of "
+        f"snapshot path {other!r}, which {what}. Kafka output does not move to another "
+        "snapshot path: that query's completed checkpoints not yet published are staged "
+        "under its path, and its checkpoint ids would be taken for this query's (this "
+        "query's output silently dropped). Nothing was written. To go on with that query "
+        f"(a restore or savepoint of it), restore on its snapshot path {other!r} (option "
+        "restoreFrom); to write this query's output, give this sink its own id (option "
+        "sinkId)"
+    )
+
+
+@SPARK
+@pytest.mark.full
+def test_a_restore_into_another_snapshot_path_is_refused_at_start(
+    session: Any, kafka_broker: Any, tmp_path: Path
+) -> None:
+    topic = new_topic(kafka_broker)
+    processor, sink = kafka_query("append", kafka_broker.bootstrap, topic)
+    kwargs: dict[str, Any] = {"sink_format": FORMAT, "output": as_records}
+    _, first = run(session, tmp_path, MODES["aligned"], processor=processor, sink=sink, **kwargs)
+    settings = publisher.saved_settings(first, topic)
+    assert settings is not None
+    done = publisher.published(settings)
+    assert done is not None
+    other = SnapshotLayout.at(str(tmp_path / "other"))
+    source = {**SOURCE, "restoreFrom": first.root, "snapshotPath": other.root}
+    events = session.readStream.format("barriered").options(**source).load()
+    out = as_records(barriered.keyed(events, "user_id").process(processor))
+    # keyed().process() declared its operator under the new path: the sink starts from here
+    before = tree(tmp_path), kafka_broker.end_offsets(topic)
+    writer = out.writeStream.format(FORMAT).options(snapshotPath=other.root, **sink)
+    writer = writer.option("checkpointLocation", str(tmp_path / "ck2"))
+    with pytest.raises(SinkError) as refused:
+        writer.trigger(availableNow=True).start()
+    assert str(refused.value) == not_ours(
+        topic,
+        other.root,
+        first.root,
+        f"published its output up to checkpoint {done.checkpoint_id} to {topic!r}",
+    )
+    after = tree(tmp_path)
+    changed = sorted(k for k in {*after, *before[0]} if after.get(k) != before[0].get(k))
+    assert not changed and kafka_broker.end_offsets(topic) == before[1]
+    assert published(kafka_broker, topic, "append") == expected_output("append", everything())
+
+
+def test_a_sink_of_another_snapshot_paths_query_is_refused(
+    kafka_broker: Any, tmp_path: Path
+) -> None:
+    """What ``start()`` and the writer check before anything is staged (the Spark case,
+    a restore of a path into another: ``full``): the sink's group records a checkpoint
+    another snapshot path published."""
+    topic = new_topic(kafka_broker, 1)
+    origin, s = sink_of(tmp_path, kafka_broker, topic)
+    epoch = ownership.acquire(origin, LEASE_MS).epoch
+    stage_records(origin, s, epoch, 10)
+    publisher.publish(origin, 3, SinkPlan("s", s.path, epoch, ((epoch, 0),), "kafka"), epoch)
+    publisher.check_owner(origin, s)  # its own query
+    other = SnapshotLayout.at(str(tmp_path / "other"))
+    before = tree(tmp_path), kafka_broker.end_offsets(topic)
+    with pytest.raises(SinkError) as refused:
+        publisher.check_owner(other, s)
+    assert str(refused.value) == not_ours(
+        "s", other.root, origin.root, f"published its output up to checkpoint 3 to {topic!r}"
+    )
+    assert (tree(tmp_path), kafka_broker.end_offsets(topic)) == before
+
+
+def test_a_restore_from_a_path_whose_sink_published_nothing_is_refused(
+    kafka_broker: Any, tmp_path: Path
+) -> None:
+    """What the writer checks once the restored source took the new path (on Spark
+    Connect no start() hook checks): the origin staged output, none was published."""
+    topic = new_topic(kafka_broker, 1)
+    origin, s = sink_of(tmp_path, kafka_broker, topic)
+    stage_records(origin, s, ownership.acquire(origin, LEASE_MS).epoch, 10)
+    other = SnapshotLayout.at(str(tmp_path / "other"))
+    publisher.check_owner(other, s)  # not restored: a query of its own
+    before = tree(tmp_path), kafka_broker.end_offsets(topic)
+    with pytest.raises(SinkError) as refused:
+        publisher.check_owner(other, s, origin.root)
+    assert str(refused.value) == not_ours(
+        "s", other.root, origin.root, "this query was restored from"
+    )
+    assert (tree(tmp_path), kafka_broker.end_offsets(topic)) == before
+
+
 def test_secrets_are_never_written_nor_shown(tmp_path: Path) -> None:
     secret = "s3cr3t-pa55"
     given = {
         "kafka.bootstrap.servers": "127.0.0.1:1",
         "kafka.sasl.password": secret,
-        "kafka.sasl.jaas.config": f'x required password="{secret}";',
+        "kafka.sasl.jaas.config": f'{PLAIN} required username="app" password="{secret}";',
         "topic": "t",
         "snapshotPath": str(tmp_path / "snap"),
     }
@@ -240,6 +336,51 @@ def test_secrets_are_never_written_nor_shown(tmp_path: Path) -> None:
     written = [p.read_text() for p in (tmp_path / "snap").rglob("*") if p.is_file()]
     assert written and not any(secret in w for w in written)
     assert kafka_options.redact(f"login {secret} failed", settings) == "login *** failed"
+    oauth = {**given, "kafka.sasl.jaas.config": f'{OAUTH} required token="{secret}";'}
+    with pytest.raises(ConfigError) as refused:
+        kafka_options.remember_secrets(settings, oauth)
+    assert str(refused.value) == (
+        "barriered-kafka sink option kafka.sasl.jaas.config: only the login modules "
+        "['PlainLoginModule', 'ScramLoginModule'] with username=\"...\" password=\"...\" are "
+        f"understood (the producer is librdkafka, which has no JAAS; got module {OAUTH!r}). "
+        "Set kafka.sasl.username and kafka.sasl.password (or librdkafka's "
+        "kafka.sasl.oauthbearer.* settings) instead"
+    )
+
+
+@SPARK
+@pytest.mark.full
+@pytest.mark.connect
+@pytest.mark.parametrize("session", ["connect"], indirect=True)
+def test_over_spark_connect_a_run_publishes_once_and_no_secret_is_written(
+    session: Any,
+    kafka_broker: Any,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="barriered")
+    secret = f"pw-{uuid.uuid4().hex}"
+    topic = new_topic(kafka_broker)
+    processor, sink = kafka_query("append", kafka_broker.bootstrap, topic)
+    sink["kafka.sasl.jaas.config"] = f'{PLAIN} required username="app" password="{secret}";'
+    _, layout = run(
+        session,
+        tmp_path,
+        MODES["unaligned"],
+        processor=processor,
+        sink=sink,
+        sink_format=FORMAT,
+        output=as_records,
+    )
+    assert published(kafka_broker, topic, "append") == expected_output("append", everything())
+    settings = publisher.saved_settings(layout, topic)
+    assert settings is not None  # the coordinator (this process) publishes with the secret
+    assert settings.producer_config()["sasl.password"] == secret
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(files) > 10 and not [p for p in files if secret.encode() in p.read_bytes()]
+    out, err = capfd.readouterr()
+    assert secret not in out + err + caplog.text
 
 
 REFUSALS = {

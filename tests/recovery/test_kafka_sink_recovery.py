@@ -6,7 +6,9 @@ blocking fault holds it at the chosen point, then the test SIGKILLs it by pid. T
 restore runs here (``restoreFrom=latest``, a new checkpoint location, 3 shuffle
 partitions instead of 2) into the same topic, which must then hold, for a
 ``read_committed`` consumer, exactly what one uninterrupted run publishes: every record
-once (append), the final total as each key's last value (update).
+once (append), the final total as each key's last value (update). A driver held in the
+middle of publishing while a restore takes over (a zombie), then released, publishes
+nothing.
 """
 
 from __future__ import annotations
@@ -26,9 +28,12 @@ from runs import (
     SOURCE,
     commit_metadata,
     expected_output,
+    kill_driver,
     kill_driver_when,
+    launch_driver,
     start,
     upstream,
+    wait_driver_until,
     wait_final_checkpoint,
 )
 
@@ -75,6 +80,32 @@ def crash_driver(tmp_path: Path, bootstrap: str, topic: str, kind: str, mode: st
     )
 
 
+def restore_latest(
+    session: Any, tmp_path: Path, bootstrap: str, topic: str, kind: str, mode: str
+) -> Any:
+    """Restore the latest checkpoint (3 shuffle partitions) and run it to its end."""
+    processor, sink = kafka_query(kind, bootstrap, topic)
+    session.conf.set("spark.sql.shuffle.partitions", "3")
+    try:
+        source = {**SOURCE, "restoreFrom": "latest"}
+        restored = start(
+            session,
+            tmp_path,
+            MODES[mode],
+            source,
+            None,
+            "ck-restored",
+            processor,
+            sink,
+            sink_format=FORMAT,
+            output=as_records,
+        )
+        restored.awaitTermination()
+    finally:
+        session.conf.set("spark.sql.shuffle.partitions", "2")
+    return restored
+
+
 @pytest.mark.parametrize(("kind", "mode", "point"), CASES)
 def test_published_output_after_a_crash_and_restore_is_exactly_one_runs(
     session: Any, kafka_broker: Any, tmp_path: Path, kind: str, mode: str, point: str
@@ -100,25 +131,40 @@ def test_published_output_after_a_crash_and_restore_is_exactly_one_runs(
     if point in (faults.BEFORE_COMMIT, BEFORE_CUT[mode]):
         assert crashed_at not in committed and last < crashed_at
 
-    processor, sink = kafka_query(kind, kafka_broker.bootstrap, topic)
-    session.conf.set("spark.sql.shuffle.partitions", "3")
-    try:
-        source = {**SOURCE, "restoreFrom": "latest"}
-        restored = start(
-            session,
-            tmp_path,
-            MODES[mode],
-            source,
-            None,
-            "ck-restored",
-            processor,
-            sink,
-            sink_format=FORMAT,
-            output=as_records,
-        )
-        restored.awaitTermination()
-        wait_final_checkpoint(layout, tuple(upstream().available()), restored, after_id=crashed_at)
-    finally:
-        session.conf.set("spark.sql.shuffle.partitions", "2")
+    restored = restore_latest(session, tmp_path, kafka_broker.bootstrap, topic, kind, mode)
+    wait_final_checkpoint(layout, tuple(upstream().available()), restored, after_id=crashed_at)
     everything = dict(enumerate(upstream().available()))
     assert published(kafka_broker, topic, kind) == expected_output(kind, everything)
+
+
+@FULL
+def test_a_zombie_driver_released_mid_publish_after_a_restore_publishes_nothing(
+    session: Any, kafka_broker: Any, tmp_path: Path
+) -> None:
+    """A driver held in the middle of publishing checkpoint 2 (half its records in the
+    open transaction) while a restore takes the path over and runs to its end, then
+    released: its transaction was aborted by the restored run's ``init_transactions``,
+    its commit is fenced, and the topic holds exactly one run's output."""
+    topic = f"out-{uuid.uuid4().hex[:8]}"
+    kafka_broker.create_topic(topic, 2)
+    snap = str(tmp_path / "snap")
+    faults.inject(snap, faults.MID_PUBLISH, checkpoint_id=2, action=faults.BLOCK)
+    log = tmp_path / "zombie.out"
+    args = [snap, str(tmp_path), kafka_broker.bootstrap, topic, "append", "aligned"]
+    zombie = launch_driver(DRIVER, args, log)
+    try:
+        wait_driver_until(zombie, log, lambda: faults.fired(snap, faults.MID_PUBLISH), 240)
+        uncommitted = kafka_broker.end_offsets(topic, read_committed=False)
+        assert uncommitted != kafka_broker.end_offsets(topic)  # in the open transaction
+        layout = SnapshotLayout.configured(snap)
+        restored = restore_latest(
+            session, tmp_path, kafka_broker.bootstrap, topic, "append", "aligned"
+        )
+        wait_final_checkpoint(layout, tuple(upstream().available()), restored, after_id=2)
+        faults.release(snap, faults.MID_PUBLISH)
+        zombie.wait(timeout=120)
+    finally:
+        kill_driver(zombie)
+    assert "fenced" in log.read_text().lower(), log.read_text()[-4000:]
+    everything = dict(enumerate(upstream().available()))
+    assert published(kafka_broker, topic, "append") == expected_output("append", everything)

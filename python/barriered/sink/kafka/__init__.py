@@ -16,6 +16,9 @@ the ``barriered-delta`` sink and shares its machinery:
 
 A crash anywhere is finished by the next run: ``init_transactions`` aborts a transaction
 the crashed run left open, and the group's offset says whether ``n`` was published.
+The transactional id and the group belong to one snapshot path: a query of another
+path with the same sink (a restore of another path or of a savepoint into a new one) is
+refused before anything is staged or published (:func:`publisher.check_owner`).
 
 The data source is :class:`barriered.sink.kafka.writer.BarrieredKafkaSink` (not imported
 here: the shared staging module imports :mod:`barriered.sink.kafka.options`).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,10 @@ OWN_SETTINGS = frozenset(
     {"transactional.id", "enable.idempotence", "acks", "key.serializer", "value.serializer"}
 )
 _OWNER = "barriered-kafka sink option"
+#: The Java clients' SASL login setting, translated for librdkafka (:func:`secrets_of`).
+JAAS_CONFIG = "sasl.jaas.config"
+#: The JAAS login modules whose username and password librdkafka takes.
+JAAS_MODULES = frozenset({"PlainLoginModule", "ScramLoginModule"})
 TOPIC = ConfigKey(
     "topic",
     "str",
@@ -72,7 +77,9 @@ PRODUCER = dataclasses.replace(
     KAFKA_CLIENT,
     doc="librdkafka producer settings: `kafka.bootstrap.servers` (required: the brokers), "
     "`kafka.security.protocol`, `kafka.sasl.*`, `kafka.transaction.timeout.ms`, ...; "
-    "transactions, idempotence and acks are the sink's own. Secrets are never written.",
+    "transactions, idempotence and acks are the sink's own; a Java client's "
+    "`kafka.sasl.jaas.config` (PLAIN or SCRAM login module) is taken as `sasl.username` "
+    "and `sasl.password`. Secrets are never written.",
     owner=_OWNER,
 )
 CLIENT_PREFIX = PRODUCER.name
@@ -159,12 +166,39 @@ class KafkaSinkSettings:
 
 
 def secrets_of(options: Mapping[str, str]) -> dict[str, str]:
-    """The secret producer settings among the sink's options (``kafka.`` removed)."""
-    return {
+    """The secret producer settings among the sink's options (``kafka.`` removed; a Java
+    client's ``sasl.jaas.config`` as librdkafka's ``sasl.username`` and ``sasl.password``).
+
+    Raises
+    ------
+    ConfigError
+        A ``sasl.jaas.config`` of another login module than PLAIN's or SCRAM's.
+    """
+    found = {
         k[len(CLIENT_PREFIX) :]: v
         for k, v in options.items()
         if k.lower().startswith(CLIENT_PREFIX) and is_secret(k)
     }
+    for name in [k for k in found if k.lower() == JAAS_CONFIG]:
+        found.update(_login(found.pop(name)))
+    return found
+
+
+def _login(jaas: str) -> dict[str, str]:
+    """``sasl.username`` and ``sasl.password`` of a PLAIN or SCRAM JAAS configuration
+    (librdkafka has no JAAS)."""
+    module = jaas.split(None, 1)[0] if jaas.strip() else ""
+    fields = dict(re.findall(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"', jaas))
+    if module.rsplit(".", 1)[-1] not in JAAS_MODULES or not {"username", "password"} <= set(fields):
+        raise ConfigError(
+            f"barriered-kafka sink option {CLIENT_PREFIX}{JAAS_CONFIG}: only the login "
+            f'modules {sorted(JAAS_MODULES)} with username="..." password="..." are '
+            f"understood (the producer is librdkafka, which has no JAAS; got module "
+            f"{module!r}). Set {CLIENT_PREFIX}sasl.username and {CLIENT_PREFIX}sasl.password "
+            f"(or librdkafka's {CLIENT_PREFIX}sasl.oauthbearer.* settings) instead"
+        )
+    unquoted = {k: re.sub(r"\\(.)", r"\1", v) for k, v in fields.items()}
+    return {"sasl.username": unquoted["username"], "sasl.password": unquoted["password"]}
 
 
 def remember_secrets(settings: KafkaSinkSettings, options: Mapping[str, str]) -> None:

@@ -306,15 +306,45 @@ def _transaction(
     return size
 
 
-def _check_owner(layout: SnapshotLayout, s: KafkaSinkSettings, done: Published) -> None:
-    if done.snapshot_path and done.snapshot_path != layout.root:
-        raise SinkError(
-            f"barriered-kafka sink {s.sink_id!r} of snapshot path {layout.root!r}: its "
-            f"consumer group {s.group_id!r} records checkpoint {done.checkpoint_id} of "
-            f"another query (snapshot path {done.snapshot_path!r}); this query's "
-            "checkpoints would be taken for that query's and silently dropped. Nothing was "
-            "published. Give this sink its own id (option sinkId)"
+def _not_ours(s: KafkaSinkSettings, root: str, other: str, what: str) -> SinkError:
+    return SinkError(
+        f"barriered-kafka sink {s.sink_id!r} of snapshot path {root!r}: its transactional "
+        f"id and consumer group {s.group_id!r} belong to the query of snapshot path "
+        f"{other!r}, which {what}. Kafka output does not move to another snapshot path: "
+        "that query's completed checkpoints not yet published are staged under its path, "
+        "and its checkpoint ids would be taken for this query's (this query's output "
+        "silently dropped). Nothing was written. To go on with that query (a restore or "
+        f"savepoint of it), restore on its snapshot path {other!r} (option restoreFrom); "
+        "to write this query's output, give this sink its own id (option sinkId)"
+    )
+
+
+def _check_owner(layout: SnapshotLayout, s: KafkaSinkSettings, done: Published | None) -> None:
+    if done is not None and done.snapshot_path and done.snapshot_path != layout.root:
+        target = s.topic or "the topics of its rows"
+        raise _not_ours(
+            s,
+            layout.root,
+            done.snapshot_path,
+            f"published its output up to checkpoint {done.checkpoint_id} to {target!r}",
         )
+
+
+def check_owner(layout: SnapshotLayout, s: KafkaSinkSettings, origin: str | None = None) -> None:
+    """Refuse, before anything is staged or published, a sink whose transactional id and
+    consumer group belong to the query of another snapshot path: the group records a
+    checkpoint that path published, or this run was restored from ``origin`` (another
+    snapshot path, or a savepoint's origin) where the sink staged output.
+
+    Raises
+    ------
+    SinkError
+        Naming the sink, both snapshot paths and what to do.
+    """
+    _check_owner(layout, s, published(s))
+    elsewhere = origin if origin not in (None, layout.root) else None
+    if elsewhere is not None and saved_settings(SnapshotLayout.at(elsewhere), s.sink_id):
+        raise _not_ours(s, layout.root, elsewhere, "this query was restored from")
 
 
 def publish(
@@ -337,8 +367,7 @@ def publish(
         return SinkCommit(plan.sink_id, None)
     c = clients(layout, s, epoch)
     done = c.published()
-    if done is not None:
-        _check_owner(layout, s, done)
+    _check_owner(layout, s, done)
     if done is not None and done.checkpoint_id >= checkpoint_id:
         forget(layout, batches, delete_data=True)
         log.info("sink %s: checkpoint %d already published", plan.sink_id, checkpoint_id)

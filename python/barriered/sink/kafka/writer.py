@@ -38,7 +38,8 @@ from barriered.datasource.columns import BARRIER
 from barriered.errors import ConfigError, SinkError
 from barriered.sink.kafka import options
 from barriered.sink.kafka.options import PROGRESS_TOPIC, TOPIC, KafkaSinkSettings, redact
-from barriered.sink.kafka.publisher import save_settings
+from barriered.sink.kafka.publisher import check_owner, save_settings
+from barriered.sink.owner import lineage
 from barriered.sink.staging import StagedBatch, stage
 from barriered.sink.writer import StagedFiles, run_epoch
 from barriered.statestore.acks import write_data_file
@@ -156,12 +157,28 @@ def before_start(sink_options: Mapping[str, str], schema: StructType) -> None:
     ConfigError
         A bad option, no ``value`` column, no topic, a Kafka column of another type.
     SinkError
-        A topic the cluster does not have.
+        A topic the cluster does not have; the sink's transactional id and group belong
+        to the query of another snapshot path (:func:`publisher.check_owner`).
     """
-    settings = options.parse(sink_options)
+    settings = remember(sink_options)
     check_columns(settings, schema)
     check_topics(settings)
+    check_owner(SnapshotLayout.configured(settings.snapshot_path), settings)
+
+
+def remember(sink_options: Mapping[str, str]) -> KafkaSinkSettings:
+    """Parse the sink's options and keep their secrets in this process (the coordinator's,
+    which publishes: the driver of a classic session, the client of a Spark Connect one;
+    never written anywhere); return the settings.
+
+    Raises
+    ------
+    ConfigError
+        A bad option.
+    """
+    settings = options.parse(sink_options)
     options.remember_secrets(settings, sink_options)
+    return settings
 
 
 def records(table: pa.Table, settings: KafkaSinkSettings) -> pa.Table:
@@ -238,23 +255,28 @@ class BarrieredKafkaSink(DataSource):
         return "barriered-kafka"
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        """Check the options, columns and topics; return the writer."""
+        """Check the options, columns, topics and that the sink is this query's (a
+        restore into another snapshot path is refused: :func:`publisher.check_owner`);
+        return the writer."""
         if overwrite:
             raise ConfigError(
                 "the barriered-kafka sink does not support outputMode 'complete'; use "
                 "append or update"
             )
-        settings = options.parse(dict(self.options))
+        settings = remember(dict(self.options))  # this process's checks need the secrets
         check_columns(settings, schema)
         check_topics(settings)
         layout = SnapshotLayout.configured(settings.snapshot_path)
-        if current_owner(layout) is None:
+        owner = current_owner(layout)
+        if owner is None:
             raise SinkError(
                 f"barriered-kafka sink {settings.sink_id!r}: no barriered source ever read "
                 f"with snapshot path {layout.root!r}. The sink publishes the output of a "
                 "stream read with spark.readStream.format('barriered') with the same "
                 "snapshotPath. Nothing was written"
             )
+        restored = lineage(layout.root, {"from": owner.restore_from})
+        check_owner(layout, settings, None if restored is None else restored.origin)
         return BarrieredKafkaWriter(settings)
 
     def schema(self) -> Any:
