@@ -20,7 +20,7 @@ import barriered
 from barriered import cli, state_processor
 from barriered.errors import SnapshotStoreError, StateProcessorError
 from barriered.examples import RunningTotals
-from barriered.state_processor import KeyedState
+from barriered.state_processor import KeyedState, SparkState
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from file_tree import tree
@@ -288,7 +288,7 @@ def test_a_bootstrap_that_does_not_fit_is_refused_writing_nothing(
     sp = tmp_path / "sp"
     inputs = tree(data)
 
-    def refused(error: type[Exception], *states: KeyedState, **kw: Any) -> str:
+    def refused(error: type[Exception], *states: KeyedState | SparkState, **kw: Any) -> str:
         with pytest.raises(error) as failure:
             state_processor.bootstrap(session, str(sp), kw.pop("source", source), states, **kw)
         assert tree(sp) == {} and tree(data) == inputs
@@ -323,6 +323,17 @@ def test_a_bootstrap_that_does_not_fit_is_refused_writing_nothing(
         source={**source, "restoreFrom": "latest"},
     )
     assert "'restoreFrom'" in message
+    # Spark's own operators' stores need the barriered provider (this session has RocksDB's).
+    events = (
+        session.readStream.format("barriered")
+        .options(**source)
+        .option("snapshotPath", str(tmp_path / "snap"))
+        .load()
+    )
+    totals = SparkState(events.groupBy("user_id").count(), good)
+    message = refused(StateProcessorError, totals)
+    assert "provider is 'org.apache.spark.sql.execution.streaming.state.RocksDB" in message
+    assert "barriered.with_state_store(builder)" in message
     (sp / "keep.txt").parent.mkdir()
     (sp / "keep.txt").write_text("mine")
     with pytest.raises(SnapshotStoreError, match="is not empty; nothing was written"):
