@@ -61,12 +61,18 @@ def year() -> pd.DataFrame:
     return flights()
 
 
+@pytest.mark.parametrize(
+    "session",
+    ["classic", pytest.param("connect", marks=[pytest.mark.connect, pytest.mark.full])],
+    indirect=True,
+)
 def test_backfill_january_to_june_then_stream_the_rest_of_the_year(
     session: Any, tmp_path: Path, year: pd.DataFrame
 ) -> None:
     """The state of per-carrier statistics over January-June is bootstrapped in batch
     from the flights files; the stream restores it with another number of shuffle
-    partitions, reads only July-December, and ends at the batch statistics of the year."""
+    partitions, reads only July-December, and ends at the batch statistics of the year
+    (on a classic session and over Spark Connect)."""
     data = tmp_path / "flights"
     first = write_months(data, year, range(1, 7))
     source = {**SOURCE, "path": str(data)}
@@ -386,3 +392,33 @@ def test_the_cli_bootstraps_then_transforms(session: Any, tmp_path: Path, capsys
     err = capsys.readouterr().err
     assert "has no keyed operator 'nope' (its operators: ['running_totals'])" in err
     assert digests(sp) == before and not (tmp_path / "sp3").exists()
+
+
+@pytest.mark.connect
+def test_spark_operators_stores_are_refused_on_spark_connect(
+    connect_spark: Any, tmp_path: Path
+) -> None:
+    """Spark Connect has no provider: a SparkState bootstrap says so and writes nothing."""
+    data = tmp_path / "events"
+    write_files(data, SIZES, tag="first")
+    source = {**FILES_SOURCE, "path": str(data)}
+    barriered.install(connect_spark)
+    events = (
+        connect_spark.readStream.format("barriered")
+        .options(**source)
+        .option("snapshotPath", str(tmp_path / "snap"))
+        .load()
+    )
+    rows = connect_spark.createDataFrame([("user-1", 3)], "user_id string, amount long")
+    before = tree(tmp_path)
+    with pytest.raises(StateProcessorError) as refused:
+        state_processor.bootstrap(
+            connect_spark,
+            str(tmp_path / "sp"),
+            source,
+            [SparkState(events.groupBy("user_id").count(), rows)],
+        )
+    assert "this is a Spark Connect session, which has no barriered state store provider" in str(
+        refused.value
+    )
+    assert tree(tmp_path) == before
