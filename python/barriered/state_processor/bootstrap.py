@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -173,20 +172,6 @@ def _spec(state: KeyedState, max_parallelism: int, upstream: Upstream) -> Operat
     return spec
 
 
-def _check_unique(state: KeyedState, operator: str) -> None:
-    if state.compute:
-        return
-    twice = state.df.groupBy(*state.key_columns).count().where(F.col("count") > 1).limit(1)
-    found = twice.collect()
-    if found:
-        key = {c: found[0][c] for c in state.key_columns}
-        raise StateProcessorError(
-            f"bootstrap of operator {operator!r}: key {key} has {found[0]['count']} rows; "
-            "a key's state is one row (aggregate the rows first, or compute=True); nothing "
-            "was written"
-        )
-
-
 def bootstrap(
     spark: SparkSession,
     path: str,
@@ -216,8 +201,6 @@ def bootstrap(
                 "name; nothing was written"
             )
         schema = table_schema([s.to_dict() for s in specs])
-        for state, spec in zip(keyed, specs, strict=True):
-            _check_unique(state, spec.operator)
         upstream.persist()
         with target.writing():
             return _write(
