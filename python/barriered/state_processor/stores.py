@@ -79,11 +79,6 @@ class Planned:
     stores: list[dict[str, Any]]
     rows: DataFrame
 
-    @property
-    def names(self) -> list[str]:
-        """The stores (``<op>-<store>``)."""
-        return [str(s["operator"]) for s in self.stores]
-
 
 def _jvm_class(spark: SparkSession) -> Any:
     jvm = getattr(spark, "_jvm", None)

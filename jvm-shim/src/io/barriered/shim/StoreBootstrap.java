@@ -216,7 +216,6 @@ public final class StoreBootstrap {
       entry.put("kind", store.kind);
       entry.put("key_schema", store.keySchema.json());
       entry.put("value_schema", store.valueSchema.json());
-      entry.put("partition_key_columns", store.keySchema.fields().length);
       stores.add(entry);
     }
     out.put("stores", stores);
