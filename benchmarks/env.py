@@ -103,6 +103,9 @@ def _start_with_provider_jar() -> None:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        # 10M keys collected as Arrow (the state processor's plain Delta baseline) need more
+        # than the default 1g of driver heap.
+        .config("spark.driver.memory", "4g")
         .config("spark.jars", jar)
         .config("spark.sql.extensions", EXTENSION_CLASS)  # as with_state_store sets it
         .config(

@@ -14,6 +14,13 @@
 # MAGIC    number of shuffle partitions,
 # MAGIC 4. checks that the streamed state equals a batch aggregation over every file,
 # MAGIC 5. transforms the state offline (drops test users, adds a field) and restores again.
+# MAGIC
+# MAGIC The same works for Spark's own `groupBy().agg()` and `dropDuplicates` under the JVM
+# MAGIC state store provider (dedicated clusters, see notebook 06): give the streaming query
+# MAGIC itself, `state_processor.SparkState(events.groupBy("user_id").agg(...), history)`; its
+# MAGIC stores, their types and operator ids are taken from the query's plan and their values
+# MAGIC (aggregation buffers, e.g. sum and count of an average) computed by Spark in batch
+# MAGIC (`statestore/README.md`, "Writing state offline").
 
 # COMMAND ----------
 

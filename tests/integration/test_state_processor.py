@@ -20,7 +20,7 @@ import barriered
 from barriered import cli, state_processor
 from barriered.errors import SnapshotStoreError, StateProcessorError
 from barriered.examples import RunningTotals
-from barriered.state_processor import KeyedState
+from barriered.state_processor import KeyedState, SparkState
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from file_tree import tree
@@ -61,12 +61,18 @@ def year() -> pd.DataFrame:
     return flights()
 
 
+@pytest.mark.parametrize(
+    "session",
+    ["classic", pytest.param("connect", marks=[pytest.mark.connect, pytest.mark.full])],
+    indirect=True,
+)
 def test_backfill_january_to_june_then_stream_the_rest_of_the_year(
     session: Any, tmp_path: Path, year: pd.DataFrame
 ) -> None:
     """The state of per-carrier statistics over January-June is bootstrapped in batch
     from the flights files; the stream restores it with another number of shuffle
-    partitions, reads only July-December, and ends at the batch statistics of the year."""
+    partitions, reads only July-December, and ends at the batch statistics of the year
+    (on a classic session and over Spark Connect)."""
     data = tmp_path / "flights"
     first = write_months(data, year, range(1, 7))
     source = {**SOURCE, "path": str(data)}
@@ -288,7 +294,7 @@ def test_a_bootstrap_that_does_not_fit_is_refused_writing_nothing(
     sp = tmp_path / "sp"
     inputs = tree(data)
 
-    def refused(error: type[Exception], *states: KeyedState, **kw: Any) -> str:
+    def refused(error: type[Exception], *states: KeyedState | SparkState, **kw: Any) -> str:
         with pytest.raises(error) as failure:
             state_processor.bootstrap(session, str(sp), kw.pop("source", source), states, **kw)
         assert tree(sp) == {} and tree(data) == inputs
@@ -323,6 +329,17 @@ def test_a_bootstrap_that_does_not_fit_is_refused_writing_nothing(
         source={**source, "restoreFrom": "latest"},
     )
     assert "'restoreFrom'" in message
+    # Spark's own operators' stores need the barriered provider (this session has RocksDB's).
+    events = (
+        session.readStream.format("barriered")
+        .options(**source)
+        .option("snapshotPath", str(tmp_path / "snap"))
+        .load()
+    )
+    totals = SparkState(events.groupBy("user_id").count(), good)
+    message = refused(StateProcessorError, totals)
+    assert "provider is 'org.apache.spark.sql.execution.streaming.state.RocksDB" in message
+    assert "barriered.with_state_store(builder)" in message
     (sp / "keep.txt").parent.mkdir()
     (sp / "keep.txt").write_text("mine")
     with pytest.raises(SnapshotStoreError, match="is not empty; nothing was written"):
@@ -375,3 +392,33 @@ def test_the_cli_bootstraps_then_transforms(session: Any, tmp_path: Path, capsys
     err = capsys.readouterr().err
     assert "has no keyed operator 'nope' (its operators: ['running_totals'])" in err
     assert digests(sp) == before and not (tmp_path / "sp3").exists()
+
+
+@pytest.mark.connect
+def test_spark_operators_stores_are_refused_on_spark_connect(
+    connect_spark: Any, tmp_path: Path
+) -> None:
+    """Spark Connect has no provider: a SparkState bootstrap says so and writes nothing."""
+    data = tmp_path / "events"
+    write_files(data, SIZES, tag="first")
+    source = {**FILES_SOURCE, "path": str(data)}
+    barriered.install(connect_spark)
+    events = (
+        connect_spark.readStream.format("barriered")
+        .options(**source)
+        .option("snapshotPath", str(tmp_path / "snap"))
+        .load()
+    )
+    rows = connect_spark.createDataFrame([("user-1", 3)], "user_id string, amount long")
+    before = tree(tmp_path)
+    with pytest.raises(StateProcessorError) as refused:
+        state_processor.bootstrap(
+            connect_spark,
+            str(tmp_path / "sp"),
+            source,
+            [SparkState(events.groupBy("user_id").count(), rows)],
+        )
+    assert "this is a Spark Connect session, which has no barriered state store provider" in str(
+        refused.value
+    )
+    assert tree(tmp_path) == before

@@ -12,9 +12,11 @@ Both write a savepoint folder in the layout :func:`barriered.savepoint` writes: 
 streaming query from it with ``.option("restoreFrom", folder)`` on a new
 ``snapshotPath`` (any ``spark.sql.shuffle.partitions``). Schema changes a restore makes
 itself (a field added with a default, removed, widened) need no transform:
-:mod:`barriered.statestore.evolution`. Works on classic and Spark Connect sessions; the
-JVM provider's stores of Spark's own operators are carried over by :func:`transform` but
-not written by :func:`bootstrap`. The CLI: ``barriered savepoint bootstrap|transform``.
+:mod:`barriered.statestore.evolution`. Works on classic and Spark Connect sessions for
+``barriered.keyed``; under the JVM provider :func:`bootstrap` also writes the stores of a
+query's grouped aggregations and ``dropDuplicates`` (:class:`SparkState`, classic sessions
+only: Connect and serverless have no provider), and :func:`transform` carries stores over
+unchanged. The CLI: ``barriered savepoint bootstrap|transform``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from barriered.state_processor import bootstrap as _bootstrap
 from barriered.state_processor import transform as _transform
 from barriered.state_processor.bootstrap import BOOTSTRAP_ID, KeyedState
+from barriered.state_processor.stores import SparkState
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import resolve
 from barriered.statestore.savepoints import Savepoint
@@ -35,7 +38,7 @@ def bootstrap(
     spark: SparkSession,
     path: str,
     source: Mapping[str, str],
-    states: Sequence[KeyedState],
+    states: Sequence[KeyedState | SparkState],
     positions: Sequence[int] | None = None,
 ) -> Savepoint:
     """Write a savepoint from batch data, for a streaming query to start from.
@@ -52,8 +55,11 @@ def bootstrap(
         ``channels``, ``maxParallelism``, ...): they fix the configuration, the channels
         and the upstream manifest the savepoint records. ``snapshotPath`` is ignored;
         ``restoreFrom`` is refused.
-    states : sequence of KeyedState
-        The keyed operators' state, each from a DataFrame.
+    states : sequence of KeyedState or SparkState
+        The keyed operators' state, each from a DataFrame; and (JVM provider, classic
+        session) at most one :class:`SparkState`: the stores of a streaming query's own
+        grouped aggregations and ``dropDuplicates``, computed from batch rows by the
+        query's own plan.
     positions : sequence of int, optional
         Per channel, the position where the restored query starts reading: the
         bootstrapped state covers the records before it. Default: everything the
@@ -70,7 +76,10 @@ def bootstrap(
     StateProcessorError
         A key column or state field missing from a DataFrame, a key column whose type
         differs from the upstream's, a key given twice, operator names that repeat,
-        positions outside the upstream, or ``restoreFrom`` in ``source``.
+        positions outside the upstream, or ``restoreFrom`` in ``source``; for a
+        :class:`SparkState`: a Spark Connect session or one without the provider, a query
+        with a stateful operator it cannot write (named) or with none, or batch rows that
+        miss a column of the stream's records or have it with another type.
     ConfigError
         An unknown or bad source option, or a state field of a type keyed state cannot
         hold.
@@ -162,4 +171,4 @@ def read_state(
     return _transform.read_state(spark, point, operator)
 
 
-__all__ = ["BOOTSTRAP_ID", "KeyedState", "bootstrap", "read_state", "transform"]
+__all__ = ["BOOTSTRAP_ID", "KeyedState", "SparkState", "bootstrap", "read_state", "transform"]

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -41,9 +40,11 @@ from barriered.datasource.source import config_record, upstream_of
 from barriered.datasource.upstreams.base import Upstream
 from barriered.errors import StateProcessorError
 from barriered.session import session_conf
+from barriered.state_processor import stores
+from barriered.state_processor.stores import SparkState
 from barriered.state_processor.target import Target
 from barriered.state_processor.writer import KeyGroupWriter, write_state
-from barriered.statestore import checkpoints_table
+from barriered.statestore import checkpoints_table, operators
 from barriered.statestore.acks import DataFile
 from barriered.statestore.delta_tables import STATE_PARTITIONS, as_json, commit_files
 from barriered.statestore.evolution import widens
@@ -171,25 +172,11 @@ def _spec(state: KeyedState, max_parallelism: int, upstream: Upstream) -> Operat
     return spec
 
 
-def _check_unique(state: KeyedState, operator: str) -> None:
-    if state.compute:
-        return
-    twice = state.df.groupBy(*state.key_columns).count().where(F.col("count") > 1).limit(1)
-    found = twice.collect()
-    if found:
-        key = {c: found[0][c] for c in state.key_columns}
-        raise StateProcessorError(
-            f"bootstrap of operator {operator!r}: key {key} has {found[0]['count']} rows; "
-            "a key's state is one row (aggregate the rows first, or compute=True); nothing "
-            "was written"
-        )
-
-
 def bootstrap(
     spark: SparkSession,
     path: str,
     source: Mapping[str, str],
-    states: Sequence[KeyedState],
+    states: Sequence[KeyedState | SparkState],
     positions: Sequence[int] | None = None,
 ) -> Savepoint:
     """Write a savepoint holding ``states`` (see :func:`barriered.state_processor.bootstrap`)."""
@@ -198,7 +185,15 @@ def bootstrap(
         settings, upstream = _settings_and_upstream(spark, target.layout.root, source, scratch)
         starts = _positions(upstream, positions)
         mp = settings.conf.max_parallelism
-        specs = [_spec(s, mp, upstream) for s in states]
+        keyed = [s for s in states if isinstance(s, KeyedState)]
+        queries = [s for s in states if isinstance(s, SparkState)]
+        if len(queries) > 1:
+            raise StateProcessorError(
+                f"bootstrap: {len(queries)} SparkState given; the stores of Spark's own "
+                "operators belong to one streaming query: give one; nothing was written"
+            )
+        planned = [stores.plan(spark, q) for q in queries]
+        specs = [_spec(s, mp, upstream) for s in keyed]
         names = [s.operator for s in specs]
         if len(set(names)) != len(names):
             raise StateProcessorError(
@@ -206,11 +201,11 @@ def bootstrap(
                 "name; nothing was written"
             )
         schema = table_schema([s.to_dict() for s in specs])
-        for state, spec in zip(states, specs, strict=True):
-            _check_unique(state, spec.operator)
         upstream.persist()
         with target.writing():
-            return _write(target, settings, upstream, starts, states, specs, schema, scratch)
+            return _write(
+                target, settings, upstream, starts, keyed, specs, schema, scratch, planned
+            )
 
 
 def _write(
@@ -222,6 +217,7 @@ def _write(
     specs: list[OperatorSpec],
     schema: Any,
     scratch: str,
+    planned: list[stores.Planned],
 ) -> Savepoint:
     out = target.layout
     started = wall_time.now_ms()
@@ -236,6 +232,10 @@ def _write(
         processor = state.processor if state.compute else None
         writer = KeyGroupWriter(out.state_table, spec, BOOTSTRAP_ID, processor)
         files.extend(write_state(df, writer))
+    versions: dict[str, Any] = {}
+    for plan in planned:
+        spark = plan.state.query.sparkSession
+        versions.update(stores.write(spark, plan, out, settings.conf.max_parallelism, BOOTSTRAP_ID))
     barrier = {str(c): p for c, p in enumerate(starts)}
     metadata = {
         "barriered.kind": "savepoint",
@@ -245,6 +245,8 @@ def _write(
         "barriered.inflight_version": None,
         "barriered.bootstrap": True,
     }
+    if versions:
+        metadata[operators.VERSIONS_KEY] = as_json(versions)
     version = commit_files(
         out.state_table, schema, STATE_PARTITIONS, BOOTSTRAP_ID, files,
         metadata=metadata, storage_options=out.storage_options,
@@ -283,6 +285,7 @@ def _write(
             "mode": "aligned",
             "origin": "bootstrap",
             "operators": [s.operator for s in specs],
+            "stores": sorted(versions),
             "created_ms": now,
             "state_files": saved.state_files,
             "state_bytes": saved.state_bytes,
@@ -298,4 +301,4 @@ def _write(
     return saved
 
 
-__all__ = ["BOOTSTRAP_ID", "KeyedState", "bootstrap"]
+__all__ = ["BOOTSTRAP_ID", "KeyedState", "SparkState", "bootstrap"]

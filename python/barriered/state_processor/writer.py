@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
 from barriered.datasource.columns import KEY_GROUP
+from barriered.errors import StateProcessorError
 from barriered.statestore.acks import DataFile, write_data_file
 from barriered.statestore.keyed import KeyedOperator, OperatorSpec
 from barriered.statestore.state_schema import columns_schema
@@ -26,8 +28,12 @@ from barriered.statestore.vectorized import merge
 
 log = logging.getLogger(__name__)
 
-#: What each key group's writer returns: the file it wrote.
-WRITTEN_DDL = "key_group int, path string, size long, rows long, modification_time long"
+#: What each key group's writer returns: the file it wrote, or (``path`` null) a key
+#: given more than once (``repeated``: the key as JSON, ``count``: its rows).
+WRITTEN_DDL = (
+    "key_group int, path string, size long, rows long, modification_time long, "
+    "repeated string, count long"
+)
 
 
 @dataclass(frozen=True)
@@ -64,9 +70,38 @@ class KeyGroupWriter:
         )
         return state
 
+    def repeated(self, rows: pa.Table) -> pa.Table | None:
+        """With the state given per key: one row (``repeated``, ``count``) naming a key
+        of the group that has several rows, else None. All rows of a key are in its key
+        group, so this pass over the group is the whole check (no job of its own)."""
+        if self.processor is not None:
+            return None
+        keys = list(self.spec.key_columns)
+        counts = rows.select(keys).group_by(keys).aggregate([([], "count_all")])
+        many = counts.filter(pc.greater(counts["count_all"], 1))
+        if not many.num_rows:
+            return None
+        first = many.slice(0, 1).to_pylist()[0]
+        key = {c: first[c] for c in keys}
+        return pa.table(
+            {
+                "key_group": pa.array([None], pa.int32()),
+                "path": pa.array([None], pa.string()),
+                "size": pa.array([None], pa.int64()),
+                "rows": pa.array([None], pa.int64()),
+                "modification_time": pa.array([None], pa.int64()),
+                "repeated": [repr(key)],
+                "count": pa.array([first["count_all"]], pa.int64()),
+            }
+        )
+
     def __call__(self, key: Sequence[pa.Scalar], rows: pa.Table) -> pa.Table:
         key_group = int(key[0].as_py())
-        state = self.state(rows.drop_columns([KEY_GROUP]))
+        rows = rows.drop_columns([KEY_GROUP])
+        refused = self.repeated(rows)
+        if refused is not None:
+            return refused
+        state = self.state(rows)
         written: list[DataFile] = []
         if state.num_rows:
             ids = pa.array([self.checkpoint_id] * state.num_rows, pa.int64())
@@ -85,6 +120,8 @@ class KeyGroupWriter:
                 "size": pa.array([f.size for f in written], pa.int64()),
                 "rows": pa.array([f.rows for f in written], pa.int64()),
                 "modification_time": pa.array([f.modification_time for f in written], pa.int64()),
+                "repeated": pa.array([None] * len(written), pa.string()),
+                "count": pa.array([None] * len(written), pa.int64()),
             }
         )
 
@@ -96,12 +133,26 @@ def write_state(df: DataFrame, writer: KeyGroupWriter) -> list[DataFile]:
     -------
     list of DataFile
         One per key group with state, for the savepoint's ``state`` commit.
+
+    Raises
+    ------
+    StateProcessorError
+        When the state is given per key and a key has several rows (found while
+        writing: the caller removes what was written, see
+        :meth:`~barriered.state_processor.target.Target.writing`).
     """
 
     def write(key: Sequence[pa.Scalar], rows: pa.Table) -> pa.Table:
         return writer(key, rows)  # a function: Spark counts the arguments of what it gets
 
     written = df.groupBy(KEY_GROUP).applyInArrow(write, WRITTEN_DDL).collect()
+    repeated = [r for r in written if r["repeated"] is not None]
+    if repeated:
+        raise StateProcessorError(
+            f"operator {writer.spec.operator!r}: key {repeated[0]['repeated']} has "
+            f"{repeated[0]['count']} rows; a key's state is one row (aggregate the rows "
+            "first, or compute=True); nothing was written"
+        )
     files = [
         DataFile(
             path=r["path"],

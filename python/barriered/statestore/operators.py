@@ -73,7 +73,8 @@ def participants(layout: SnapshotLayout, epoch: int | None) -> list[str]:
     ]
 
 
-def _schema(table_uri: str, first_file: str) -> pa.Schema:
+def file_schema(table_uri: str, first_file: str) -> pa.Schema:
+    """A store table's schema: its first file's columns and the partition columns."""
     fs, root = filesystem(table_uri)
     with fs.open_input_file(f"{root}/{first_file}") as f:
         schema = pq.read_schema(f)
@@ -259,7 +260,7 @@ def commit(
         if table is not None:
             schema = pa.schema(table.schema().to_arrow())
         else:
-            schema = _schema(uri, files[0].path)
+            schema = file_schema(uri, files[0].path)
         done = commit_files(
             uri,
             schema,

@@ -4,39 +4,21 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.BitSet;
-import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.TreeSet;
-import java.util.UUID;
 
 import org.apache.hadoop.conf.Configuration;
-import org.apache.hadoop.fs.FileStatus;
-import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
-import org.apache.parquet.column.ParquetProperties;
-import org.apache.parquet.hadoop.ParquetWriter;
-import org.apache.parquet.hadoop.api.WriteSupport;
-import org.apache.parquet.hadoop.metadata.CompressionCodecName;
-import org.apache.parquet.io.OutputFile;
 import org.apache.spark.TaskContext;
-import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.expressions.BoundReference;
 import org.apache.spark.sql.catalyst.expressions.Expression;
-import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
-import org.apache.spark.sql.catalyst.expressions.Murmur3Hash;
 import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
-import org.apache.spark.sql.execution.datasources.parquet.ParquetWriteSupport;
 import org.apache.spark.sql.execution.streaming.state.KeyStateEncoderSpec;
 import org.apache.spark.sql.execution.streaming.state.PrefixKeyScanStateEncoderSpec;
 import org.apache.spark.sql.execution.streaming.state.StateStore;
 import org.apache.spark.sql.execution.streaming.state.StateStoreId;
 import org.apache.spark.sql.execution.streaming.state.StateStoreIterator;
 import org.apache.spark.sql.execution.streaming.state.UnsafeRowPair;
-import org.apache.spark.sql.types.DataTypes;
-import org.apache.spark.sql.types.Metadata;
-import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -112,42 +94,12 @@ final class CutExporter {
       n = n - 1;
     }
     partitionKey = new int[n];
-    List<Expression> refs = new ArrayList<>();
     for (int i = 0; i < n; i++) {
       partitionKey[i] = i;
-      refs.add(new BoundReference(i, keySchema.fields()[i].dataType(), true));
     }
-    hash = new Murmur3Hash(scala.jdk.javaapi.CollectionConverters.asScala(refs).toSeq(), 42);
-    fileSchema =
-        new StructType(
-            new StructField[] {
-              new StructField("hash", DataTypes.IntegerType, false, Metadata.empty()),
-              new StructField("key", sanitized(keySchema), false, Metadata.empty()),
-              new StructField("value", sanitized(valueSchema), true, Metadata.empty())
-            });
-    for (String[] kv :
-        new String[][] {
-          {"spark.sql.parquet.writeLegacyFormat", "false"},
-          {"spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS"},
-          {"spark.sql.parquet.fieldId.write.enabled", "false"},
-          {"spark.sql.parquet.datetimeRebaseModeInWrite", "CORRECTED"},
-          {"spark.sql.parquet.int96RebaseModeInWrite", "CORRECTED"},
-          {"spark.sql.parquet.variant.annotateLogicalType.enabled", "false"}
-        }) {
-      this.conf.set(kv[0], kv[1]);
-    }
-    ParquetWriteSupport.setSchema(fileSchema, this.conf);
-  }
-
-  /** Field names Delta accepts: characters it refuses become underscores. */
-  private static StructType sanitized(StructType schema) {
-    StructField[] fields = schema.fields().clone();
-    for (int i = 0; i < fields.length; i++) {
-      String name = fields[i].name().replaceAll("[ ,;{}()\\n\\t=]", "_");
-      fields[i] =
-          new StructField(name, fields[i].dataType(), fields[i].nullable(), Metadata.empty());
-    }
-    return new StructType(fields);
+    hash = GroupFiles.partitionHash(keySchema, n);
+    fileSchema = GroupFiles.fileSchema(keySchema, valueSchema);
+    GroupFiles.writeConf(this.conf, fileSchema);
   }
 
   /**
@@ -270,62 +222,23 @@ final class CutExporter {
       StateStore store, CutLog.Cut cut, boolean[] write, UnsafeProjection hasher, Export export) {
     Path table = tableDir(cut);
     int partition = storeId.partitionId();
-    Map<Integer, ParquetWriter<InternalRow>> writers = new HashMap<>();
-    Map<Integer, String> paths = new HashMap<>();
-    long[] counts = new long[write.length];
-    GenericInternalRow row = new GenericInternalRow(3);
+    GroupFiles files = new GroupFiles(table, partition, "c" + cut.id, conf, write.length);
     try {
       try (StateStoreIterator<UnsafeRowPair> it = store.iterator("default")) {
         while (it.hasNext()) {
           UnsafeRowPair pair = it.next();
           int h = hasher.apply(pair.key()).getInt(0);
-          int g = Math.floorMod(h, write.length);
-          if (!write[g]) {
-            continue;
+          if (write[Math.floorMod(h, write.length)]) {
+            files.write(h, pair.key(), pair.value());
           }
-          ParquetWriter<InternalRow> writer = writers.get(g);
-          if (writer == null) {
-            String rel =
-                "key_group="
-                    + g
-                    + "/store_partition="
-                    + partition
-                    + "/c"
-                    + cut.id
-                    + "-"
-                    + UUID.randomUUID()
-                    + ".parquet";
-            writer = open(new Path(table, rel));
-            writers.put(g, writer);
-            paths.put(g, rel);
-          }
-          row.setInt(0, h); // the writer consumes the row at once: one row object serves all
-          row.update(1, pair.key());
-          row.update(2, pair.value());
-          writer.write(row);
-          counts[g] += 1;
         }
       }
-      for (ParquetWriter<InternalRow> w : writers.values()) {
-        w.close();
-      }
-      FileSystem fs = table.getFileSystem(conf);
-      for (Map.Entry<Integer, String> e : paths.entrySet()) {
-        FileStatus status = fs.getFileStatus(new Path(table, e.getValue()));
-        Map<String, Object> file = new LinkedHashMap<>();
-        Map<String, Object> pv = new LinkedHashMap<>();
-        pv.put("key_group", Integer.toString(e.getKey()));
-        pv.put("store_partition", Integer.toString(partition));
-        file.put("path", e.getValue());
-        file.put("size", status.getLen());
-        file.put("rows", counts[e.getKey()]);
-        file.put("partition_values", pv);
-        file.put("modification_time", status.getModificationTime());
+      for (Map<String, Object> file : files.finish()) {
         export.files.add(file);
-        export.rows += counts[e.getKey()];
-        export.bytes += status.getLen();
+        export.rows += (Long) file.get("rows");
+        export.bytes += (Long) file.get("size");
       }
-      return new ArrayList<>(new TreeSet<>(paths.keySet()));
+      return files.groups();
     } catch (IOException e) {
       throw new IllegalStateException(
           "barriered: cannot write the state of store "
@@ -338,34 +251,6 @@ final class CutExporter {
               + table,
           e);
     }
-  }
-
-  /** A Parquet writer of Spark rows with Spark's own write support. */
-  private static final class RowWriterBuilder
-      extends ParquetWriter.Builder<InternalRow, RowWriterBuilder> {
-    RowWriterBuilder(OutputFile file) {
-      super(file);
-    }
-
-    @Override
-    protected RowWriterBuilder self() {
-      return this;
-    }
-
-    @Override
-    protected WriteSupport<InternalRow> getWriteSupport(Configuration conf) {
-      return new ParquetWriteSupport();
-    }
-  }
-
-  private ParquetWriter<InternalRow> open(Path path) throws IOException {
-    return new RowWriterBuilder(SnapshotFiles.outputFile(path, conf))
-        .withConf(conf)
-        .withCompressionCodec(CompressionCodecName.SNAPPY)
-        .withDictionaryEncoding(true)
-        .withValidation(false)
-        .withWriterVersion(ParquetProperties.WriterVersion.PARQUET_1_0)
-        .build();
   }
 
   /** Publish the acknowledgement of {@code export} (after the store's commit succeeded). */

@@ -35,6 +35,8 @@ public final class RestoredWatermark extends AbstractFunction1<SparkSessionExten
   private static final Logger LOG = LoggerFactory.getLogger(RestoredWatermark.class);
   private static final String LATE = "eventTimeWatermarkForLateEvents";
   private static final String EVICTION = "eventTimeWatermarkForEviction";
+  /** The checkpoint location Spark gives a streaming query's plan for explain(). */
+  private static final String EXPLAINED = "<unknown>";
 
   /**
    * Refuse a batch of a restored query (its offset names the restored checkpoint's watermark)
@@ -147,6 +149,9 @@ public final class RestoredWatermark extends AbstractFunction1<SparkSessionExten
       return node;
     }
     StatefulOperatorStateInfo state = (StatefulOperatorStateInfo) stateInfo.get();
+    if (state.checkpointLocation().startsWith(EXPLAINED)) {
+      return node; // explain() of a streaming query: planned, never run, no offset log
+    }
     Path root = new Path(state.checkpointLocation()).getParent();
     CutLog.Batch batch = CutLog.read(conf, root, state.storeVersion());
     Long restored = batch.restoredWatermarkMs;
