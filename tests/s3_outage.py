@@ -1,13 +1,13 @@
 """An outage of the local S3 server, on demand: a TCP relay in front of it that answers
 ``503 Slow Down`` while the outage lasts.
 
-``python s3_outage.py PORT TARGET_PORT`` relays every connection to 127.0.0.1:PORT to the
+``python s3_outage.py PORT TARGET_PORT COUNT_FILE`` relays every connection to 127.0.0.1:PORT to the
 S3 server on TARGET_PORT, byte for byte (so any client and protocol detail passes). On
 SIGUSR1 the outage starts: open connections are cut and every new request gets
 ``HTTP/1.1 503 Slow Down`` (S3's own throttling answer, which every client retries) and a
-closed connection; SIGUSR2 ends it. The server behind keeps its objects (moto keeps them
-in memory: stopping it would lose the bucket). :class:`S3Outage` starts the relay as a
-child process and stops it by pid.
+closed connection (how many so far: in COUNT_FILE); SIGUSR2 ends it. The server behind
+keeps its objects (moto keeps them in memory: stopping it would lose the bucket).
+:class:`S3Outage` starts the relay as a child process and stops it by pid.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from child_process import die_with_parent, free_port
 
@@ -46,6 +48,7 @@ class S3Outage:
         self.target_port = target_port
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
+        self._count = Path(tempfile.mkstemp(prefix="barriered-s3-outage-")[1])
 
     @property
     def endpoint(self) -> str:
@@ -56,7 +59,7 @@ class S3Outage:
         """Launch the relay and wait until it accepts connections."""
         self.port = free_port()
         self.process = subprocess.Popen(
-            [sys.executable, __file__, str(self.port), str(self.target_port)],
+            [sys.executable, __file__, str(self.port), str(self.target_port), str(self._count)],
             stdin=subprocess.DEVNULL,
             preexec_fn=die_with_parent(),
         )
@@ -83,6 +86,11 @@ class S3Outage:
         finally:
             self.outage(False)
 
+    def refused(self) -> int:
+        """How many requests were answered 503 so far."""
+        text = self._count.read_text() if self._count.exists() else ""
+        return int(text or 0)
+
     def stop(self) -> None:
         """Terminate the relay by pid (safe to call twice)."""
         process, self.process = self.process, None
@@ -94,11 +102,14 @@ class S3Outage:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        self._count.unlink(missing_ok=True)
 
 
 # -- the relay process ----------------------------------------------------------------------
 
 _down = threading.Event()
+_answered = [0]
+_count_file: list[Path] = []
 _open: set[socket.socket] = set()
 _lock = threading.Lock()
 
@@ -123,6 +134,9 @@ def _serve(client: socket.socket, target_port: int) -> None:
             while b"\r\n\r\n" not in head and (chunk := client.recv(65536)):
                 head += chunk
             client.sendall(SLOW_DOWN)
+            with _lock:
+                _answered[0] += 1
+                _count_file[0].write_text(str(_answered[0]))
         client.close()
         return
     try:
@@ -153,7 +167,8 @@ def _cut(on: bool) -> None:
         _down.clear()
 
 
-def main(port: int, target_port: int) -> None:
+def main(port: int, target_port: int, count_file: str) -> None:
+    _count_file.append(Path(count_file))
     signal.signal(signal.SIGUSR1, lambda *_: _cut(True))
     signal.signal(signal.SIGUSR2, lambda *_: _cut(False))
     listener = socket.create_server(("127.0.0.1", port), backlog=128)
@@ -163,4 +178,4 @@ def main(port: int, target_port: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]))
+    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])

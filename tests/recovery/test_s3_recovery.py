@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
+import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from test_sink_recovery import crash_driver
 
 from barriered.statestore import checkpoints_table, storage
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.restore_point import resolve
 from barriered.testing import faults
 from runs import (
     FILES_SOURCE,
@@ -43,6 +46,7 @@ from runs import (
     wait_final_checkpoint,
     write_files,
 )
+from s3_outage import S3Outage
 from s3_server import S3Server
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
@@ -245,3 +249,57 @@ def test_a_files_upstream_on_s3_restores_exactly_and_reads_each_new_file_once(
     assert hadoop.get("fs.s3a.endpoint") == s3_server.endpoint
     assert hadoop.get("fs.s3a.secret.key") == s3_server.secret_key
     assert _local_files(tmp_path) == ["driver.out"]
+
+
+@pytest.fixture
+def outage(s3_server: S3Server) -> Iterator[S3Outage]:
+    """The relay that gives the S3 server an outage on demand; the bucket's settings of
+    this process point at the server itself again afterwards."""
+    relay = S3Outage(s3_server.port).start()
+    try:
+        yield relay
+    finally:
+        relay.stop()
+        storage.register(s3_server.uri(), s3_server.storage_options)
+
+
+@pytest.mark.full
+def test_an_s3_outage_in_the_middle_of_a_checkpoint_only_delays_or_fails_that_checkpoint(
+    session: Any, s3_server: S3Server, outage: S3Outage, tmp_path: Path
+) -> None:
+    name = "outage"
+    options = {**s3_server.storage_options, "AWS_ENDPOINT_URL": outage.endpoint}
+    session.conf.set(PREFIX + "snapshotStorageOptions", json.dumps(options))
+    storage.register(s3_server.uri(name), options)
+    snap, out = s3_server.uri(name, "snap"), s3_server.uri(name, "out")
+    faults.inject(snap, faults.STATE_SNAPSHOT, checkpoint_id=2, action=faults.BLOCK)
+    processor, sink = sink_query("update", out)
+    query = start(session, tmp_path, MODES["unaligned"], SOURCE, snap, "ck", processor, sink)
+    faults.wait_fired(snap, faults.STATE_SNAPSHOT)  # an executor is writing checkpoint 2
+    faults.release(snap, faults.STATE_SNAPSHOT)
+    with outage.down():
+        time.sleep(4)
+    query.awaitTermination()
+    assert query.exception() is None
+    assert outage.refused() > 0, "the outage answered no request"
+    layout = SnapshotLayout.configured(snap)
+    assert _final_state(layout, query) == totals_before(everything())
+    assert output_rows(out) == expected_output("update", everything())
+    completed = [row["checkpoint_id"] for row in checkpoints_table.completed(layout)]
+    logging.getLogger(__name__).info("completed after the outage: %s", completed)
+    for checkpoint_id in completed:  # each one whole: every file its restore reads is there
+        resolve(layout, str(checkpoint_id)).check_files()
+
+    processor, sink = sink_query("update", out)
+    session.conf.set("spark.sql.shuffle.partitions", "3")
+    try:
+        source = {**SOURCE, "restoreFrom": "latest"}
+        restored = start(
+            session, tmp_path, MODES["unaligned"], source, snap, "ck-restored", processor, sink
+        )
+        restored.awaitTermination()
+        state = _final_state(layout, restored, after_id=max(completed))
+    finally:
+        session.conf.set("spark.sql.shuffle.partitions", "2")
+    assert state == totals_before(everything())
+    assert output_rows(out) == expected_output("update", everything())
