@@ -11,9 +11,13 @@ store              fields compared
 =================  ==================================================================
 local / mounted    size and modification time in ns (``stat``)
 S3 (and others)    size and ``LastModified`` (whole seconds: what S3 returns), at every
-                   listing; plus the ``ETag`` (a hash of the content) recorded at
-                   discovery and compared at every read of the file in its place
+                   listing; the ``ETag`` (a hash of the content), recorded at discovery,
+                   instead of the time at every read of the file in its place and at a
+                   listing that sees only the time change
 =================  ==================================================================
+
+A manifest's own :func:`file_signature` (whether the driver's copy is current) is the
+inode, time and size of a local file, the ETag, time and size of an object.
 """
 
 from __future__ import annotations
