@@ -5,7 +5,8 @@ of ``runs.SOURCE`` through ``barriered.keyed`` (KIND ``append``: ``RecordNumbers
 the sink in mode append; ``update``: ``RunningTotals`` merged by ``user_id``) into the
 ``barriered-delta`` sink at OUT, with the checkpoint settings of ``runs.MODES[MODE]``
 (its own local[2] session, 2 shuffle partitions; the environment variable
-``BARRIERED_TEST_CONF``, a JSON object, adds session keys). The test arms a blocking fault first
+``BARRIERED_TEST_CONF``, a JSON object, adds session keys; ``BARRIERED_TEST_SOURCE``, a
+JSON object, replaces ``runs.SOURCE``'s options). The test arms a blocking fault first
 and SIGKILLs this process (the driver) once the fault fired. It prints ``STARTED`` when
 the query runs and ``ENDED`` if it ends on its own.
 """
@@ -24,7 +25,8 @@ def main() -> int:
     snap, parent, out, kind, mode = sys.argv[1:6]
     spark = driver_session("sink-driver", json.loads(os.environ.get("BARRIERED_TEST_CONF") or "{}"))
     processor, sink = sink_query(kind, out)
-    query = start(spark, Path(parent), MODES[mode], SOURCE, snap, "ck-crashed", processor, sink)
+    source = json.loads(os.environ.get("BARRIERED_TEST_SOURCE") or "null") or SOURCE
+    query = start(spark, Path(parent), MODES[mode], source, snap, "ck-crashed", processor, sink)
     print("STARTED", flush=True)
     query.awaitTermination()
     print("ENDED", flush=True)

@@ -88,10 +88,12 @@ def crash_driver(
     snap: str | None = None,
     out: str | None = None,
     conf: dict[str, str] | None = None,
+    source: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run the query in a driver process until the fault at ``point`` holds it (from
     checkpoint 2 on), SIGKILL the driver; return the fault's record. ``snap`` and ``out``
-    default to folders of ``tmp_path``; ``conf`` adds session keys (short names)."""
+    default to folders of ``tmp_path``; ``conf`` adds session keys (short names);
+    ``source`` replaces the source options (default: ``runs.SOURCE``)."""
     snap = snap or str(tmp_path / "snap")
     faults.inject(snap, point, checkpoint_id=2, action=faults.BLOCK)
     out = out or str(tmp_path / "out")
@@ -101,7 +103,10 @@ def crash_driver(
         args,
         tmp_path / "driver.out",
         lambda: faults.fired(snap, point),
-        env={"BARRIERED_TEST_CONF": json.dumps(conf or {})},
+        env={
+            "BARRIERED_TEST_CONF": json.dumps(conf or {}),
+            "BARRIERED_TEST_SOURCE": json.dumps(source or {}),
+        },
     )
 
 

@@ -179,7 +179,7 @@ def test_reads_through_the_delta_storage_handler(
 ) -> None:
     """Remote tables go through deltalake's file system; check it on a local table."""
     upstream = DeltaUpstream.from_options(opts(table, channels="2"), state)
-    monkeypatch.setattr(delta_module, "_is_local", lambda path: False)
+    monkeypatch.setattr(delta_module, "is_local", lambda path: False)
     upstream._fs = None
     assert upstream.available() == [len(e) for e in expected_by_file_hash(table, 2)]
     append(table, batch(700, 3))

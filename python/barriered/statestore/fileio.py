@@ -86,6 +86,27 @@ def write_json(uri: str, payload: Any) -> None:
     write_atomic(uri, json.dumps(payload, sort_keys=True, separators=(",", ":")).encode("utf-8"))
 
 
+def read_bytes(uri: str, what: str = "") -> bytes | None:
+    """The whole content of the file at ``uri``; None when it does not exist.
+
+    Raises
+    ------
+    SnapshotStoreError
+        When it exists but cannot be read (the message names it, and ``what`` it is).
+    """
+    fs, path = filesystem(uri)
+    try:
+        with fs.open_input_stream(path, compression=None) as f:
+            data: bytes = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if "not found" in str(exc).lower() or "no such file" in str(exc).lower():
+            return None
+        raise SnapshotStoreError(f"cannot read {what + ' ' if what else ''}{uri!r}: {exc}") from exc
+    return data
+
+
 def read_json(uri: str, default: Any = None) -> Any:
     """Read a JSON file; return ``default`` when it does not exist.
 
@@ -94,16 +115,9 @@ def read_json(uri: str, default: Any = None) -> Any:
     SnapshotStoreError
         When the file exists but is not valid JSON (the message names the file).
     """
-    fs, path = filesystem(uri)
-    try:
-        with fs.open_input_stream(path) as f:
-            raw = f.read()
-    except FileNotFoundError:
+    raw = read_bytes(uri)
+    if raw is None:
         return default
-    except OSError as exc:
-        if "not found" in str(exc).lower() or "no such file" in str(exc).lower():
-            return default
-        raise SnapshotStoreError(f"cannot read {uri!r}: {exc}") from exc
     try:
         return json.loads(raw)
     except ValueError as exc:

@@ -26,7 +26,7 @@ from barriered.config import BarrieredConf, check_restore_compatible
 from barriered.datasource.options import RESTORE_FROM as RESTORE_FROM_OPTION
 from barriered.datasource.schedule import Schedule
 from barriered.datasource.triggers import TriggerLog
-from barriered.errors import ConfigError, RestoreError
+from barriered.errors import RestoreError
 from barriered.statestore import checkpoints_table, integrity
 from barriered.statestore.delta_tables import current_files, open_table
 from barriered.statestore.fileio import exists, filesystem, join, list_names, read_json
@@ -152,7 +152,7 @@ class RestorePoint:
         RestoreError
             Naming the manifest file. Nothing is changed.
         """
-        from barriered.datasource.upstreams import local_dir, manifest_name
+        from barriered.datasource.upstreams import manifest_name
         from barriered.datasource.upstreams.manifest import manifest_ends
 
         upstream = str(dict(self.config.get("upstream", {})).get("upstream", ""))
@@ -160,10 +160,7 @@ class RestorePoint:
         if name is None:
             return
         path = join(self.origin.source_dir, name)
-        try:
-            ends = manifest_ends(local_dir(path, upstream), len(self.barrier))
-        except ConfigError:  # not a local path: the upstream itself refuses to read it
-            ends = [] if exists(path) else None
+        ends = manifest_ends(path, len(self.barrier))
         if ends is None:
             raise RestoreError(
                 f"cannot restore {self.describe()}: its upstream manifest {path!r} is "
@@ -173,7 +170,7 @@ class RestorePoint:
                 "back (from a backup, or the _source folder of a savepoint of this "
                 "checkpoint), or restore a savepoint that holds it"
             )
-        for channel, end in enumerate(ends):  # empty when not readable here
+        for channel, end in enumerate(ends):
             barrier = self.barrier[channel]
             if end < barrier:
                 raise RestoreError(

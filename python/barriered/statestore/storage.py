@@ -41,6 +41,17 @@ REDACTED = "<redacted>"
 _SECRET_PARTS = ("SECRET", "TOKEN", "PASSWORD", "SAS", "_KEY")
 
 _S3_SCHEMES = frozenset({"s3", "s3a"})
+#: How pyarrow's S3 client retries a failed request (a 5xx answer, a reset connection):
+#: 10 attempts with exponential backoff from 25 ms, about 25 s in all.
+S3_ATTEMPTS = 10
+#: delta-rs's retries (``object_store``'s names), unless the options set them: an
+#: outage of the store of up to about half a minute delays a write instead of failing it.
+DELTA_RETRIES = {
+    "max_retries": "10",
+    "retry_timeout": "60s",
+    "backoff_config.init_backoff": "200ms",
+    "backoff_config.max_backoff": "5s",
+}
 _AZURE_SCHEMES = frozenset({"abfs", "abfss", "az", "adl"})
 _TRUE = frozenset({"true", "1", "yes"})
 
@@ -124,8 +135,14 @@ class StorageSettings:
     # -- what each client takes -----------------------------------------------------------
 
     def delta_options(self) -> dict[str, str]:
-        """The storage options of delta-rs (``DeltaTable``, ``write_deltalake``)."""
-        return dict(self.options)
+        """The storage options of delta-rs (``DeltaTable``, ``write_deltalake``), with
+        :data:`DELTA_RETRIES` unless they set their own."""
+        if not self.options:
+            return {}
+        named = {
+            (k.lower() if k.lower() in DELTA_RETRIES else k): v for k, v in self.options.items()
+        }
+        return {**DELTA_RETRIES, **named}
 
     def filesystem(self, uri: str) -> tuple[pafs.FileSystem, str]:
         """The pyarrow filesystem of ``uri``'s store and the path inside it.
@@ -213,6 +230,7 @@ def _s3(options: tuple[tuple[str, str], ...]) -> pafs.S3FileSystem:
         kwargs["endpoint_override"] = endpoint.netloc or settings.endpoint
         kwargs["scheme"] = endpoint.scheme or "https"
     kwargs["force_virtual_addressing"] = not settings.path_style
+    kwargs["retry_strategy"] = pafs.AwsDefaultS3RetryStrategy(max_attempts=S3_ATTEMPTS)
     return pafs.S3FileSystem(**kwargs)
 
 

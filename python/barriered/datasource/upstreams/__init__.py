@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from urllib.parse import unquote, urlparse
 
 from barriered.datasource.upstreams.base import Upstream
 from barriered.errors import ConfigError
@@ -23,9 +22,8 @@ def make_upstream(
         The source options (case as given by the user).
     state_dir : str
         A folder under the snapshot path where the upstream may keep its own manifest: a
-        local (or mounted) path or a URI. The ``files`` and ``delta`` upstreams keep theirs
-        with local file operations (a path or a ``file://`` URI only); ``rate`` and
-        ``kafka`` through :mod:`barriered.statestore.fileio`, on any store.
+        local (or mounted) path or a URI of any store (every upstream writes it through
+        :mod:`barriered.statestore.fileio`).
     required_by : str or None
         What already refers to this stream's positions (a restore point, the snapshot
         path's configuration or checkpoints): a manifest upstream then refuses to start
@@ -34,8 +32,6 @@ def make_upstream(
     from barriered.datasource.upstreams.options import UPSTREAM
 
     name = str(UPSTREAM.read(options))  # declared with a default
-    if name in ("files", "delta"):
-        state_dir = local_dir(state_dir, name)
     if name == "rate":
         from barriered.datasource.upstreams.rate import RateUpstream
 
@@ -68,23 +64,4 @@ def manifest_name(upstream: str) -> str | None:
     return None
 
 
-def local_dir(uri: str, upstream: str) -> str:
-    """The local path of ``uri`` (a path or a ``file://`` URI).
-
-    Raises
-    ------
-    ConfigError
-        For another URI: upstream ``upstream`` keeps its manifest in local files.
-    """
-    if "://" not in uri:
-        return uri
-    parsed = urlparse(uri)
-    if parsed.scheme == "file":
-        return unquote(parsed.path)
-    raise ConfigError(
-        f"upstream {upstream!r} keeps its manifest under the snapshot path, which must be a "
-        f"local or mounted folder (e.g. /Volumes/... on Databricks), not {uri!r}"
-    )
-
-
-__all__ = ["Upstream", "local_dir", "make_upstream", "manifest_name"]
+__all__ = ["Upstream", "make_upstream", "manifest_name"]

@@ -14,14 +14,14 @@ Like Spark's Delta source without ``ignoreChanges``, the table must be append-on
 commit that removes data files (DELETE, UPDATE, MERGE, overwrite) stops the stream with an
 error naming the version. Commits that rearrange files without changing data (OPTIMIZE,
 ``dataChange=false``) are skipped. Data files are read straight from the table's storage
-(``storageOptions.*`` as for ``deltalake``), so VACUUM must not remove files that a
+(``storageOptions.*`` as for ``deltalake``, over the ``snapshotStorageOptions`` of the
+table's store when it is the snapshot path's), so VACUUM must not remove files that a
 retained checkpoint may still replay.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import urllib.parse
 import zlib
 from collections.abc import Mapping
@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from barriered.datasource.upstreams import options as opt
 from barriered.datasource.upstreams.arrow_rows import cast_column, read_parquet_rows
+from barriered.datasource.upstreams.input_folder import is_local, normalize
 from barriered.datasource.upstreams.manifest import (
     ChannelIndex,
     ManifestUpstream,
@@ -43,6 +44,8 @@ from barriered.datasource.upstreams.manifest import (
 )
 from barriered.datasource.upstreams.options import Options, prefixed_options
 from barriered.errors import ConfigError, SnapshotStoreError
+from barriered.statestore.fileio import join, to_local_or_uri
+from barriered.statestore.storage import delta_options
 
 MANIFEST_NAME = "delta_manifest.jsonl"
 
@@ -51,16 +54,6 @@ _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError
 
 def _commit_name(version: int) -> str:
     return f"_delta_log/{version:020d}.json"
-
-
-def _is_local(path: str) -> bool:
-    return "://" not in path or path.startswith("file://")
-
-
-def _local_path(path: str) -> str:
-    if path.startswith("file://"):
-        return urllib.parse.unquote(urllib.parse.urlparse(path).path)
-    return os.path.abspath(os.path.expanduser(path))
 
 
 def _not_found(exc: OSError) -> bool:
@@ -212,8 +205,10 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
                 f"{opt.PATH.where} is required by upstream 'delta': set it to the Delta "
                 "table's location (a folder or a URI such as s3://bucket/table)"
             )
-        path = _local_path(raw_path) if _is_local(raw_path) else raw_path.rstrip("/")
+        path = normalize(raw_path)
         storage_options = prefixed_options(options, opt.STORAGE_OPTIONS.name)
+        if not is_local(path):  # the store's registered settings, overridden by the options
+            storage_options = delta_options(path, storage_options)
         channel_by = opt.DELTA_CHANNEL_BY.read_str(options)
         if channel_by is not None and channel_by.lower() == "file":
             channel_by = "file"
@@ -292,7 +287,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
             schema,
             partition_columns,
             latest,
-            os.path.abspath(state_dir),
+            to_local_or_uri(state_dir),
         )
         if starting <= latest and upstream._read_commit(starting) is None:
             raise ConfigError(
@@ -314,7 +309,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
             str(header["channelBy"]),
             context.get("storage_options") or {},
             int(header["startingVersion"]),
-            schema_from_text(str(header["schema"]), os.path.join(state_dir, MANIFEST_NAME)),
+            schema_from_text(str(header["schema"]), join(state_dir, MANIFEST_NAME)),
             [str(c) for c in header.get("partitionColumns", [])],
             int(header.get("schemaVersion", -1)),
             state_dir,
@@ -363,8 +358,8 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
     def _filesystem(self) -> tuple[pafs.FileSystem, str]:
         """Return the table's file system and the prefix of its relative paths."""
         if self._fs is None:
-            if _is_local(self.path):
-                self._fs = (pafs.LocalFileSystem(), _local_path(self.path) + "/")
+            if is_local(self.path):
+                self._fs = (pafs.LocalFileSystem(), normalize(self.path) + "/")
             else:
                 from deltalake.fs import DeltaStorageHandler
 

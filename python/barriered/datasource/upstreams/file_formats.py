@@ -2,13 +2,14 @@
 
 The format is inferred from the first file's extension and the schema from its contents
 (then fixed for the life of the stream); JSON-lines and CSV files are read whole and
-conformed to that schema, timestamps parsed from any ISO-8601 form.
+conformed to that schema, timestamps parsed from any ISO-8601 form. Files are opened
+through :mod:`~barriered.datasource.upstreams.input_folder`, on any store.
 """
 
 from __future__ import annotations
 
+import io
 import json
-import os
 
 import pyarrow as pa
 import pyarrow.csv as pcsv
@@ -16,6 +17,7 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from barriered.datasource.upstreams.arrow_rows import ARROW_ERRORS, conform, normalize_schema
+from barriered.datasource.upstreams.input_folder import open_random, read_bytes
 from barriered.datasource.upstreams.options import FORMAT, SCHEMA
 from barriered.errors import ConfigError
 
@@ -45,20 +47,22 @@ def infer_format(first_file: str) -> str:
     )
 
 
-def infer_schema(file_path: str, fmt: str) -> pa.Schema:
-    """The schema of ``file_path`` (normalized, see :func:`normalize_schema`)."""
-    if os.path.getsize(file_path) == 0:
+def infer_schema(file_path: str, size: int, fmt: str) -> pa.Schema:
+    """The schema of ``file_path`` (a local path or a URI, ``size`` bytes long;
+    normalized, see :func:`normalize_schema`)."""
+    if size == 0:
         raise ConfigError(
             f"cannot infer the schema from the first file {file_path!r}: it is empty; "
             f"set option {SCHEMA.name!r} (e.g. 'id long, name string')"
         )
     try:
         if fmt == "parquet":
-            schema = pq.read_schema(file_path)
+            with open_random(file_path) as f:
+                schema = pq.read_schema(f)
         elif fmt == "json":
-            schema = pjson.read_json(file_path).schema
+            schema = pjson.read_json(pa.BufferReader(read_bytes(file_path))).schema
         else:
-            schema = pcsv.read_csv(file_path).schema
+            schema = pcsv.read_csv(pa.BufferReader(read_bytes(file_path))).schema
     except READ_ERRORS as exc:
         raise ConfigError(
             f"cannot infer the schema from the first file {file_path!r} as {fmt} ({exc}); "
@@ -79,10 +83,8 @@ def _parse_schema(schema: pa.Schema) -> pa.Schema:
     )
 
 
-def read_text_file(file_path: str, fmt: str, schema: pa.Schema) -> pa.Table:
-    """Read a whole JSON-lines or CSV file conformed to ``schema``."""
-    if os.path.getsize(file_path) == 0:
-        return schema.empty_table()
+def read_text(data: pa.Buffer, fmt: str, schema: pa.Schema) -> pa.Table:
+    """Read the bytes of a whole JSON-lines or CSV file, conformed to ``schema``."""
     parse_schema = _parse_schema(schema)
     if fmt == "csv":
         convert = pcsv.ConvertOptions(
@@ -90,23 +92,23 @@ def read_text_file(file_path: str, fmt: str, schema: pa.Schema) -> pa.Table:
             include_columns=parse_schema.names,
             include_missing_columns=True,
         )
-        return conform(pcsv.read_csv(file_path, convert_options=convert), schema)
+        return conform(pcsv.read_csv(pa.BufferReader(data), convert_options=convert), schema)
     try:
         options = pjson.ParseOptions(
             explicit_schema=parse_schema, unexpected_field_behavior="ignore"
         )
-        table = pjson.read_json(file_path, parse_options=options)
+        table = pjson.read_json(pa.BufferReader(data), parse_options=options)
     except ARROW_ERRORS:
         # Values of another JSON type than the schema's (e.g. numbers in a string
         # column, as Spark accepts): parse in Python, then convert column by column.
-        table = _read_json_leniently(file_path, parse_schema)
+        table = _read_json_leniently(data, parse_schema)
     return conform(table, schema)
 
 
-def _read_json_leniently(file_path: str, parse_schema: pa.Schema) -> pa.Table:
+def _read_json_leniently(data: pa.Buffer, parse_schema: pa.Schema) -> pa.Table:
     """Read JSON lines with :mod:`json`; non-string values of string columns are kept as
     their JSON text (``7`` becomes ``"7"``)."""
-    with open(file_path, encoding="utf-8") as f:
+    with io.TextIOWrapper(io.BytesIO(data.to_pybytes()), encoding="utf-8") as f:
         records = [json.loads(line) for line in f if line.strip()]
     columns = []
     for fld in parse_schema:

@@ -10,21 +10,22 @@ so positions never move, not even after a driver restart.
 
 Producers must write files under a hidden or ``.tmp`` name and rename them into place
 when complete, and must never modify a file once it is visible: new records go into a new
-file. The manifest records each file's size and modification time (ns); every listing
-checks them for the known files, and a changed file (rows appended, or rewritten even at
-the same size) fails the query naming it, instead of leaving its new rows unread or
-returning other records on a replay. With ``archiveTo`` set,
-:meth:`FilesUpstream.release` moves files whose records are all before the oldest
+file. The manifest records each file's size and modification time (and, on an object store,
+its ETag); every listing checks them for the known files, and a changed file (rows
+appended, or rewritten even at the same size) fails the query naming it, instead of
+leaving its new rows unread or returning other records on a replay. With ``archiveTo``
+set, :meth:`FilesUpstream.release` moves files whose records are all before the oldest
 retained checkpoint into that folder; they stay readable there.
+
+The folder, ``archiveTo`` and the manifest may each be local or on an object store
+(``s3://bucket/events``): every file operation goes through
+:mod:`~barriered.datasource.upstreams.input_folder`.
 """
 
 from __future__ import annotations
 
 import datetime
-import errno
 import logging
-import os
-import shutil
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,15 +33,18 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyarrow.fs import FileType
 
+from barriered.datasource.upstreams import input_folder as folder_io
 from barriered.datasource.upstreams import options as opt
 from barriered.datasource.upstreams.arrow_rows import conform, read_parquet_rows
 from barriered.datasource.upstreams.file_formats import (
     READ_ERRORS,
     infer_format,
     infer_schema,
-    read_text_file,
+    read_text,
 )
+from barriered.datasource.upstreams.input_folder import FileState, ignored, listing
 from barriered.datasource.upstreams.manifest import (
     ChannelIndex,
     ManifestUpstream,
@@ -51,6 +55,7 @@ from barriered.datasource.upstreams.manifest import (
 )
 from barriered.datasource.upstreams.options import Options, schema_option
 from barriered.errors import ConfigError, SnapshotStoreError
+from barriered.statestore.fileio import join, to_local_or_uri
 
 log = logging.getLogger(__name__)
 
@@ -60,35 +65,6 @@ MANIFEST_NAME = "files_manifest.jsonl"
 # --------------------------------------------------------------------------------------
 # The files upstream
 # --------------------------------------------------------------------------------------
-
-
-def _ignored(name: str) -> bool:
-    return name.startswith((".", "_")) or name.endswith(".tmp")
-
-
-def _listing(root: str) -> tuple[list[str], list[str]]:
-    """Return the visible sub-folders of ``root`` and the visible files in ``root`` and in
-    those sub-folders (relative posix paths), both sorted by name."""
-    folders: list[str] = []
-    files: list[str] = []
-    with os.scandir(root) as top:
-        for entry in top:
-            if _ignored(entry.name):
-                continue
-            if entry.is_dir():
-                folders.append(entry.name)
-                try:
-                    with os.scandir(entry.path) as sub:
-                        files.extend(
-                            f"{entry.name}/{f.name}"
-                            for f in sub
-                            if not _ignored(f.name) and f.is_file()
-                        )
-                except (FileNotFoundError, NotADirectoryError):
-                    continue
-            elif entry.is_file():
-                files.append(entry.name)
-    return sorted(folders), sorted(files)
 
 
 @dataclass
@@ -104,6 +80,8 @@ class FileEntry:
     #: kept (recorded at the next listing, the size being checked meanwhile).
     mtime_ns: int | None
     archived_to: str | None = None
+    #: The object store's ETag at discovery (None: a local file).
+    etag: str | None = None
 
     def record(self) -> dict[str, Any]:
         """Return the manifest line of this file."""
@@ -116,11 +94,15 @@ class FileEntry:
             "size": self.size,
             "mtimeNs": self.mtime_ns,
             "archivedTo": self.archived_to,
-        }
+        } | ({} if self.etag is None else {"etag": self.etag})
 
-    def unchanged(self, st: os.stat_result) -> bool:
-        """Whether ``st`` (of the file at its original place) matches what was recorded."""
-        return st.st_size == self.size and self.mtime_ns in (None, st.st_mtime_ns)
+    def unchanged(self, st: FileState) -> bool:
+        """Whether ``st`` (of the file at its original place) matches what was recorded:
+        the size, and the ETag when both are known (an object opened, not listed), else
+        the modification time."""
+        if self.etag is not None and st.etag is not None:
+            return st.size == self.size and st.etag == self.etag
+        return st.size == self.size and self.mtime_ns in (None, st.mtime_ns)
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any], where: str) -> FileEntry:
@@ -134,6 +116,7 @@ class FileEntry:
                 size=int(record["size"]),
                 mtime_ns=None if record.get("mtimeNs") is None else int(record["mtimeNs"]),
                 archived_to=record.get("archivedTo"),
+                etag=None if record.get("etag") is None else str(record["etag"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SnapshotStoreError(
@@ -152,7 +135,7 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
     Parameters
     ----------
     path : str
-        Absolute path of the directory to read.
+        The directory to read: an absolute local path or a URI (``s3://bucket/events``).
     fmt : str
         ``json`` (JSON lines), ``csv`` (with a header line) or ``parquet``.
     channels : int
@@ -224,10 +207,11 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
                 f"{opt.PATH.where} is required by upstream 'files': set it to the "
                 "directory the files are written to"
             )
-        path = os.path.abspath(os.path.expanduser(raw_path))
-        if not os.path.exists(path):
+        path = folder_io.normalize(raw_path)
+        found = folder_io.kind(path)
+        if found == FileType.NotFound:
             raise ConfigError(f"{opt.PATH.where}: directory {path!r} does not exist; create it")
-        if not os.path.isdir(path):
+        if found != FileType.Directory:
             raise ConfigError(f"{opt.PATH.where}: {path!r} is not a directory")
         fmt = opt.FORMAT.read_str(options)
         channel_by = opt.CHANNEL_BY.read_str(options)
@@ -245,7 +229,8 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
         if resumed is not None:
             return resumed
 
-        folders, files = _listing(path)
+        folders, listed = listing(path)
+        files = list(listed)
         if not files and (fmt is None or schema is None):
             raise ConfigError(
                 f"{opt.PATH.where}: directory {path!r} has no data files yet, so the format "
@@ -280,9 +265,9 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
         if fmt is None:
             fmt = infer_format(files[0])
         if schema is None:
-            schema = infer_schema(os.path.join(path, files[0]), fmt)
+            schema = infer_schema(join(path, files[0]), listed[files[0]].size, fmt)
         upstream = cls(
-            path, fmt, channels, channel_by, folders, schema, archive_to, os.path.abspath(state_dir)
+            path, fmt, channels, channel_by, folders, schema, archive_to, to_local_or_uri(state_dir)
         )
         upstream._reset()
         return upstream
@@ -301,7 +286,7 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             int(header["channels"]),
             str(header["channelBy"]),
             [str(f) for f in header.get("folders", [])],
-            schema_from_text(str(header["schema"]), os.path.join(state_dir, MANIFEST_NAME)),
+            schema_from_text(str(header["schema"]), join(state_dir, MANIFEST_NAME)),
             context.get("archive_to"),
             state_dir,
         )
@@ -346,7 +331,7 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             folder = rel.split("/", 1)[0]
             if "/" not in rel or folder not in self.folders:
                 raise ConfigError(
-                    f"channelBy 'folder': {os.path.join(self.path, rel)!r} is not in one of "
+                    f"channelBy 'folder': {join(self.path, rel)!r} is not in one of "
                     f"the channel sub-folders {self.folders} fixed when the stream started; "
                     "the channels of a stream cannot change: move it into an existing "
                     "sub-folder, or start the stream on a new snapshot path"
@@ -354,18 +339,19 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             return self.folders.index(folder)
         return zlib.crc32(rel.encode("utf-8")) % self.channels
 
-    def _count_rows(self, file_path: str) -> int:
+    def _count_rows(self, file_path: str, size: int) -> int:
         """Learn a new file's row count, checking that it can be cast to the schema."""
         try:
             if self.format == "parquet":
-                parquet = pq.ParquetFile(file_path)
-                present = [f for f in self._schema if f.name in parquet.schema_arrow.names]
-                conform(
-                    parquet.schema_arrow.empty_table().select([f.name for f in present]),
-                    pa.schema(present),
-                )
-                return int(parquet.metadata.num_rows)
-            return int(read_text_file(file_path, self.format, self._schema).num_rows)
+                with folder_io.open_random(file_path) as f:
+                    parquet = pq.ParquetFile(f)
+                    present = [f for f in self._schema if f.name in parquet.schema_arrow.names]
+                    conform(
+                        parquet.schema_arrow.empty_table().select([f.name for f in present]),
+                        pa.schema(present),
+                    )
+                    return int(parquet.metadata.num_rows)
+            return int(self._read_text(file_path, size).num_rows)
         except READ_ERRORS as exc:
             raise ConfigError(
                 f"file {file_path!r} cannot be read as {self.format} with the stream's "
@@ -374,10 +360,16 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
                 "snapshot path"
             ) from exc
 
+    def _read_text(self, location: str, size: int) -> pa.Table:
+        """A whole JSON-lines or CSV file (``size`` bytes), conformed to the schema."""
+        if size == 0:
+            return self._schema.empty_table()
+        return read_text(folder_io.read_bytes(location), self.format, self._schema)
+
     def available(self) -> list[int]:
         index = self._load()
         try:
-            folders, files = _listing(self.path)
+            folders, files = listing(self.path)
         except FileNotFoundError:
             raise ConfigError(
                 f"{opt.PATH.where}: directory {self.path!r} no longer exists; the files "
@@ -387,7 +379,7 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             extra = [f for f in folders if f not in self.folders]
             if extra:
                 raise ConfigError(
-                    f"channelBy 'folder': new sub-folder {os.path.join(self.path, extra[0])!r}"
+                    f"channelBy 'folder': new sub-folder {join(self.path, extra[0])!r}"
                     f" appeared, but the channels {self.folders} are fixed for the life of "
                     "the stream; move its files into an existing sub-folder, or start the "
                     "stream on a new snapshot path"
@@ -408,24 +400,24 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             raise
         return list(index.ends)
 
-    def _check_known(self, files: Sequence[str]) -> bool:
+    def _check_known(self, files: Mapping[str, FileState]) -> bool:
         """Fail on a listed file that the manifest knows and that changed since (size or
-        modification time). Records the modification time of entries of older manifests
-        that lack it; returns whether it did (the manifest is then saved)."""
+        modification time, as listed; an object of the same size whose time changed is
+        compared by its ETag). Records the modification time of entries of older
+        manifests that lack it, or of objects put again with the same content; returns
+        whether it did (the manifest is then saved)."""
         recorded = False
-        for rel in files:
+        for rel, st in files.items():
             entry = self._known.get(rel)
             if entry is None:
                 continue
-            file_path = os.path.join(self.path, rel)
-            try:
-                st = os.stat(file_path)
-            except FileNotFoundError:
-                continue  # moved away since the listing: a read names it if it is needed
+            file_path = join(self.path, rel)
+            if not entry.unchanged(st) and entry.etag is not None and st.size == entry.size:
+                st = folder_io.state(file_path) or st
             if not entry.unchanged(st):
                 raise self._changed(file_path, entry, st)
-            if entry.mtime_ns is None:
-                entry.mtime_ns = st.st_mtime_ns
+            if entry.mtime_ns != st.mtime_ns:
+                entry.mtime_ns = st.mtime_ns
                 recorded = True
                 log.info(
                     "files upstream: recorded the modification time of %s in %s",
@@ -434,45 +426,51 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
                 )
         return recorded
 
-    def _changed(self, location: str, entry: FileEntry, st: os.stat_result) -> SnapshotStoreError:
+    def _changed(self, location: str, entry: FileEntry, st: FileState) -> SnapshotStoreError:
         """The error for a known file that changed after it was recorded."""
         then = "" if entry.mtime_ns is None else f", modified {_when(entry.mtime_ns)}"
+        etags = (
+            f"; ETag {st.etag}, recorded {entry.etag}"
+            if None not in (entry.etag, st.etag) and entry.etag != st.etag
+            else ""
+        )
+        same = "same bytes" if entry.etag else "same bytes and modification time"
         return SnapshotStoreError(
             f"file {location!r} changed after the files upstream recorded it (records "
             f"{entry.start}..{entry.start + entry.rows} of channel {entry.channel}, "
-            f"{entry.size} bytes{then}; now {st.st_size} bytes, modified "
-            f"{_when(st.st_mtime_ns)}). Its records' positions are fixed in "
+            f"{entry.size} bytes{then}; now {st.size} bytes, modified "
+            f"{_when(st.mtime_ns)}{etags}). Its records' positions are fixed in "
             f"{self.manifest_path!r} and each file is read once, so rows appended to it "
             "would never be read and a rewrite would replay other records. The upstream "
             "must not modify files in place: append new records as a new file (written "
             "under a hidden or .tmp name, renamed when complete). To go on, put the "
-            "original file back (same bytes and modification time) and write the new rows "
-            "to a new file, or start the stream on a new snapshot path"
+            f"original file back ({same}) and write the new rows to a new file, or start "
+            "the stream on a new snapshot path"
         )
 
     def _discover(self, index: ChannelIndex[FileEntry], rel: str) -> None:
         """Append new file ``rel`` at the end of its channel."""
-        file_path = os.path.join(self.path, rel)
+        file_path = join(self.path, rel)
         channel = self._channel_of(rel)
-        try:
-            st = os.stat(file_path)
-        except FileNotFoundError:
+        st = folder_io.state(file_path)
+        if st is None:
             return  # renamed or removed since the listing: seen next time, if ever
         entry = FileEntry(
             channel=channel,
             path=rel,
-            rows=self._count_rows(file_path),
+            rows=self._count_rows(file_path, st.size),
             start=index.ends[channel],
-            size=st.st_size,
-            mtime_ns=st.st_mtime_ns,
+            size=st.size,
+            mtime_ns=st.mtime_ns,
+            etag=st.etag,
         )
         index.add(entry, self.manifest_path)
         self._known[rel] = entry
 
     def _locations(self, entry: FileEntry) -> list[str]:
-        original = os.path.join(self.path, entry.path)
+        original = join(self.path, entry.path)
         archived = [
-            os.path.join(root, entry.path)
+            join(root, entry.path)
             for root in (entry.archived_to, self.archive_to)
             if root is not None
         ]
@@ -480,49 +478,51 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             return [*archived, original]
         return [original, *archived]
 
-    def _open(self, entry: FileEntry) -> str:
-        """Return where ``entry`` can be read, checking that it was not modified."""
-        location = self._find(entry)
-        if location is None:
+    def _open(self, entry: FileEntry) -> tuple[str, FileState]:
+        """Return where ``entry`` can be read and its state there, checking that it was
+        not modified."""
+        found = self._find(entry)
+        if found is None:
             # Our copy of the manifest may predate the file's archiving: look again.
             fresh = self._load(force=True)
             latest = next((e for e in fresh.items[entry.channel] if e.path == entry.path), None)
             if latest is not None:
-                location = self._find(latest)
-        if location is not None:
-            return location
+                found = self._find(latest)
+        if found is not None:
+            return found
         raise SnapshotStoreError(
-            f"file {os.path.join(self.path, entry.path)!r} (records {entry.start}.."
+            f"file {join(self.path, entry.path)!r} (records {entry.start}.."
             f"{entry.start + entry.rows} of channel {entry.channel}) disappeared before it "
             f"was released. The upstream must not modify or delete files in place; set "
             f"{opt.ARCHIVE_TO.where} to let the source move files it no longer needs"
         )
 
-    def _find(self, entry: FileEntry) -> str | None:
-        """The first place ``entry`` is found, checking its size (and, at its original
-        place, its modification time: a move to ``archiveTo`` may not keep it exactly)."""
-        original = os.path.join(self.path, entry.path)
+    def _find(self, entry: FileEntry) -> tuple[str, FileState] | None:
+        """The first place ``entry`` is found and its state there, checking its size (and,
+        at its original place, its modification time and ETag: a move to ``archiveTo``
+        may not keep them)."""
+        original = join(self.path, entry.path)
         for location in self._locations(entry):
-            try:
-                st = os.stat(location)
-            except (FileNotFoundError, NotADirectoryError):
+            st = folder_io.state(location)
+            if st is None:
                 continue
-            if st.st_size != entry.size or (location == original and not entry.unchanged(st)):
+            if st.size != entry.size or (location == original and not entry.unchanged(st)):
                 raise self._changed(location, entry, st)
-            return location
+            return location, st
         return None
 
     def _read_entry(self, entry: FileEntry, lo: int, hi: int) -> pa.Table:
-        location = self._open(entry)
+        location, st = self._open(entry)
         try:
             if self.format == "parquet":
-                parquet = pq.ParquetFile(location)
-                total = int(parquet.metadata.num_rows)
-                if total == entry.rows:
-                    rows = read_parquet_rows(parquet, lo, hi, self._schema.names)
-                    return conform(rows, self._schema, num_rows=hi - lo)
+                with folder_io.open_random(location) as f:
+                    parquet = pq.ParquetFile(f)
+                    total = int(parquet.metadata.num_rows)
+                    if total == entry.rows:
+                        rows = read_parquet_rows(parquet, lo, hi, self._schema.names)
+                        return conform(rows, self._schema, num_rows=hi - lo)
             else:
-                table = read_text_file(location, self.format, self._schema)
+                table = self._read_text(location, st.size)
                 total = table.num_rows
                 if total == entry.rows:
                     return table.slice(lo, hi - lo)
@@ -552,11 +552,11 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
                 break
             if entry.archived_to is not None:
                 continue
-            source = os.path.join(self.path, entry.path)
-            target = os.path.join(self.archive_to, entry.path)
-            if os.path.exists(source):
-                _move(source, target)
-            if os.path.exists(target):
+            source = join(self.path, entry.path)
+            target = join(self.archive_to, entry.path)
+            if folder_io.kind(source) != FileType.NotFound:
+                folder_io.move(source, target)
+            if folder_io.kind(target) != FileType.NotFound:
                 entry.archived_to = self.archive_to
                 changed = True
         if changed:
@@ -582,29 +582,18 @@ def _archive_option(options: Mapping[str, str], path: str) -> str | None:
     raw = opt.ARCHIVE_TO.read_str(options)
     if raw is None:
         return None
-    archive = os.path.abspath(os.path.expanduser(raw))
-    inside = os.path.relpath(archive, path)
-    if inside == "." or (not inside.startswith("..") and not _ignored(inside.split(os.sep, 1)[0])):
+    archive = folder_io.normalize(raw)
+    inside = folder_io.relative_to(archive, path)
+    if inside == "." or (inside is not None and not ignored(inside.split("/", 1)[0])):
         raise ConfigError(
             f"{opt.ARCHIVE_TO.where} ({archive!r}) lies inside option {opt.PATH.name!r} "
             f"({path!r}), so "
             "archived files would be discovered again; use a folder outside "
             f"{opt.PATH.name!r} (or a hidden one, e.g. '_archive')"
         )
-    if os.path.exists(archive) and not os.path.isdir(archive):
+    if folder_io.kind(archive) == FileType.File:
         raise ConfigError(f"{opt.ARCHIVE_TO.where}: {archive!r} is not a folder")
     return archive  # created by the first release that moves a file
-
-
-def _move(source: str, target: str) -> None:
-    """Move a file, creating the target's folder; copies across file systems."""
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    try:
-        os.replace(source, target)
-    except OSError as exc:
-        if exc.errno != errno.EXDEV:
-            raise
-        shutil.move(source, target)
 
 
 def _when(mtime_ns: int) -> str:

@@ -2,7 +2,9 @@
 
 A manifest is a JSON-lines file written atomically: a header line (the options that fix
 positions), then one line per data file. Here: reading and writing it, resuming a stream
-from it, and the per-channel index that maps positions onto files.
+from it, and the per-channel index that maps positions onto files. The manifest's folder
+may be local or on an object store: every read and write goes through
+:mod:`barriered.statestore.fileio`.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import base64
 import bisect
 import json
-import os
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Generic, NoReturn, Protocol, TypeVar
@@ -19,8 +20,9 @@ import pyarrow as pa
 
 from barriered.datasource.upstreams.arrow_rows import ARROW_ERRORS
 from barriered.datasource.upstreams.base import Upstream
+from barriered.datasource.upstreams.input_folder import Signature, file_signature
 from barriered.errors import ConfigError, SnapshotStoreError
-from barriered.statestore.fileio import write_atomic
+from barriered.statestore.fileio import join, read_bytes, to_local_or_uri, write_atomic
 
 #: Manifests with at most this many files travel inside the pickled upstream; larger
 #: ones are re-read from ``state_dir`` on the executor.
@@ -35,13 +37,16 @@ def read_records(path: str) -> list[dict[str, Any]] | None:
     SnapshotStoreError
         When the file cannot be read or a line is not a JSON object.
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
+    raw = read_bytes(path, "upstream manifest")
+    if raw is None:
         return None
-    except OSError as exc:
-        raise SnapshotStoreError(f"cannot read upstream manifest {path!r}: {exc}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SnapshotStoreError(
+            f"upstream manifest {path!r} is corrupt ({exc}); restore it from a backup, or "
+            "start the stream on a new snapshot path"
+        ) from exc
     out: list[dict[str, Any]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -62,18 +67,9 @@ def read_records(path: str) -> list[dict[str, Any]] | None:
     return out
 
 
-def file_signature(path: str) -> tuple[int, int, int] | None:
-    """Return (inode, mtime_ns, size) of ``path`` (None if missing): detects rewrites."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-
 def open_manifest(
     manifest_path: str, upstream: str, required_by: str | None
-) -> tuple[list[dict[str, Any]] | None, tuple[int, int, int] | None]:
+) -> tuple[list[dict[str, Any]] | None, Signature | None]:
     """Read the manifest a stream continues: its records (None: a new stream) and signature.
 
     Parameters
@@ -292,13 +288,13 @@ class ManifestUpstream(Upstream, Generic[M]):
     _schema: pa.Schema
     _index: ChannelIndex[M] | None
     _known: dict[str, M]
-    _signature: tuple[int, int, int] | None
+    _signature: Signature | None
     #: True once the manifest was read or written by this instance (or its original).
     _persisted: bool = False
 
     def _init_manifest(self, state_dir: str) -> None:
         """Set the manifest's path in ``state_dir``; nothing read or written yet."""
-        self.manifest_path = os.path.join(state_dir, self.manifest_name)
+        self.manifest_path = join(state_dir, self.manifest_name)
         self._index = None
         self._known = {}
         self._signature = None
@@ -330,7 +326,8 @@ class ManifestUpstream(Upstream, Generic[M]):
         ConfigError
             When a given option differs from the manifest's (:func:`refuse_changed_option`).
         """
-        manifest_path = os.path.join(os.path.abspath(state_dir), cls.manifest_name)
+        state_dir = to_local_or_uri(state_dir)
+        manifest_path = join(state_dir, cls.manifest_name)
         records, signature = open_manifest(manifest_path, cls.name, required_by)
         if not records:
             return None
@@ -339,7 +336,7 @@ class ManifestUpstream(Upstream, Generic[M]):
             saved = cls._saved_option(header, option)
             if value is not None and value != saved:
                 refuse_changed_option(cls.name, option, value, saved, manifest_path)
-        upstream = cls._from_header(header, os.path.dirname(manifest_path), **context)
+        upstream = cls._from_header(header, state_dir, **context)
         upstream._adopt(records)
         upstream._signature = signature
         upstream._persisted = True

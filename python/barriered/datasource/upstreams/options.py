@@ -35,8 +35,8 @@ PATH = ConfigKey(
     "path",
     "path",
     None,
-    "files: the folder the files are written to; delta: the table, a folder or a URI "
-    "(`s3://bucket/table`, `abfss://...`).",
+    "files: the folder the files are written to, local or a URI (`s3://bucket/events/`); "
+    "delta: the table, a folder or a URI (`s3://bucket/table`, `abfss://...`).",
     owner=_OWNER,
     default_doc="required",
 )
@@ -114,9 +114,9 @@ ARCHIVE_TO = ConfigKey(
     "archiveTo",
     "path",
     None,
-    "A folder outside `path`: files whose records all lie before the oldest retained "
-    "checkpoint may be moved there by the upstream's release step (they stay readable for "
-    "replay).",
+    "A folder outside `path` (local or a URI): files whose records all lie before the "
+    "oldest retained checkpoint may be moved there by the upstream's release step (they "
+    "stay readable for replay).",
     owner=_OWNER,
 )
 
