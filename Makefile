@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[test,plot,kafka]"
 	touch $(STAMP)
 
-install: $(STAMP) $(JAR) $(KAFKA)
+install: $(STAMP) $(JAR) $(KAFKA) $(S3A)
 
 # The JVM state store provider (jvm-shim/), compiled with javac against the installed
 # pyspark's jars; it ships inside the package (barriered/jars/).
@@ -39,10 +39,11 @@ $(KAFKA): tests/kafka/pom.xml
 kafka: $(KAFKA)
 
 # Hadoop's s3a filesystem, for the JVM provider's operator tables on the local S3 server
-# (tests/s3_server.py; issue 23, next step): hadoop-aws of pyspark's Hadoop and its AWS SDK
-# bundle (about 700 MB), from Maven Central through tests/hadoop-aws/pom.xml, copied into
-# build/hadoop-aws/. Not part of `make install` until a test puts them on a session's
-# class path; the package never downloads anything.
+# (tests/s3_server.py): hadoop-aws of pyspark's Hadoop and its AWS SDK bundle (about
+# 700 MB), resolved from Maven Central through tests/hadoop-aws/pom.xml into ~/.m2 (once
+# per machine) and named in build/hadoop-aws/classpath.txt, which the tests' sessions put
+# on spark.driver.extraClassPath (tests/hadoop_aws.py): no copy in the worktree. The
+# package never downloads anything.
 $(S3A): tests/hadoop-aws/pom.xml
 	@command -v mvn >/dev/null || { echo "make: mvn (Maven) is required to fetch hadoop-aws"; exit 1; }
 	rm -rf build/hadoop-aws

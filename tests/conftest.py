@@ -94,9 +94,14 @@ def spark() -> Iterator[object]:
     _python_workers_see_the_tests()
     from pyspark.sql import SparkSession
 
+    from hadoop_aws import with_s3a
+
     if os.environ.get("SPARK_CONNECT_MODE_ENABLED"):
         pytest.fail("the classic session cannot start after the Spark Connect server")
     session = _builder(SparkSession.builder.master("local[2]").appName("barriered-tests"))
+    # s3a for the provider's tables on the S3 server: the later provider session runs in
+    # this JVM, whose class path is fixed now (hadoop_aws.py)
+    session = with_s3a(session)
     jar = (
         Path(__file__).resolve().parents[1] / "python" / "barriered" / "jars" / "barriered-shim.jar"
     )

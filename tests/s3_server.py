@@ -181,3 +181,12 @@ class S3Server:
         """The bytes of one object."""
         body: bytes = self.client().get_object(Bucket=self.bucket, Key=key)["Body"].read()
         return body
+
+    def no_secret_anywhere(self, prefix: str, logs: str) -> list[str]:
+        """Search every object under ``prefix`` and ``logs`` for the secret key and fail
+        naming the objects holding it; returns the object keys searched."""
+        keys = self.keys(prefix)
+        holding = [k for k in keys if self.secret_key.encode() in self.read(k)]
+        assert holding == [], f"objects holding the secret key: {holding}"
+        assert self.secret_key not in logs, "the logs hold the secret key"
+        return keys

@@ -2,7 +2,9 @@
 
 A JVM loads the provider's jar only at start, so these tests run on a session of their
 own: ``tests/conftest.py`` runs every test marked ``provider`` after the shared local
-session's tests (it is stopped first) and before the cluster and Connect tests.
+session's tests (it is stopped first) and before the cluster and Connect tests. Both
+sessions put Hadoop's ``s3a`` on the class path (``tests/hadoop_aws.py``), for the
+operator tables on the local S3 server.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ def provider_spark() -> Iterator[Any]:
         os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), *filter(None, paths)])
     from pyspark.sql import SparkSession
 
+    from hadoop_aws import with_s3a
+
     _stop_other_session()
     builder = (
         SparkSession.builder.master("local[2]")
@@ -54,7 +58,7 @@ def provider_spark() -> Iterator[Any]:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "2g")
     )
-    session = barriered.with_state_store(builder).getOrCreate()
+    session = barriered.with_state_store(with_s3a(builder)).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     barriered.install(session)
     yield session

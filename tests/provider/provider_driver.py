@@ -3,12 +3,17 @@
 ``python provider_driver.py SNAP CHECKPOINT QUERY MODE PARTITIONS [OUT]`` runs query QUERY
 of ``queries.QUERIES`` with the barriered state store provider on ``PARTITIONS`` shuffle
 partitions (its own local[1] session) until it is killed, into the ``barriered-delta``
-sink at OUT if given (else ``noop``). It prints ``STARTED`` once the
-query made progress, ``FAILED <message>`` (exit code 3) if the query fails.
+sink at OUT if given (else ``noop``). The environment variable ``BARRIERED_TEST_CONF`` (a
+JSON object) adds session keys (short names, such as ``snapshotStorageOptions``); the
+session has Hadoop's ``s3a`` on its class path (``hadoop_aws.py``) for paths on the S3
+server. It prints ``STARTED`` once the query made progress, ``FAILED <message>`` (exit
+code 3) if the query fails.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
 
@@ -16,6 +21,7 @@ from pyspark.sql import SparkSession
 from queries import CONF, MODES, PREFIX, QUERIES, SOURCE, stream
 
 import barriered
+from hadoop_aws import with_s3a
 
 
 def main() -> int:
@@ -28,10 +34,11 @@ def main() -> int:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "1g")
     )
-    spark = barriered.with_state_store(builder).getOrCreate()
+    spark = barriered.with_state_store(with_s3a(builder)).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     barriered.install(spark)
-    for key, value in {**CONF, **MODES[mode]}.items():
+    keys = json.loads(os.environ.get("BARRIERED_TEST_CONF") or "{}")
+    for key, value in {**CONF, **MODES[mode], **keys}.items():
         spark.conf.set(PREFIX + key, value)
     events = spark.readStream.format("barriered").options(**SOURCE).option("snapshotPath", snap)
     writer = stream(name, events.load()).writeStream.format("noop")

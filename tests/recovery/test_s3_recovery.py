@@ -71,16 +71,6 @@ def _final_state(layout: SnapshotLayout, query: Any, after_id: int = 0) -> dict[
     return state_at(layout, int(commit_metadata(layout)[row["checkpoint_id"]]["version"]))
 
 
-def _no_secret_anywhere(s3_server: S3Server, prefix: str, logs: str) -> list[str]:
-    """Every object under ``prefix`` and the logs, searched for the secret key; returns
-    the object keys searched."""
-    keys = s3_server.keys(prefix)
-    holding = [k for k in keys if s3_server.secret_key.encode() in s3_server.read(k)]
-    assert holding == [], f"objects holding the secret key: {holding}"
-    assert s3_server.secret_key not in logs
-    return keys
-
-
 def _local_files(tmp_path: Path) -> list[str]:
     """The files of ``tmp_path`` outside Spark's checkpoint locations."""
     return sorted(
@@ -103,7 +93,7 @@ def test_a_run_on_s3_writes_the_exact_state_and_output_to_the_bucket(
     assert _final_state(layout, query) == totals_before(everything())
     assert output_rows(out) == expected_output("update", everything())
 
-    keys = _no_secret_anywhere(s3_server, "plain-run/", caplog.text)
+    keys = s3_server.no_secret_anywhere("plain-run/", caplog.text)
     assert "plain-run/snap/_coordinator/config.json" in keys
     assert "plain-run/snap/_checkpoints/_delta_log/00000000000000000000.json" in keys
     assert any(k.startswith("plain-run/snap/state/operator=running_totals/") for k in keys)
@@ -145,7 +135,7 @@ def test_a_driver_killed_on_s3_restores_with_other_partitions_to_the_exact_outpu
     assert output_rows(out) == expected_output("update", everything())
 
     logs = caplog.text + (tmp_path / "driver.out").read_text()
-    keys = _no_secret_anywhere(s3_server, "crash-run/", logs)
+    keys = s3_server.no_secret_anywhere("crash-run/", logs)
     assert any(k.startswith("crash-run/snap/_owners/_delta_log/") for k in keys)
     recorded = json.loads(s3_server.read("crash-run/snap/_coordinator/config.json"))
     options = json.loads(recorded["conf"]["snapshot_storage_options"])

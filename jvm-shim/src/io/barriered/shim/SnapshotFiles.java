@@ -5,6 +5,7 @@ import java.io.OutputStream;
 import java.nio.file.Files;
 import java.nio.file.Paths;
 import java.nio.file.StandardCopyOption;
+import java.util.Set;
 import java.util.UUID;
 
 import org.apache.hadoop.conf.Configuration;
@@ -24,9 +25,18 @@ import org.apache.parquet.io.OutputFile;
  * for its {@code .crc}. Local files are therefore written with {@code java.nio} (no
  * checksum file; the readers, delta-rs and Spark, need none); any other file system goes
  * through Hadoop.
+ *
+ * <p>{@link #replace} makes a file appear whole: on a file system with atomic rename (local,
+ * HDFS) a temporary file is renamed over it; on an object store ({@code s3a}, {@code gs},
+ * {@code abfs}: no atomic rename, where a rename is a copy and a delete) the file is
+ * written in place, since an object becomes visible only whole, when its upload completes.
  */
 final class SnapshotFiles {
   private SnapshotFiles() {}
+
+  /** Schemes of Hadoop's object-store file systems: no atomic rename, atomic uploads. */
+  private static final Set<String> OBJECT_STORES =
+      Set.of("s3a", "s3", "gs", "abfs", "abfss", "wasb", "wasbs", "oss");
 
   /** The local path of {@code path}, or null when it is on another file system. */
   private static java.nio.file.Path local(Path path, Configuration conf) throws IOException {
@@ -59,6 +69,12 @@ final class SnapshotFiles {
       return;
     }
     FileSystem fs = target.getFileSystem(conf);
+    if (OBJECT_STORES.contains(fs.getScheme())) {
+      try (OutputStream out = fs.create(target, true)) {
+        out.write(bytes);
+      }
+      return;
+    }
     fs.mkdirs(target.getParent());
     Path tmp = new Path(target.getParent(), tmpName);
     try (OutputStream out = fs.create(tmp, true)) {
