@@ -112,10 +112,7 @@ def test_an_executor_lost_mid_checkpoint_on_s3_then_a_restore_at_other_paralleli
         spark.conf.set("spark.sql.shuffle.partitions", "2")
         spark.conf.unset(PREFIX + "snapshotStorageOptions")
 
-    keys = s3_server.keys("cluster/")
-    holding = [k for k in keys if s3_server.secret_key.encode() in s3_server.read(k)]
-    assert holding == [], f"objects holding the secret key: {holding}"
-    assert s3_server.secret_key not in caplog.text
+    s3_server.no_secret_anywhere("cluster/", caplog.text)
     local = sorted(
         str(p.relative_to(tmp_path))
         for p in tmp_path.rglob("*")

@@ -136,6 +136,7 @@ def _restored_exactly_on_s3(
     assert s3_server.keys(f"{name}/snap/_acks/")  # the provider's acknowledgements
 
 
+@pytest.mark.full  # 91 s; the default suite's S3 crash is the files upstream's
 def test_an_aggregation_on_s3_restores_exactly_after_sigkill(
     provider_spark: Any, s3_server: S3Server, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -228,7 +228,7 @@ def test_a_files_upstream_on_s3_restores_exactly_and_reads_each_new_file_once(
         for part in range(3)
     ]
     logs = caplog.text + (tmp_path / "driver.out").read_text()
-    keys = _no_secret_anywhere(s3_server, f"{name}/", logs)
+    keys = s3_server.no_secret_anywhere(f"{name}/", logs)
     assert any(k.startswith(f"{name}/snap/_owners/_delta_log/") for k in keys)
     recorded = json.loads(s3_server.read(f"{name}/snap/_coordinator/config.json"))
     options = json.loads(recorded["conf"]["snapshot_storage_options"])
