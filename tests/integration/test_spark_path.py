@@ -26,7 +26,7 @@ from barriered import cli
 from barriered.datasource.offsets import SourceOffset
 from barriered.examples import RunningTotals
 from barriered.session import ROCKSDB_PROVIDER, STATE_STORE_PROVIDER
-from barriered.statestore import checkpoints_table
+from barriered.statestore import checkpoints_table, storage
 from barriered.statestore.layout import SnapshotLayout
 from runs import (
     CHANNELS,
@@ -270,7 +270,8 @@ def test_files_upstream_on_a_file_uri_snapshot_path(session: Any, tmp_path: Path
     conf = {**MODES["aligned"], "snapshotStorageOptions": '{"timeout": "120s"}'}
     query, layout = run(session, tmp_path, conf, source, snap, final=tuple(sizes.values()))
     assert layout.root.startswith("file://")
-    assert layout.storage_options == {"TIMEOUT": "120s"}  # delta-rs names, upper case
+    # delta-rs names, upper case, and the store's retries (storage.DELTA_RETRIES)
+    assert layout.storage_options == {**storage.DELTA_RETRIES, "TIMEOUT": "120s"}
     done = checkpoints_table.completed(layout)
     assert len(done) >= 2
     assert all(r["effective_mode"] == "aligned" for r in done)
