@@ -154,7 +154,9 @@ def test_completed_checkpoints_offsets_reach_the_consumer_group(
         for r in rows
         if r["status"] == "completed"
     ]
-    assert committed in barriers and committed[0] >= 30 and committed[1] == 30
+    # a completed checkpoint's barriers (which one depends on timing: a checkpoint may cut
+    # partition 0 before its end)
+    assert committed in barriers and committed[1] == 30 and committed[0] > 0
 
 
 def test_checkpoints_and_inspect_name_topic_partitions(
