@@ -23,10 +23,12 @@ from barriered.datasource.columns import (
     META_RESTORE,
     META_SNAPSHOT_PATH,
     SEQ,
+    SLOT,
 )
 from barriered.errors import CheckpointError, ConfigError
 from barriered.session import installed_listeners, listener_of
 from barriered.statestore.fileio import read_json, write_json
+from barriered.statestore.key_groups import KEY_GROUPS_PER_SLOT
 from barriered.statestore.keyed import LIVE_STATE_DDL, KeyedOperator, OperatorSpec
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restored_state import restored_files
@@ -139,7 +141,9 @@ class KeyedStream:
         key_group = F.when(
             F.col(BARRIER).isNull(), key_group_column(self.key_columns, self.max_parallelism)
         ).otherwise(F.col(SEQ).cast("int"))
-        grouped = self.df.withColumn(KEY_GROUP, key_group).groupBy(KEY_GROUP)
+        grouped = (
+            self.df.withColumn(KEY_GROUP, key_group).withColumn(SLOT, slot_column()).groupBy(SLOT)
+        )
         return grouped.applyInPandasWithState(
             KeyedOperator(
                 spec, processor, restored, (layout.root, settings_for(layout.root).options)
@@ -156,6 +160,13 @@ def key_group_column(key_columns: Sequence[str], max_parallelism: int) -> Column
     Murmur3 ``hash`` computed in the JVM. The one definition the keyed operator and the
     state processor (:mod:`barriered.state_processor`) both use."""
     return F.pmod(F.hash(*[F.col(c) for c in key_columns]), F.lit(max_parallelism))
+
+
+def slot_column() -> Column:
+    """What the keyed operator groups by: the slot of ``_key_group``,
+    ``_key_group div KEY_GROUPS_PER_SLOT`` as an ``int``
+    (:func:`barriered.statestore.key_groups.slot`): one Python call per slot and batch."""
+    return F.expr(f"CAST({KEY_GROUP} DIV {KEY_GROUPS_PER_SLOT} AS INT)")
 
 
 def operator_spec(
@@ -186,7 +197,7 @@ def operator_spec(
         max_parallelism=max_parallelism,
         key_type=StructType(key_fields).json(),
         state_type=_parse_datatype_string(processor.state_schema).json(),
-        input_columns=(*schema.names, KEY_GROUP),
+        input_columns=(*schema.names, KEY_GROUP, SLOT),
         output_columns=tuple(output_type.names),
     )
 
@@ -195,7 +206,8 @@ def keyed(df: DataFrame, *key_columns: str) -> KeyedStream:
     """Partition a barriered stream into key groups by ``key_columns``.
 
     ``_key_group = pmod(hash(key columns), maxParallelism)``, computed by Spark; marker
-    rows are routed to the key group they address.
+    rows are routed to the key group they address. The operator runs once per slot of
+    ``KEY_GROUPS_PER_SLOT`` key groups (:mod:`barriered.statestore.key_groups`).
     """
     return KeyedStream(df, tuple(key_columns))
 

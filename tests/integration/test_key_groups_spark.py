@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from barriered import cli
+from barriered.api import slot_column
 from barriered.statestore.key_groups import key_group_for_key, shuffle_partition, spark_hash
 from runs import MODES, run, totals_before, upstream
 
@@ -162,7 +163,8 @@ def test_the_shuffle_partition_of_a_key_group_agrees_with_the_jvm(spark: Any) ->
 
     groups = spark.range(0, 300).select(F.col("id").cast("int").alias("_key_group"))
     for n in (2, 3, 5):
-        placed = groups.repartition(n, "_key_group").select(
+        # Placed as the keyed operator's shuffle places them: by their slot.
+        placed = groups.repartition(n, slot_column()).select(
             "_key_group", F.spark_partition_id().alias("p")
         )
         rows = placed.collect()

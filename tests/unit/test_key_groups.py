@@ -15,6 +15,7 @@ from barriered.statestore.key_groups import (
     key_types,
     parse_key,
     shuffle_partition,
+    slot_key_groups,
     spark_hash,
     store_key_types,
 )
@@ -73,11 +74,16 @@ def test_key_group_is_spark_pmod_of_the_hash(value: int, max_parallelism: int) -
     assert key_group_for_key([value], ["int"], max_parallelism) == expected
 
 
-def test_the_shuffle_partition_is_the_hash_of_the_int_key_group() -> None:
-    # HashPartitioning(_key_group int, n) = pmod(hash(_key_group), n)
+def test_the_shuffle_partition_is_the_hash_of_the_int_slot_of_the_key_group() -> None:
+    # HashPartitioning(slot int, n) = pmod(hash(_key_group div 8), n)
     for group in (0, 1, 17, 127):
         for n in (1, 2, 5, 200):
-            assert shuffle_partition(group, n) == spark_hash([group], ["int"]) % n
+            assert shuffle_partition(group, n) == spark_hash([group // 8], ["int"]) % n
+    assert [list(slot_key_groups(s, 20)) for s in range(3)] == [
+        list(range(8)),
+        list(range(8, 16)),
+        list(range(16, 20)),
+    ]
     with pytest.raises(KeyGroupError, match="partitions must be >= 1"):
         shuffle_partition(3, 0)
 

@@ -5,9 +5,11 @@ A keyed stream is split into ``maxParallelism`` *key groups*; a key belongs to k
 (Murmur3_x86_32, seed 42). :func:`barriered.keyed` computes it in the JVM, where it
 stays: this module computes the same numbers in Python only to *tell* a user where a key
 lives, from the key column types recorded for the operator on the snapshot path. The
-keyed operator groups by the ``int`` column ``_key_group``, so Spark's shuffle puts key
-group ``g`` into partition ``pmod(hash(g), spark.sql.shuffle.partitions)``
-(``HashPartitioning``, the same hash of one ``int``).
+keyed operator groups by the key group's *slot*, the ``int``
+``_key_group div KEY_GROUPS_PER_SLOT`` (several key groups per Python call), so Spark's
+shuffle puts key group ``g`` into partition
+``pmod(hash(slot(g)), spark.sql.shuffle.partitions)`` (``HashPartitioning``, the same
+hash of one ``int``).
 
 Hashing, in Spark's terms (``org.apache.spark.sql.catalyst.expressions.Murmur3Hash``):
 
@@ -42,6 +44,7 @@ from barriered import ddl
 from barriered.errors import KeyGroupError
 
 __all__ = [
+    "KEY_GROUPS_PER_SLOT",
     "SPARK_HASH_SEED",
     "SUPPORTED_TYPES",
     "epoch_micros",
@@ -50,9 +53,17 @@ __all__ = [
     "key_types",
     "parse_key",
     "shuffle_partition",
+    "slot",
+    "slot_key_groups",
     "spark_hash",
     "store_key_types",
 ]
+
+#: Key groups per slot: the keyed operator's Python function runs once per slot and
+#: micro-batch, for the rows of up to this many key groups (each still snapshots and
+#: restores on its own). Part of the keyed operator's live state in Spark's state store:
+#: changing it needs a new Spark checkpoint location (a restore from a snapshot).
+KEY_GROUPS_PER_SLOT = 8
 
 #: Seed of Spark's ``hash`` (``Murmur3Hash(children, seed = 42)``).
 SPARK_HASH_SEED = 42
@@ -359,11 +370,23 @@ def key_group_for_key(values: Sequence[object], types: Sequence[str], max_parall
     return spark_hash(values, types) % max_parallelism  # Python's % is Spark's pmod for n > 0
 
 
+def slot(key_group: int) -> int:
+    """The slot of a key group: ``key_group div KEY_GROUPS_PER_SLOT``, what the keyed
+    operator groups by."""
+    return key_group // KEY_GROUPS_PER_SLOT
+
+
+def slot_key_groups(slot_id: int, max_parallelism: int) -> range:
+    """The key groups of slot ``slot_id`` (of ``max_parallelism`` key groups)."""
+    first = slot_id * KEY_GROUPS_PER_SLOT
+    return range(first, min(first + KEY_GROUPS_PER_SLOT, max_parallelism))
+
+
 def shuffle_partition(key_group: int, partitions: int) -> int:
     """The Spark partition of key group ``key_group`` with ``partitions`` shuffle
-    partitions: ``pmod(hash(_key_group), partitions)`` (``HashPartitioning`` of the
-    ``int`` column the keyed operator groups by)."""
-    return hash_partition(_hash_int(key_group, SPARK_HASH_SEED), partitions)
+    partitions: ``pmod(hash(slot), partitions)`` (``HashPartitioning`` of the ``int``
+    slot the keyed operator groups by)."""
+    return hash_partition(_hash_int(slot(key_group), SPARK_HASH_SEED), partitions)
 
 
 def hash_partition(hash_value: int, partitions: int) -> int:
