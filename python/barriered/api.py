@@ -7,6 +7,7 @@ import logging
 import re
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 from pyspark.sql import Column, DataFrame
@@ -14,6 +15,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 from pyspark.sql.types import StructType, _parse_datatype_string
 
+from barriered.config.keys import KEYED_KEY_GROUPS_PER_CALL
 from barriered.coordinator.driver import QueryCoordinator
 from barriered.coordinator.listener import BarrieredListener
 from barriered.datasource.columns import (
@@ -25,10 +27,11 @@ from barriered.datasource.columns import (
     SEQ,
     SLOT,
 )
-from barriered.errors import CheckpointError, ConfigError
+from barriered.datasource.options import RESTORE_FROM
+from barriered.errors import CheckpointError, ConfigError, KeyedWidthError
 from barriered.session import installed_listeners, listener_of
 from barriered.statestore.fileio import read_json, write_json
-from barriered.statestore.key_groups import KEY_GROUPS_PER_SLOT
+from barriered.statestore.key_groups import key_groups_per_call
 from barriered.statestore.keyed import LIVE_STATE_DDL, KeyedOperator, OperatorSpec
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restored_state import restored_files
@@ -135,14 +138,19 @@ class KeyedStream:
             same_path = SnapshotLayout.at(str(self.restore["root"])).root == layout.root
             defaults = dict(getattr(processor, "state_defaults", None) or {})
             restored = restored_files(self.restore, spec, defaults, same_path)
-        if read_json(layout.operator_file(operator), default=None) != spec.to_dict():
+        registered = read_json(layout.operator_file(operator), default=None)
+        spec = replace(spec, key_groups_per_call=self._width(operator, registered))
+        if registered != spec.to_dict():
             # Unchanged: not rewritten (a query refused on a path in use changes nothing).
             write_json(layout.operator_file(operator), spec.to_dict())
         key_group = F.when(
             F.col(BARRIER).isNull(), key_group_column(self.key_columns, self.max_parallelism)
         ).otherwise(F.col(SEQ).cast("int"))
+        width = spec.key_groups_per_call
         grouped = (
-            self.df.withColumn(KEY_GROUP, key_group).withColumn(SLOT, slot_column()).groupBy(SLOT)
+            self.df.withColumn(KEY_GROUP, key_group)
+            .withColumn(SLOT, slot_column(width))
+            .groupBy(SLOT)
         )
         return grouped.applyInPandasWithState(
             KeyedOperator(
@@ -154,6 +162,48 @@ class KeyedStream:
             GroupStateTimeout.NoTimeout,
         )
 
+    def _width(self, operator: str, registered: dict[str, Any] | None) -> int:
+        """The operator's key groups per call: the width its registration on the snapshot
+        path records (a resumed query's live state is per slot of that width), unless a
+        restore starts the live state afresh; else chosen from ``keyedKeyGroupsPerCall``,
+        ``maxParallelism`` and the session's ``spark.sql.shuffle.partitions``
+        (:func:`~barriered.statestore.key_groups.key_groups_per_call`).
+
+        Raises
+        ------
+        KeyedWidthError
+            When ``keyedKeyGroupsPerCall`` is set to another width than the recorded one
+            on a query that does not restore; nothing is written.
+        """
+        conf = self.df.sparkSession.conf
+        raw = conf.get(KEYED_KEY_GROUPS_PER_CALL.key, KEYED_KEY_GROUPS_PER_CALL.default)
+        setting = cast(int, KEYED_KEY_GROUPS_PER_CALL.parse(raw))
+        recorded = None if registered is None else registered.get("key_groups_per_call")
+        if recorded is not None and self.restore is None:
+            if setting and setting != recorded:
+                raise KeyedWidthError(
+                    f"keyed operator {operator!r} runs with {recorded} key groups per call on "
+                    f"snapshot path {self.snapshot_path!r} (its live state in Spark's "
+                    f"checkpoint is per slot of that many); {KEYED_KEY_GROUPS_PER_CALL.key}="
+                    f"{setting} cannot change it on resume: unset it, or restore the latest "
+                    f'checkpoint into a new checkpoint location (.option("{RESTORE_FROM.name}", '
+                    '"latest")), where any width works; nothing was written'
+                )
+            return int(recorded)
+        partitions = int(conf.get("spark.sql.shuffle.partitions") or 200)
+        width = key_groups_per_call(self.max_parallelism, partitions, setting)
+        log.info(
+            "keyed operator %s: %d key group(s) per call (maxParallelism %d, %d shuffle "
+            "partitions, %s=%d)",
+            operator,
+            width,
+            self.max_parallelism,
+            partitions,
+            KEYED_KEY_GROUPS_PER_CALL.name,
+            setting,
+        )
+        return width
+
 
 def key_group_column(key_columns: Sequence[str], max_parallelism: int) -> Column:
     """The key group of a row: ``pmod(hash(key columns), maxParallelism)``, Spark's own
@@ -162,11 +212,11 @@ def key_group_column(key_columns: Sequence[str], max_parallelism: int) -> Column
     return F.pmod(F.hash(*[F.col(c) for c in key_columns]), F.lit(max_parallelism))
 
 
-def slot_column() -> Column:
+def slot_column(width: int) -> Column:
     """What the keyed operator groups by: the slot of ``_key_group``,
-    ``_key_group div KEY_GROUPS_PER_SLOT`` as an ``int``
-    (:func:`barriered.statestore.key_groups.slot`): one Python call per slot and batch."""
-    return F.expr(f"CAST({KEY_GROUP} DIV {KEY_GROUPS_PER_SLOT} AS INT)")
+    ``_key_group div width`` as an ``int`` (:func:`barriered.statestore.key_groups.slot`):
+    one Python call per slot and batch."""
+    return F.expr(f"CAST({KEY_GROUP} DIV {int(width)} AS INT)")
 
 
 def operator_spec(
@@ -207,7 +257,8 @@ def keyed(df: DataFrame, *key_columns: str) -> KeyedStream:
 
     ``_key_group = pmod(hash(key columns), maxParallelism)``, computed by Spark; marker
     rows are routed to the key group they address. The operator runs once per slot of
-    ``KEY_GROUPS_PER_SLOT`` key groups (:mod:`barriered.statestore.key_groups`).
+    key groups (``keyedKeyGroupsPerCall``,
+    :func:`barriered.statestore.key_groups.key_groups_per_call`).
     """
     return KeyedStream(df, tuple(key_columns))
 

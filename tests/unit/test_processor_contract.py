@@ -68,6 +68,7 @@ def spec(
         state_type=_spark_json(state),
         input_columns=COLUMNS,
         output_columns=output,
+        key_groups_per_call=4,  # one slot (0) of key groups 0-3
     )
 
 

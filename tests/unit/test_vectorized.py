@@ -4,13 +4,16 @@ it, snapshots of the Arrow state and the lazy restore of a key group."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
+from barriered.errors import KeyedWidthError
 from barriered.examples import RunningTotals
 from barriered.statestore.acks import read_acks
 from barriered.statestore.contract import Contract
@@ -18,6 +21,7 @@ from barriered.statestore.key_groups import key_group_for_key
 from barriered.statestore.keyed import KeyedOperator, OperatorSpec, RestoredFiles, from_blob
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.vectorized import PerKey, merge
+from file_tree import tree
 
 SCHEMA = pa.schema([("user_id", pa.string()), ("total", pa.int64()), ("count", pa.int64())])
 KEY_TYPE = {"type": "struct", "fields": [
@@ -29,7 +33,7 @@ COLUMNS = ("user_id", "amount", "_channel", "_seq", "_barrier", "_barrier_meta",
 SPEC = OperatorSpec(
     "totals", ("user_id",), "user_id string", "total long, count long",
     "user_id string, total long", 4, json.dumps(KEY_TYPE), json.dumps(STATE_TYPE), COLUMNS,
-    ("user_id", "total"),
+    ("user_id", "total"), key_groups_per_call=4,
 )  # fmt: skip
 
 
@@ -207,3 +211,23 @@ def test_a_key_the_processor_adds_outside_its_rows_gets_its_own_key_group() -> N
     assert live.get is not None
     groups = {r["user_id"]: r["_key_group"] for r in from_blob(live.get[0]).to_pylist()}
     assert groups == {"a": 1, "z": key_group_for_key(["z"], ["string"], 4)}
+
+
+def test_live_state_of_another_width_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    layout = SnapshotLayout.at(str(tmp_path / "snap"))
+    meta = {"path": layout.root, "base": None, "epoch": 0}
+    live = Live()
+    list(KeyedOperator(SPEC, RunningTotals())((0,), iter([batch([("a", 1)], [(1, meta)])]), live))
+    assert live.get is not None and live.get[2] == 4  # the width it was written under
+    before, kept = tree(tmp_path), live.get
+    narrower = KeyedOperator(replace(SPEC, key_groups_per_call=2), RunningTotals())
+    with pytest.raises(KeyedWidthError) as err:
+        list(narrower((0,), iter([batch([("a", 5)], [(2, {**meta, "base": 1})])]), live))
+    assert str(err.value) == (
+        "keyed operator 'totals': slot 0's live state in Spark's checkpoint was written with 4 "
+        "key groups per call, this query runs 2; nothing of the batch was written. Resume "
+        "with spark.sql.streaming.barriered.keyedKeyGroupsPerCall=4, or restore the latest "
+        'checkpoint into a new checkpoint location (.option("restoreFrom", "latest")), where '
+        "any width works: snapshots are per key group"
+    )
+    assert tree(tmp_path) == before and live.get == kept

@@ -1,8 +1,8 @@
 """The keyed operator: a user processor run per slot of key groups, snapshotting at markers.
 
 ``barriered.keyed(df, *keys).process(processor)`` groups the stream by the slot of
-``_key_group`` (``_key_group div KEY_GROUPS_PER_SLOT``,
-:mod:`barriered.statestore.key_groups`) and runs :class:`KeyedOperator` through
+``_key_group`` (``_key_group div width``, the width chosen at the query's first start,
+:func:`barriered.statestore.key_groups.key_groups_per_call`) and runs :class:`KeyedOperator` through
 ``applyInPandasWithState``. One call sees every row of one slot's key groups in one
 micro-batch: the data rows go to the processor in one call
 (:mod:`barriered.statestore.vectorized`), then each marker row of the batch makes the
@@ -12,11 +12,13 @@ conversions, a state store get and put) once for all of them.
 
 Live state sits in Spark's state store as ONE value per slot: the slot's state as an
 Arrow table (key columns and state fields, typed, and the ``_key_group`` of each key;
-serialized as Arrow IPC) and, per key group, a count of changes and the change count at
-each recent snapshot, so that a key group unchanged since the base checkpoint (the
-latest completed one) acknowledges without writing a file. One get and one put per slot
-and batch; a snapshot writes a key group's rows as one Parquet file, as before: the
-snapshot layout is per key group and knows nothing of slots.
+serialized as Arrow IPC), the width it was written under (a call of another width
+refuses it, :class:`~barriered.errors.KeyedWidthError`) and, per key group, a count of
+changes and the change count at each recent snapshot, so that a key group unchanged
+since the base checkpoint (the latest completed one) acknowledges without writing a
+file. One get and one put per slot and batch; a snapshot writes a key group's rows as
+one Parquet file, as before: the snapshot layout is per key group and knows nothing of
+slots.
 
 After a restore, a slot that has no live state yet loads its key groups' snapshot
 file(s) on its first call (every key group is called at the first cut at the latest:
@@ -39,8 +41,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from barriered import crash_points
+from barriered.config.keys import KEYED_KEY_GROUPS_PER_CALL
 from barriered.datasource.columns import BARRIER, BARRIER_META, CHANNEL, KEY_GROUP, SEQ, SLOT
-from barriered.errors import KeyGroupError
+from barriered.datasource.options import RESTORE_FROM
+from barriered.errors import KeyedWidthError, KeyGroupError
 from barriered.statestore.acks import (
     Ack,
     DataFile,
@@ -61,9 +65,10 @@ log = logging.getLogger(__name__)
 
 _META = (CHANNEL, SEQ, BARRIER, BARRIER_META, KEY_GROUP, SLOT)
 
-#: The live state of a slot in Spark's state store: the state table (with ``_key_group``)
-#: and, per key group, ``[change count, {checkpoint id: change count at its snapshot}]``.
-LIVE_STATE_DDL = "blob binary, key_groups string"
+#: The live state of a slot in Spark's state store: the state table (with ``_key_group``),
+#: per key group ``[change count, {checkpoint id: change count at its snapshot}]``, and
+#: the slot's width (key groups per call) it was written under.
+LIVE_STATE_DDL = "blob binary, key_groups string, key_groups_per_call int"
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,8 @@ class OperatorSpec:
     state_type: str  # Spark JSON of the state's StructType
     input_columns: tuple[str, ...] = ()
     output_columns: tuple[str, ...] = ()  # the columns of output_schema
+    #: Key groups per slot (:func:`barriered.statestore.key_groups.key_groups_per_call`).
+    key_groups_per_call: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form, as registered under ``_coordinator/operators``."""
@@ -92,6 +99,7 @@ class OperatorSpec:
             "max_parallelism": self.max_parallelism,
             "key_type": json.loads(self.key_type),
             "state_type": json.loads(self.state_type),
+            "key_groups_per_call": self.key_groups_per_call,
         }
 
 
@@ -184,8 +192,18 @@ class KeyedOperator:
         parts = list(frames)
         batch = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
         batch.columns = list(self.spec.input_columns)
+        width = self.spec.key_groups_per_call
         if live.exists:
-            blob, raw = live.get
+            blob, raw, written = live.get
+            if written != width:
+                raise KeyedWidthError(
+                    f"keyed operator {self.spec.operator!r}: slot {key[0]}'s live state in "
+                    f"Spark's checkpoint was written with {written} key groups per call, this "
+                    f"query runs {width}; nothing of the batch was written. Resume with "
+                    f"{KEYED_KEY_GROUPS_PER_CALL.key}={written}, or restore the latest "
+                    f'checkpoint into a new checkpoint location (.option("{RESTORE_FROM.name}", '
+                    '"latest")), where any width works: snapshots are per key group'
+                )
             table, groups = from_blob(blob), json.loads(raw)
         else:
             blob, groups = None, {}
@@ -219,7 +237,7 @@ class KeyedOperator:
                 mod_count,
                 snapshots,
             )
-        live.update((to_blob(table) if blob is None else blob, json.dumps(groups)))
+        live.update((to_blob(table) if blob is None else blob, json.dumps(groups), width))
         if output is not None and len(output):
             yield output
 
@@ -228,7 +246,8 @@ class KeyedOperator:
         a restore, else empty; with each key's ``_key_group``."""
         tables = [self.live_schema.empty_table()]
         if self.restored is not None:
-            for group in slot_key_groups(slot_id, self.spec.max_parallelism):
+            width = self.spec.key_groups_per_call
+            for group in slot_key_groups(slot_id, width, self.spec.max_parallelism):
                 loaded = self.restored.load(group, self.schema)
                 ids = pa.array(np.full(loaded.num_rows, group, np.int32))
                 tables.append(loaded.append_column(self.live_schema.field(KEY_GROUP), ids))

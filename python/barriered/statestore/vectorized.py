@@ -2,7 +2,7 @@
 
 The state is one Arrow table: the key columns and the state fields, one row per key.
 The keyed operator runs once per slot of key groups and micro-batch
-(:data:`~barriered.statestore.key_groups.KEY_GROUPS_PER_SLOT` key groups) and hands the
+(:func:`~barriered.statestore.key_groups.key_groups_per_call` key groups) and hands the
 slot's rows and the state of the keys present in them to the processor in one call,
 :meth:`BatchProcessor.process_batch`, and
 merges what it returns back into the table with a few pandas operations (no per-key
