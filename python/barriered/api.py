@@ -85,8 +85,8 @@ class KeyedStream:
         ----------
         processor : object
             An object with ``state_schema``, ``output_schema`` (DDL strings) and either
-            ``process_batch(rows, state) -> (output, new_state)`` (one call per key
-            group and micro-batch, all DataFrames: see
+            ``process_batch(rows, state) -> (output, new_state)`` (one call per slot
+            of key groups, ``keyedKeyGroupsPerCall``, and micro-batch, all DataFrames: see
             :mod:`barriered.statestore.vectorized`) or ``process(key, rows, state)``
             (one call per key; ``state`` has ``get``/``update``/``clear``). State fields
             may be of any type Delta stores (arrays, maps, structs included). What they
@@ -112,6 +112,10 @@ class KeyedStream:
             When the processor lacks an attribute, its state schema has a field of a
             type keyed state cannot hold (named), or its columns clash with another
             operator's on the snapshot path.
+        KeyedWidthError
+            When ``keyedKeyGroupsPerCall`` is set to another width than the one the
+            operator runs with on this snapshot path, without a restore; nothing is
+            written.
         RestoreError
             With ``restoreFrom``, when the processor's key columns or types differ from
             the snapshot's operator, or a state field changed in a way a restore cannot
