@@ -7,6 +7,7 @@ first start is recorded on the snapshot path and kept, whatever the session says
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from deltalake import DeltaTable
 
 from barriered.errors import KeyedWidthError
-from barriered.statestore.fileio import read_json
+from barriered.statestore.fileio import read_json, write_json
 from file_tree import tree
 from runs import FILES_SOURCE, MODES, PREFIX, run, start, state_at, write_files
 
@@ -61,3 +62,33 @@ def test_a_resume_with_other_session_shuffle_partitions_keeps_its_slots_and_its_
         '"restoreFrom", "latest")), where any width works; nothing was written'
     )
     assert tree(tmp_path) == before
+
+
+@pytest.mark.full
+def test_live_state_of_another_width_fails_the_resumed_query_naming_both_widths(
+    session: Any, tmp_path: Path
+) -> None:
+    """The safety net under the recorded width: a registration that lost it (edited by
+    hand here) makes the resumed query's slots find live state of another width."""
+    from pyspark.errors import StreamingQueryException
+
+    data, snap = tmp_path / "data", str(tmp_path / "snap")
+    source = {**FILES_SOURCE, "path": str(data)}
+    conf = {**MODES["aligned"], "keyedKeyGroupsPerCall": "4"}
+    write_files(data, SIZES, tag="first")
+    _, layout = run(session, tmp_path, conf, source, snap, (30, 12))
+    version = DeltaTable(layout.state_table).version()
+    registration = read_json(layout.operator_file("running_totals"))
+    write_json(layout.operator_file("running_totals"), {**registration, "key_groups_per_call": 2})
+    write_files(data, SIZES, tag="second")
+    query = start(session, tmp_path, {**conf, "keyedKeyGroupsPerCall": "2"}, source, snap)
+    with pytest.raises(StreamingQueryException) as err:
+        query.awaitTermination()
+    assert re.search(
+        r"KeyedWidthError: keyed operator 'running_totals': slot \d+'s live state in Spark's "
+        r"checkpoint was written with 4 key groups per call, this query runs 2; nothing of "
+        r"the batch was written\. Resume with "
+        r"spark\.sql\.streaming\.barriered\.keyedKeyGroupsPerCall=4, or restore",
+        str(err.value),
+    ), str(err.value)
+    assert DeltaTable(layout.state_table).version() == version  # no checkpoint completed
