@@ -118,11 +118,13 @@ def start(
 
     With ``sink`` (its options, ``path`` included) the query writes to the
     ``sink_format`` sink of the same snapshot path (``output``: what it writes, from the
-    processor's output); else to ``noop``.
+    processor's output); else to ``noop``. Its checkpoint location is ``checkpoint``
+    under ``tmp_path``, or ``checkpoint`` itself when it is a URI (``s3://...``).
     """
     for key, value in conf.items():
         session.conf.set(PREFIX + key, value)
     snap = snap or str(tmp_path / "snap")
+    location = checkpoint if "://" in checkpoint else str(tmp_path / checkpoint)
     events = session.readStream.format("barriered").options(**(source or SOURCE))
     events = events.option("snapshotPath", snap).load()
     out = barriered.keyed(events, *keys).process(processor or RunningTotals(), name)
@@ -131,11 +133,7 @@ def start(
     writer = out.writeStream.format("noop")
     if sink is not None:
         writer = out.writeStream.format(sink_format).options(snapshotPath=snap, **sink)
-    return (
-        writer.option("checkpointLocation", str(tmp_path / checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
+    return writer.option("checkpointLocation", location).trigger(availableNow=True).start()
 
 
 def wait_final_checkpoint(
