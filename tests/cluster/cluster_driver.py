@@ -5,7 +5,8 @@ process (its own application, with an executor on each worker).
 query of KIND (:func:`start_query`) with the checkpoint settings of mode MODE into the
 ``barriered-delta`` sink at OUT, every path an ``s3://`` URI of the local S3 server: the
 environment variable ``BARRIERED_TEST_CONF`` (a JSON object of session keys, short names)
-carries ``snapshotStorageOptions``. The test SIGKILLs this process once a checkpoint
+carries ``snapshotStorageOptions``, ``BARRIERED_TEST_SOURCE`` (a JSON object) source
+options (the ``files`` upstream's ``path``). The test SIGKILLs this process once a checkpoint
 completed. It prints ``STARTED`` when the query runs and ``ENDED`` if it ends on its own.
 """
 
@@ -22,14 +23,13 @@ from standalone import ROCKSDB, builder
 
 import barriered
 from barriered.provider import PROVIDER_CLASS
-from runs import DRIVER_KEYS, MODES, PREFIX, SOURCE, sink_query, start
+from runs import DRIVER_KEYS, FILES_SOURCE, MODES, PREFIX, sink_query, start
 
-#: Half the batches of the sources (as ``test_executor_loss``'s state snapshot kill).
-ROWS_PER_BATCH = {"maxRowsPerChannel": "80"}
-#: The sources of each query kind.
+#: The sources of each query kind: the ``files`` upstream (its ``path`` given: a folder of
+#: the bucket), and ``queries.SOURCE`` in a fifth of its batches.
 SOURCES = {
-    "keyed": {**SOURCE, **ROWS_PER_BATCH},
-    "provider": {**queries.SOURCE, **ROWS_PER_BATCH},
+    "keyed": {**FILES_SOURCE, "maxRowsPerChannel": "20"},
+    "provider": {**queries.SOURCE, "maxRowsPerChannel": "200"},
 }
 PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 #: The provider's query (``barriered-delta`` takes Spark's append mode only).
@@ -41,12 +41,12 @@ def start_query(
 ) -> Any:
     """Start the availableNow query of ``kind`` on the cluster session ``spark``; return it.
 
-    ``keyed``: ``barriered.keyed`` running totals per user of ``runs.SOURCE`` (RocksDB
-    holds the operator's live state) merged into the ``barriered-delta`` sink at ``out``
-    by user; ``provider``: ``queries.window_append`` (count and total per user and window,
-    evicted as the watermark passes) of ``queries.SOURCE`` under the barriered state
-    store provider, appended to the sink. ``source`` adds source options
-    (``restoreFrom``).
+    ``keyed``: ``barriered.keyed`` running totals per user of JSON-lines files (the
+    ``files`` upstream; ``source`` gives its ``path``; RocksDB holds the operator's live
+    state) merged into the ``barriered-delta`` sink at ``out`` by user; ``provider``:
+    ``queries.window_append`` (count and total per user and window, evicted as the
+    watermark passes) of ``queries.SOURCE`` under the barriered state store provider,
+    appended to the sink. ``source`` adds source options (``restoreFrom``).
     """
     options = {**SOURCES[kind], **source}
     if kind == "keyed":
@@ -77,7 +77,8 @@ def main() -> int:
     keys = {**DRIVER_KEYS, **json.loads(os.environ.get("BARRIERED_TEST_CONF") or "{}")}
     for key, value in keys.items():
         spark.conf.set(PREFIX + key, value)
-    query = start_query(spark, kind, mode, snap, checkpoint, out)
+    source = json.loads(os.environ.get("BARRIERED_TEST_SOURCE") or "{}")
+    query = start_query(spark, kind, mode, snap, checkpoint, out, **source)
     print("STARTED", flush=True)
     query.awaitTermination()
     print("ENDED", flush=True)

@@ -23,11 +23,12 @@ from barriered.testing.session import barriered_keys
 
 log = logging.getLogger(__name__)
 
-# The provider tests' queries (``queries.py``) run on the cluster too: importable here and
-# in the driver processes (``runs.launch_driver`` passes this ``sys.path`` on).
-PROVIDER_TESTS = str(Path(__file__).resolve().parents[1] / "provider")
-if PROVIDER_TESTS not in sys.path:
-    sys.path.append(PROVIDER_TESTS)
+# The provider tests' queries (``queries.py``) and the S3 recovery tests' input files run
+# on the cluster too: importable here and in the driver processes (``runs.launch_driver``
+# passes this ``sys.path`` on).
+for _folder in ("provider", "recovery"):
+    if (_path := str(Path(__file__).resolve().parents[1] / _folder)) not in sys.path:
+        sys.path.append(_path)
 
 
 def _stop_local_session() -> None:

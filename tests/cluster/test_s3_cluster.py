@@ -19,7 +19,8 @@ exact state and output (the sink takes back what the later checkpoints published
 publishes it again).
 
 A driver process of its own (``cluster_driver.py``, an application with an executor on
-each worker) runs ``barriered.keyed`` running totals, or a windowed ``groupBy().agg()``
+each worker) runs ``barriered.keyed`` running totals of files in a folder of the bucket
+(the ``files`` upstream), or a windowed ``groupBy().agg()``
 under the barriered provider (append mode, windows evicted by the watermark), until a
 checkpoint completed, and is SIGKILLed with its JVM; the query restored from the latest
 checkpoint on 3 shuffle partitions in the tests' session ends with the batch
@@ -36,11 +37,12 @@ from typing import Any
 
 import pytest
 import queries
-from cluster_driver import PROVIDER, PROVIDER_QUERY, SOURCES, start_query
+from cluster_driver import PROVIDER, PROVIDER_QUERY, start_query
 from deltalake import DeltaTable
 from standalone import ROCKSDB, Cluster
 from test_executor_loss import kill_at, referenced
 from test_provider_eviction import PAST, _state_keys
+from test_s3_recovery import FILES_SIZES, _put_files, _state_rows
 
 from barriered.statestore import checkpoints_table, storage
 from barriered.statestore.layout import SnapshotLayout
@@ -48,6 +50,7 @@ from barriered.testing import faults
 from runs import (
     MODES,
     PREFIX,
+    SOURCE,
     commit_metadata,
     expected_output,
     kill_driver_when,
@@ -63,10 +66,9 @@ from s3_server import S3Server
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.s3]
 
-CLUSTER_SOURCE = SOURCES["keyed"]
+#: Half the batches of ``runs.SOURCE`` (as ``test_executor_loss``'s state snapshot kill).
+CLUSTER_SOURCE = {**SOURCE, "maxRowsPerChannel": "80"}
 DRIVER = Path(__file__).resolve().parent / "cluster_driver.py"
-#: The upstreams of the query kinds of ``cluster_driver.py``, to recount their records.
-UPSTREAMS = {"keyed": upstream, "provider": queries.upstream}
 
 
 def _everything() -> dict[int, int]:
@@ -161,7 +163,13 @@ def test_a_driver_killed_on_the_cluster_then_restored_at_other_parallelism(
     options = json.dumps(s3_server.storage_options)
     storage.register(s3_server.uri(name), s3_server.storage_options)
     snap, out = s3_server.uri(name, "snap"), s3_server.uri(name, "out")
-    ends = tuple(UPSTREAMS[kind]().available())
+    source: dict[str, str] = {}
+    if kind == "keyed":  # its input: files in a folder of the bucket
+        totals, counts = _put_files(s3_server, f"{name}/events", "first")
+        source["path"] = s3_server.uri(name, "events") + "/"
+        ends = tuple(FILES_SIZES.values())
+    else:
+        ends = tuple(queries.upstream().available())
 
     def killable() -> dict[str, Any] | None:
         if not s3_server.keys(f"{name}/snap/_checkpoints/_delta_log/"):
@@ -175,23 +183,25 @@ def test_a_driver_killed_on_the_cluster_then_restored_at_other_parallelism(
 
     log = tmp_path / "driver.out"
     args = [nodes.master_url, kind, mode, snap, s3_server.uri(name, "ck1"), out]
-    env = {"BARRIERED_TEST_CONF": json.dumps({"snapshotStorageOptions": options})}
+    env = {
+        "BARRIERED_TEST_CONF": json.dumps({"snapshotStorageOptions": options}),
+        "BARRIERED_TEST_SOURCE": json.dumps(source),
+    }
     killed = kill_driver_when(DRIVER, args, log, killable, timeout_s=300, env=env)
 
     ck2 = s3_server.uri(name, "ck2")
     spark.conf.set(PREFIX + "snapshotStorageOptions", options)
     spark.conf.set("spark.sql.shuffle.partitions", "3")
     try:
-        restored = start_query(spark, kind, mode, snap, ck2, out, restoreFrom="latest")
+        restored = start_query(spark, kind, mode, snap, ck2, out, restoreFrom="latest", **source)
         restored.awaitTermination(600)
         assert restored.exception() is None
         layout = SnapshotLayout.configured(snap)
         last = wait_final_checkpoint(layout, ends, restored, after_id=killed["checkpoint_id"])
         if kind == "keyed":
-            everything = dict(enumerate(ends))
             version = int(commit_metadata(layout)[last["checkpoint_id"]]["version"])
-            assert state_at(layout, version) == totals_before(everything)
-            assert output_rows(out) == expected_output("update", everything)
+            assert _state_rows(layout, version) == {u: (totals[u], n) for u, n in counts.items()}
+            assert output_rows(out) == sorted(totals.items())
         else:
             emitted, kept = queries.expected_eviction(PROVIDER_QUERY)
             assert _state_keys(spark, ck2, PROVIDER_QUERY) == kept
