@@ -141,8 +141,8 @@ def _local_files(tmp_path: Path) -> list[str]:
 @pytest.mark.parametrize(
     ("kind", "mode"),
     [
-        ("provider", "unaligned"),
-        pytest.param("provider", "aligned", marks=pytest.mark.full),
+        ("provider", "aligned"),  # ~70 s
+        pytest.param("provider", "unaligned", marks=pytest.mark.full),
         pytest.param("keyed", "unaligned", marks=pytest.mark.full),
         pytest.param("keyed", "aligned", marks=pytest.mark.full),
     ],

@@ -42,6 +42,14 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     return settings_for(uri).filesystem(uri)
 
 
+def make_parent(fs: pafs.FileSystem, path: str) -> None:
+    """Create the folder of file ``path`` (and its parents) on a local file system; on an
+    object store nothing: a key needs no folder, and pyarrow's ``create_dir`` would put
+    an empty marker object for each level (half the requests of an S3 checkpoint)."""
+    if isinstance(fs, pafs.LocalFileSystem):
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+
+
 def join(base: str, *parts: str) -> str:
     """Join path parts with '/', for local paths and URIs alike."""
     return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
@@ -73,7 +81,7 @@ def write_atomic(uri: str, data: bytes, what: str = "") -> None:
     parent, name = path.rsplit("/", 1)
     tmp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
     try:
-        fs.create_dir(parent, recursive=True)
+        make_parent(fs, path)
         if isinstance(fs, pafs.LocalFileSystem):
             with open(tmp, "wb") as out:
                 out.write(data)
@@ -221,7 +229,7 @@ def copy_file(source: str, target: str) -> None:
     src_fs, src = filesystem(source)
     dst_fs, dst = filesystem(target)
     try:
-        dst_fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
+        make_parent(dst_fs, dst)
         pafs.copy_files(src, dst, source_filesystem=src_fs, destination_filesystem=dst_fs)
     except OSError as exc:
         raise SnapshotStoreError(f"cannot copy {source!r} to {target!r}: {exc}") from exc
