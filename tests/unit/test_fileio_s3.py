@@ -23,8 +23,8 @@ def test_a_json_file_read_while_it_is_rewritten_on_s3_reads_whole(s3_server: S3S
     written = [0]
     stop = threading.Event()
 
-    def rewrite() -> None:  # versions of changing length, as the schedule's
-        while not stop.is_set():
+    def rewrite() -> None:  # versions of changing length, every 5 ms, as the schedule's
+        while not stop.wait(0.005):
             n = written[-1] + 1
             write_json(uri, {"n": n, "pad": "x" * (n % 40)})
             written.append(n)

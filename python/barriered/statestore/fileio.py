@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 #: object replaced in between (a file rewritten in place: the schedule, the trigger log)
 #: reads as the new object cut at the old length, which is never valid JSON (compact
 #: JSON's last byte closes it). Read again, it is whole.
-TORN_READ_ATTEMPTS = 5
+TORN_READ_ATTEMPTS = 10
 
 
 def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
@@ -151,7 +151,7 @@ def read_json(uri: str, default: Any = None) -> Any:
                     "Restore it from a backup or remove the snapshot path's damaged checkpoint"
                 ) from exc
             log.info("%s was read while it was replaced (attempt %d): read again", uri, attempt)
-            time.sleep(0.02 * attempt)
+            time.sleep(0.01 * attempt)
     raise AssertionError("unreachable")
 
 
