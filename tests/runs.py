@@ -297,6 +297,15 @@ def wait_driver_until(
     return found
 
 
+def run_until_killed(query: Any) -> int:
+    """The end of a crash-test driver script: print ``STARTED``, wait for ``query`` to end
+    (or for the test's SIGKILL), print ``ENDED``; return 0, the script's exit code."""
+    print("STARTED", flush=True)
+    query.awaitTermination()
+    print("ENDED", flush=True)
+    return 0
+
+
 def kill_driver(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL a driver's whole process group (its Python process and Spark's JVM, as a
     lost driver machine), if it still runs."""

@@ -23,7 +23,7 @@ from standalone import ROCKSDB, builder
 
 import barriered
 from barriered.provider import PROVIDER_CLASS
-from runs import DRIVER_KEYS, FILES_SOURCE, MODES, PREFIX, sink_query, start
+from runs import DRIVER_KEYS, FILES_SOURCE, MODES, PREFIX, run_until_killed, sink_query, start
 
 #: The sources of each query kind: the ``files`` upstream (its ``path`` given: a folder of
 #: the bucket), and ``queries.SOURCE`` in a fifth of its batches.
@@ -79,10 +79,7 @@ def main() -> int:
         spark.conf.set(PREFIX + key, value)
     source = json.loads(os.environ.get("BARRIERED_TEST_SOURCE") or "{}")
     query = start_query(spark, kind, mode, snap, checkpoint, out, **source)
-    print("STARTED", flush=True)
-    query.awaitTermination()
-    print("ENDED", flush=True)
-    return 0
+    return run_until_killed(query)
 
 
 if __name__ == "__main__":
