@@ -299,9 +299,14 @@ def wait_driver_until(
 
 def run_until_killed(query: Any) -> int:
     """The end of a crash-test driver script: print ``STARTED``, wait for ``query`` to end
-    (or for the test's SIGKILL), print ``ENDED``; return 0, the script's exit code."""
+    and for its coordinator to finish with it (or for the test's SIGKILL), print ``ENDED``;
+    return 0, the script's exit code.
+
+    ``barriered.await_termination``, not Spark's ``awaitTermination``: an ``availableNow``
+    run can end before the coordinator has handled its last batches, and the script would
+    exit before a fault armed at the final checkpoint fired (seen on a loaded CI machine)."""
     print("STARTED", flush=True)
-    query.awaitTermination()
+    barriered.await_termination(query)
     print("ENDED", flush=True)
     return 0
 
