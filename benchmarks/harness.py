@@ -11,13 +11,16 @@ between batches (planning, listener work competing for the cores) are included.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import math
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from barriered.config import PREFIX
@@ -26,6 +29,9 @@ from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 
 Progress = dict[str, Any]
+
+#: The tests folder, whose servers (``kafka_broker.py``, ``s3_server.py``) workloads start.
+TESTS = Path(__file__).resolve().parents[1] / "tests"
 
 
 @dataclass
@@ -53,6 +59,13 @@ class Context:
     def path(self, *parts: str) -> str:
         """A path under :attr:`workdir`."""
         return str(self.workdir.joinpath(*parts))
+
+
+def from_tests(name: str) -> ModuleType:
+    """A module of the tests folder, which is not a package (e.g. ``"s3_server"``)."""
+    if str(TESTS) not in sys.path:
+        sys.path.insert(0, str(TESTS))
+    return importlib.import_module(name)
 
 
 @contextlib.contextmanager
@@ -111,6 +124,13 @@ def without_coordinator(spark: Any) -> Iterator[None]:
         yield
     finally:
         spark.streams.addListener(listener)
+
+
+def drain_listeners(spark: Any) -> None:
+    """Wait until Spark's listener bus has delivered every event, so that the
+    coordinator has handled the last batch of every query stopped before (e.g. before a
+    store the coordinator writes to goes away)."""
+    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
 
 
 def error_line(exc: Exception) -> str:

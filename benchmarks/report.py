@@ -50,6 +50,11 @@ METHOD = """\
   the seeding run's final checkpoint, against start → end of the native batch).
 * The cut batch of a snapshot is compared with the ordinary batches of the same level
   (batches that delivered records and cut nothing), p50 against p50.
+* The `s3` workload starts its own S3 server (moto's, in memory, `tests/s3_server.py`) on
+  this machine and puts snapshot paths in its bucket: a request costs what a local Python
+  server on the same cores costs (ms of CPU, no network), not what AWS S3 costs (tens of
+  ms of latency, more bandwidth), so its ratios show the requests a checkpoint or a
+  restore makes, which the section counts from the server's log.
 * The machine is shared: the 1-minute load average before and after each workload is
   recorded with its numbers. Quick runs (`--quick`) are smoke runs with small sizes;
   their results go to `benchmarks/results/quick/` and are not quoted here.

@@ -22,6 +22,8 @@ from typing import Any
 
 CLASSPATH_FILE = Path(__file__).resolve().parents[1] / "build" / "hadoop-aws" / "classpath.txt"
 EXTRA_CLASSPATH = "spark.driver.extraClassPath"
+#: Where a cluster's executors (JVMs of their own, unlike local mode's) get the jars.
+EXECUTOR_CLASSPATH = "spark.executor.extraClassPath"
 
 
 def classpath() -> list[str]:
@@ -33,9 +35,16 @@ def classpath() -> list[str]:
     return jars if jars and all(Path(j).is_file() for j in jars) else []
 
 
+#: ``s3a``'s upload of a local file (``copyFromLocalFile``: RocksDB's files to a checkpoint
+#: location) fails against moto's server with "Status Code: 100" (its ``100 Continue``
+#: is taken for the answer); the plain ``FileSystem`` copy (a stream, as every other
+#: write) does not. S3 itself is unaffected.
+STREAM_COPY = ("spark.hadoop.fs.s3a.optimized.copy.from.local.enabled", "false")
+
+
 def with_s3a(builder: Any) -> Any:
     """A session builder with :func:`classpath` added to ``spark.driver.extraClassPath``
-    (kept as it was without the jars); returns it."""
+    and :data:`STREAM_COPY` (kept as it was without the jars); returns it."""
     jars = classpath()
     if not jars:
         return builder
@@ -43,7 +52,7 @@ def with_s3a(builder: Any) -> Any:
     entries = [e for e in given.split(":") if e]
     return builder.config(
         EXTRA_CLASSPATH, ":".join([*entries, *(j for j in jars if j not in entries)])
-    )
+    ).config(*STREAM_COPY)
 
 
 def missing() -> str | None:

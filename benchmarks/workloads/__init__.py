@@ -16,6 +16,7 @@ from benchmarks.workloads import (
     overhead,
     provider,
     restore,
+    s3,
     sink,
     snapshot,
     state_processor,
@@ -31,4 +32,5 @@ WORKLOADS: dict[str, ModuleType] = {
     "kafka": kafka,
     "state_processor": state_processor,
     "kafka_sink": kafka_sink,
+    "s3": s3,
 }

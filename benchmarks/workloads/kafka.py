@@ -35,13 +35,11 @@ aligned and unaligned checkpoints every 5 s, each mode on a topic of its own.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from pyspark import cloudpickle
@@ -54,6 +52,7 @@ from benchmarks.harness import (
     checkpoint_rows,
     configure,
     delivered,
+    from_tests,
     percentile,
     ratio,
     run_until,
@@ -65,7 +64,6 @@ from benchmarks.markdown import table
 from benchmarks.workloads import backpressure
 from benchmarks.workloads.backpressure import LAGGING, SKEW, modes_table, run_mode
 
-ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS, KEYS = 4, 1000
 #: Target: the upstream's records/s against a plain consumer's (b/a and c/a).
 TARGET = 0.80
@@ -101,18 +99,10 @@ MODES = ("aligned", "unaligned")
 TIMEOUT_S = 600.0
 
 
-def _broker_class() -> Any:
-    """``tests/kafka_broker.py``'s ``KafkaBroker`` (the tests folder is not a package)."""
-    tests = str(ROOT / "tests")
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
-    return importlib.import_module("kafka_broker").KafkaBroker
-
-
 @contextmanager
 def kafka_broker(ctx: Context) -> Iterator[Any]:
     """A local broker for the workload, stopped by pid at the end."""
-    broker = _broker_class()().start()
+    broker = from_tests("kafka_broker").KafkaBroker().start()
     ctx.emit(f"  Kafka broker on {broker.bootstrap}")
     try:
         yield broker

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from barriered.api import records
+from barriered.statestore.fileio import join
 from benchmarks.harness import (
     NATIVE_OPTIONS,
     Context,
@@ -70,7 +71,9 @@ WHY_MISSED = {
 NATIVE_RUNS = ("native_baseline", "native_same", "native_other")
 
 
-def _options(data: str) -> dict[str, str]:
+def files_options(data: str) -> dict[str, str]:
+    """Options of the ``files`` upstream reading the Parquet files of folder ``data``
+    (one channel per sub-folder)."""
     return {
         "upstream": "files",
         "path": data,
@@ -80,22 +83,22 @@ def _options(data: str) -> dict[str, str]:
     }
 
 
-def _first_batch(
+def first_batch(
     ctx: Context, snap: str, data: str, ck: str, extra: dict[str, str], native: bool = False
-) -> dict:
+) -> dict[str, Any]:
     """Start a query (the keyed running count, or with ``native`` Spark's
     ``groupBy().count()``), wait for its first batch, stop it; return its timings."""
     began = time.time()
     if native:
         with without_coordinator(ctx.spark):
-            stream = barriered_stream(ctx.spark, snap, {**_options(data), **NATIVE_OPTIONS})
+            stream = barriered_stream(ctx.spark, snap, {**files_options(data), **NATIVE_OPTIONS})
             query = start(records(stream).groupBy("user_id").count(), ck, output_mode="update")
             try:
                 batches = run_until(query, lambda seen: bool(seen), timeout=1800)
             finally:
                 query.stop()
     else:
-        query = start(running_count(ctx.spark, snap, {**_options(data), **extra}), ck)
+        query = start(running_count(ctx.spark, snap, {**files_options(data), **extra}), ck)
         try:
             batches = run_until(query, lambda seen: bool(seen), timeout=1800)
         finally:
@@ -109,18 +112,20 @@ def _first_batch(
     }
 
 
-def _seed(
-    ctx: Context, keys: int, tag: str = "seed"
-) -> tuple[str, str, dict[str, list[str]], float]:
-    """A snapshot path whose latest checkpoint holds ``keys`` keys."""
+def seed(
+    ctx: Context, keys: int, tag: str = "seed", root: str | None = None
+) -> tuple[str, str, dict[int, list[str]], float]:
+    """A snapshot path (under ``root``, default the workload's folder) whose latest
+    checkpoint holds ``keys`` keys, the folder of its input and its users by key group,
+    and the seconds seeding took."""
     groups = users_by_group(keys)
     data = ctx.workdir / f"data-{tag}-{keys}"
     drop_file(data / "c0", "00-load", [u for users in groups.values() for u in users])
-    snap = ctx.path(f"snap-{tag}-{keys}")
+    snap = join(root, f"snap-{tag}-{keys}") if root else ctx.path(f"snap-{tag}-{keys}")
     ctx.spark.conf.set("spark.sql.shuffle.partitions", str(SEED_PARTITIONS))
     began = time.time()
     query = start(
-        running_count(ctx.spark, snap, _options(str(data)), silent=True),
+        running_count(ctx.spark, snap, files_options(str(data)), silent=True),
         ctx.path(f"ck-{tag}-{keys}"),
         available_now=True,
     )
@@ -131,15 +136,16 @@ def _seed(
     return snap, str(data), groups, round(time.time() - began, 1)
 
 
-def _warm_up(ctx: Context) -> None:
+def warm_up(ctx: Context, root: str | None = None, tag: str = "warmup") -> None:
     """Seed and restore a tiny state once (not measured): the first restore of a session
-    pays for loading the restore code paths, which no measured run should."""
-    snap, data, _, _ = _seed(ctx, 1000, "warmup")
-    _first_batch(ctx, snap, data, ctx.path("ck-warmup-restore"), {"restoreFrom": "latest"})
+    pays for loading the restore code paths, which no measured run should. ``root``: where
+    the snapshot path goes (default the workload's folder); ``tag`` names its folders."""
+    snap, data, _, _ = seed(ctx, 1000, tag, root)
+    first_batch(ctx, snap, data, ctx.path(f"ck-{tag}-restore"), {"restoreFrom": "latest"})
 
 
 def _restore_size(ctx: Context, keys: int) -> dict[str, Any]:
-    snap, data, groups, seed_s = _seed(ctx, keys)
+    snap, data, groups, seed_s = seed(ctx, keys)
     ctx.emit(f"  seeded {keys} keys in {seed_s} s")
     more = [users[0] for users in groups.values()]
     baseline_data = ctx.workdir / f"data-{keys}-baseline"
@@ -154,7 +160,7 @@ def _restore_size(ctx: Context, keys: int) -> dict[str, Any]:
         ctx.spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
         out[name] = {"shuffle_partitions": partitions}
         snap_native, ck = ctx.path(f"snap-{name}-{keys}"), ctx.path(f"ck-{name}-{keys}")
-        out[name].update(_first_batch(ctx, snap_native, folder, ck, {}, native=True))
+        out[name].update(first_batch(ctx, snap_native, folder, ck, {}, native=True))
         ctx.emit(f"  {keys} keys, {name}: {out[name]}")
     drop_file(Path(data) / "c0", "01-more", more)
     runs = {
@@ -167,7 +173,7 @@ def _restore_size(ctx: Context, keys: int) -> dict[str, Any]:
         out[name] = {"shuffle_partitions": partitions}
         try:
             ck = ctx.path(f"ck-{name}-{keys}")
-            out[name].update(_first_batch(ctx, into, folder, ck, extra))
+            out[name].update(first_batch(ctx, into, folder, ck, extra))
         except Exception as exc:  # restoreFrom is refused until restores exist
             out[name]["error"] = error_line(exc)
         ctx.emit(f"  {keys} keys, {name}: {out[name]}")
@@ -195,7 +201,7 @@ def run(ctx: Context) -> dict[str, Any]:
     size = SIZES["quick" if ctx.quick else "full"]
     configure(ctx.spark, {"checkpointInterval": "1d", "maxParallelism": str(MAX_PARALLELISM)})
     try:
-        _warm_up(ctx)
+        warm_up(ctx)
         results = {str(keys): _restore_size(ctx, keys) for keys in size["keys"]}
     finally:
         ctx.spark.conf.set("spark.sql.shuffle.partitions", str(SEED_PARTITIONS))

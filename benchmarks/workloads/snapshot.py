@@ -80,15 +80,18 @@ def drop_file(folder: Path, name: str, users: list[str]) -> None:
     os.replace(folder / f".{name}.tmp", folder / f"{name}.parquet")
 
 
-def wait_for_checkpoint(snap: str, position: int, timeout: float) -> dict[str, Any]:
-    """The first completed checkpoint whose barrier covers ``position`` records."""
+def wait_for_checkpoint(
+    snap: str, position: int, timeout: float, poll: float = 0.3
+) -> dict[str, Any]:
+    """The first completed checkpoint whose barrier covers ``position`` records (reading
+    ``_checkpoints`` every ``poll`` seconds)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         for row in checkpoint_rows(snap):
             covered = sum(json.loads(row["barrier_positions"]).values())
             if row["status"] == "completed" and covered >= position:
                 return row
-        time.sleep(0.3)
+        time.sleep(poll)
     raise TimeoutError(f"no checkpoint covered position {position} within {timeout:.0f} s")
 
 

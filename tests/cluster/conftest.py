@@ -9,7 +9,6 @@ was started) before it connects. The two never run at the same time.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -17,16 +16,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from standalone import WORKERS, Cluster, alive, start
+from standalone import WORKERS, Cluster, alive, builder, start
 
 import barriered
 from barriered.testing.session import barriered_keys
 
 log = logging.getLogger(__name__)
 
-#: The Python of this process, and the folder ``barriered`` is imported from (the
-#: worktree's ``python/`` folder, or the editable install's: executors need the same).
-PACKAGE_ROOT = str(Path(barriered.__file__).resolve().parents[1])
+# The provider tests' queries (``queries.py``) and the S3 recovery tests' input files run
+# on the cluster too: importable here and in the driver processes (``runs.launch_driver``
+# passes this ``sys.path`` on).
+for _folder in ("provider", "recovery"):
+    if (_path := str(Path(__file__).resolve().parents[1] / _folder)) not in sys.path:
+        sys.path.append(_path)
 
 
 def _stop_local_session() -> None:
@@ -42,37 +44,7 @@ def _stop_local_session() -> None:
 
 
 def _session(cluster: Cluster) -> Any:
-    from pyspark.sql import SparkSession
-
-    python = sys.executable
-    pythonpath = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
-    session = (
-        SparkSession.builder.master(cluster.master_url)
-        .appName("barriered-cluster-tests")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.memory", "2g")
-        .config("spark.executor.memory", "1536m")
-        .config("spark.executor.cores", "1")
-        .config("spark.cores.max", str(WORKERS))
-        .config("spark.task.maxFailures", "4")
-        .config("spark.pyspark.python", python)
-        .config("spark.pyspark.driver.python", python)
-        .config("spark.executorEnv.PYSPARK_PYTHON", python)
-        .config("spark.executorEnv.PYTHONPATH", pythonpath)
-        # The Python worker connecting back to its executor can be slow on 2 busy cores.
-        .config("spark.python.authenticate.socketTimeout", "120s")
-        .config("spark.network.timeout", "300s")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config(
-            "spark.sql.streaming.stateStore.providerClass",
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        )
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
+    session = builder(cluster.master_url, "barriered-cluster-tests").getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     assert session.sparkContext.master == cluster.master_url, "a local session is in the way"
     return session

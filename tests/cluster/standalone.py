@@ -23,9 +23,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import barriered
+from hadoop_aws import EXECUTOR_CLASSPATH, classpath, with_s3a
+
 WORKERS = 2
+#: Each worker hosts one executor of the tests' session and one of a driver process's
+#: (``cluster_driver.py``) at the same time.
+WORKER_CORES, WORKER_MEMORY = 2, "4g"
 EXECUTOR_MEMORY = "1536m"
 EXECUTOR_JVM = "CoarseGrainedExecutorBackend"
+#: The folder ``barriered`` is imported from (the worktree's ``python/`` folder, or the
+#: editable install's): the executors' Python workers import the same.
+PACKAGE_ROOT = str(Path(barriered.__file__).resolve().parents[1])
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
 def free_port() -> int:
@@ -188,7 +198,8 @@ def _wait_log(path: Path, text: str, count: int, timeout_s: float, procs: list[A
 
 
 def start(folder: Path, workers: int = WORKERS) -> Cluster:
-    """Start a master and ``workers`` workers (1 core each) on 127.0.0.1 under ``folder``.
+    """Start a master and ``workers`` workers (:data:`WORKER_CORES` cores each) on
+    127.0.0.1 under ``folder``.
 
     On any failure every process started so far is killed before the error propagates.
     """
@@ -214,7 +225,7 @@ def start(folder: Path, workers: int = WORKERS) -> Cluster:
             work = folder / f"work-{i}"
             work.mkdir()
             args = ["org.apache.spark.deploy.worker.Worker", cluster.master_url]
-            args += ["--host", "127.0.0.1", "--cores", "1", "--memory", "2g"]
+            args += ["--host", "127.0.0.1", "--cores", str(WORKER_CORES), "--memory", WORKER_MEMORY]
             args += ["--work-dir", str(work), "--webui-port", str(free_port())]
             cluster.daemons.append(_launch(folder, f"worker-{i}", args, env))
         _wait_log(folder / "master.log", "Registering worker", workers, 90, cluster.daemons)
@@ -223,3 +234,41 @@ def start(folder: Path, workers: int = WORKERS) -> Cluster:
         raise
     cluster.started_s = time.monotonic() - begin
     return cluster
+
+
+def builder(master_url: str, app: str) -> Any:
+    """A session builder for the cluster at ``master_url``: one 1-core executor on each
+    worker, this process's Python and ``barriered`` on the executors, RocksDB as the
+    state store, and the barriered provider's jar and extension (a query sets
+    ``spark.sql.streaming.stateStore.providerClass`` to use it) with Hadoop's ``s3a`` on
+    the driver's and the executors' class paths, for Spark's checkpoint locations and
+    the provider's tables on the local S3 server."""
+    from pyspark.sql import SparkSession
+
+    python = sys.executable
+    pythonpath = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
+    session = (
+        SparkSession.builder.master(master_url)
+        .appName(app)
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.memory", "2g")
+        .config("spark.executor.memory", EXECUTOR_MEMORY)
+        .config("spark.executor.cores", "1")
+        .config("spark.cores.max", str(WORKERS))
+        .config("spark.task.maxFailures", "4")
+        .config("spark.pyspark.python", python)
+        .config("spark.pyspark.driver.python", python)
+        .config("spark.executorEnv.PYSPARK_PYTHON", python)
+        .config("spark.executorEnv.PYTHONPATH", pythonpath)
+        # The Python worker connecting back to its executor can be slow on 2 busy cores.
+        .config("spark.python.authenticate.socketTimeout", "120s")
+        .config("spark.network.timeout", "300s")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config(EXECUTOR_CLASSPATH, ":".join(classpath()))
+    )
+    session = barriered.with_state_store(with_s3a(session))
+    return session.config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)

@@ -1,12 +1,13 @@
 """Every path on S3, on the real standalone cluster: an executor lost in the middle of a
-checkpoint, then a restore at another parallelism.
+checkpoint, a driver SIGKILLed, each followed by a restore at another parallelism.
 
-The snapshot path and the ``barriered-delta`` output table are in the session's bucket on
-the local S3 server (``tests/s3_server.py``); the two workers each run their executor in
-a working folder of their own, and nothing the query writes goes to a local folder but
-Spark's own checkpoint locations (see ``statestore/README.md``, "Object stores"). The
-storage settings reach the executors' Python workers through ``snapshotStorageOptions``
-alone (with the keyed operator and the sink, never in a file).
+The snapshot path, Spark's checkpoint locations and the ``barriered-delta`` output table
+are in the session's bucket on the local S3 server (``tests/s3_server.py``); the two
+workers each run their executors in a working folder of their own, and nothing a query
+writes goes to a local folder. The storage settings reach the executors' Python workers
+through ``snapshotStorageOptions`` alone (with the keyed operator and the sink, never in
+a file), and the JVMs (Spark's checkpoint files, RocksDB's uploads, the provider's tables
+through ``s3a``) through the Hadoop configuration the source's ``load()`` sets from them.
 
 A fault armed with the ``"block"`` action holds the task that wrote its key group's
 snapshot object for checkpoint 2 (before it acknowledged); the test SIGKILLs the executor
@@ -16,6 +17,15 @@ output must equal a batch recount. Then the query is restored from the checkpoin
 executor died in, with 3 shuffle partitions instead of 2, and runs to the end: the same
 exact state and output (the sink takes back what the later checkpoints published and
 publishes it again).
+
+A driver process of its own (``cluster_driver.py``, an application with an executor on
+each worker) runs ``barriered.keyed`` running totals of files in a folder of the bucket
+(the ``files`` upstream), or a windowed ``groupBy().agg()``
+under the barriered provider (append mode, windows evicted by the watermark), until a
+checkpoint completed, and is SIGKILLed with its JVM; the query restored from the latest
+checkpoint on 3 shuffle partitions in the tests' session ends with the batch
+computation's state (the keyed snapshot, or Spark's state reader on the restored
+checkpoint location on S3) and output.
 """
 
 from __future__ import annotations
@@ -26,8 +36,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from standalone import Cluster
+import queries
+from cluster_driver import PROVIDER, PROVIDER_QUERY, start_query
+from deltalake import DeltaTable
+from standalone import ROCKSDB, Cluster
 from test_executor_loss import kill_at, referenced
+from test_provider_eviction import PAST, _state_keys
+from test_s3_recovery import FILES_SIZES, _put_files, _state_rows
 
 from barriered.statestore import checkpoints_table, storage
 from barriered.statestore.layout import SnapshotLayout
@@ -38,6 +53,7 @@ from runs import (
     SOURCE,
     commit_metadata,
     expected_output,
+    kill_driver_when,
     output_rows,
     sink_query,
     start,
@@ -52,6 +68,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.s3]
 
 #: Half the batches of ``runs.SOURCE`` (as ``test_executor_loss``'s state snapshot kill).
 CLUSTER_SOURCE = {**SOURCE, "maxRowsPerChannel": "80"}
+DRIVER = Path(__file__).resolve().parent / "cluster_driver.py"
 
 
 def _everything() -> dict[int, int]:
@@ -75,9 +92,8 @@ def test_an_executor_lost_mid_checkpoint_on_s3_then_a_restore_at_other_paralleli
     faults.inject(snap, faults.STATE_SNAPSHOT, checkpoint_id=2, action=faults.BLOCK)
     processor, sink = sink_query("update", out)
     try:
-        query = start(
-            spark, tmp_path, MODES["aligned"], CLUSTER_SOURCE, snap, "ck", processor, sink
-        )
+        ck = s3_server.uri("cluster", "ck")
+        query = start(spark, tmp_path, MODES["aligned"], CLUSTER_SOURCE, snap, ck, processor, sink)
         record, jvm = kill_at(nodes, query, snap, faults.STATE_SNAPSHOT)
         query.awaitTermination(600)
         assert query.exception() is None  # Spark retried the lost tasks, no restore
@@ -99,7 +115,8 @@ def test_an_executor_lost_mid_checkpoint_on_s3_then_a_restore_at_other_paralleli
         # Restore the checkpoint the executor died in, on 3 shuffle partitions.
         spark.conf.set("spark.sql.shuffle.partitions", "3")
         source = {**CLUSTER_SOURCE, "restoreFrom": str(killed_at)}
-        restored = start(spark, tmp_path, MODES["aligned"], source, snap, "ck2", processor, sink)
+        ck2 = s3_server.uri("cluster", "ck2")
+        restored = start(spark, tmp_path, MODES["aligned"], source, snap, ck2, processor, sink)
         restored.awaitTermination(600)
         assert restored.exception() is None
         last = wait_final_checkpoint(
@@ -113,10 +130,87 @@ def test_an_executor_lost_mid_checkpoint_on_s3_then_a_restore_at_other_paralleli
         spark.conf.unset(PREFIX + "snapshotStorageOptions")
 
     s3_server.no_secret_anywhere("cluster/", caplog.text)
-    local = sorted(
-        str(p.relative_to(tmp_path))
-        for p in tmp_path.rglob("*")
-        if p.is_file() and not p.relative_to(tmp_path).parts[0].startswith("ck")
-    )
-    assert local == [], "only Spark's checkpoint locations are local"
+    assert _local_files(tmp_path) == []
     print(f"\nkilled executor {jvm} at checkpoint {killed_at}; restored on 3 partitions")
+
+
+def _local_files(tmp_path: Path) -> list[str]:
+    return sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize(
+    ("kind", "mode"),
+    [
+        ("provider", "aligned"),  # ~70 s
+        pytest.param("provider", "unaligned", marks=pytest.mark.full),
+        pytest.param("keyed", "unaligned", marks=pytest.mark.full),
+        pytest.param("keyed", "aligned", marks=pytest.mark.full),
+    ],
+)
+def test_a_driver_killed_on_the_cluster_then_restored_at_other_parallelism(
+    cluster: tuple[Cluster, Any],
+    cluster_session: Any,
+    s3_server: S3Server,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    kind: str,
+    mode: str,
+) -> None:
+    caplog.set_level(logging.INFO)
+    nodes, _ = cluster
+    spark = cluster_session
+    name = f"driver-{kind}-{mode}"
+    options = json.dumps(s3_server.storage_options)
+    storage.register(s3_server.uri(name), s3_server.storage_options)
+    snap, out = s3_server.uri(name, "snap"), s3_server.uri(name, "out")
+    source: dict[str, str] = {}
+    if kind == "keyed":  # its input: files in a folder of the bucket
+        totals, counts = _put_files(s3_server, f"{name}/events", "first")
+        source["path"] = s3_server.uri(name, "events") + "/"
+        ends = tuple(FILES_SIZES.values())
+    else:
+        ends = tuple(queries.upstream().available())
+
+    def killable() -> dict[str, Any] | None:
+        if not s3_server.keys(f"{name}/snap/_checkpoints/_delta_log/"):
+            return None
+        for row in checkpoints_table.completed(SnapshotLayout.configured(snap)):
+            at = tuple(json.loads(row["barrier_positions"]).values())
+            # the provider's windows: some were emitted and evicted before the cut
+            if row["state_rows"] and at != ends and (kind == "keyed" or at[0] >= PAST):
+                return dict(row)
+        return None
+
+    log = tmp_path / "driver.out"
+    args = [nodes.master_url, kind, mode, snap, s3_server.uri(name, "ck1"), out]
+    env = {
+        "BARRIERED_TEST_CONF": json.dumps({"snapshotStorageOptions": options}),
+        "BARRIERED_TEST_SOURCE": json.dumps(source),
+    }
+    killed = kill_driver_when(DRIVER, args, log, killable, timeout_s=300, env=env)
+
+    ck2 = s3_server.uri(name, "ck2")
+    spark.conf.set(PREFIX + "snapshotStorageOptions", options)
+    spark.conf.set("spark.sql.shuffle.partitions", "3")
+    try:
+        restored = start_query(spark, kind, mode, snap, ck2, out, restoreFrom="latest", **source)
+        restored.awaitTermination(600)
+        assert restored.exception() is None
+        layout = SnapshotLayout.configured(snap)
+        last = wait_final_checkpoint(layout, ends, restored, after_id=killed["checkpoint_id"])
+        if kind == "keyed":
+            version = int(commit_metadata(layout)[last["checkpoint_id"]]["version"])
+            assert _state_rows(layout, version) == {u: (totals[u], n) for u, n in counts.items()}
+            assert output_rows(out) == sorted(totals.items())
+        else:
+            emitted, kept = queries.expected_eviction(PROVIDER_QUERY)
+            assert _state_keys(spark, ck2, PROVIDER_QUERY) == kept
+            table = DeltaTable(out, storage_options=s3_server.storage_options).to_pyarrow_table()
+            rows = zip(*(table[c].to_pylist() for c in table.column_names), strict=True)
+            assert sorted(rows) == emitted
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
+        spark.conf.set(PROVIDER, ROCKSDB)
+
+    s3_server.no_secret_anywhere(f"{name}/", caplog.text + log.read_text())
+    assert _local_files(tmp_path) == ["driver.out"]

@@ -70,6 +70,8 @@ def _recovered_exactly(
     assert set(got["left-partitions"]) == set(got["right-partitions"]) == set(range(after))
 
 
+@pytest.mark.full  # 71 s; the default suite restores the provider's "mixed" query, and
+# test_mirror.py runs a mirrored source instance
 def test_a_self_join_restores_at_other_parallelism_after_sigkill(
     provider_spark: Any, tmp_path: Path
 ) -> None:

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 import barriered
 from kafka_queries import KAFKA_MODES, QUERIES
-from runs import PREFIX
+from runs import PREFIX, run_until_killed
 
 
 def main() -> int:
@@ -54,9 +54,7 @@ def main() -> int:
         .option("checkpointLocation", checkpoint)
         .start()
     )
-    print("STARTED", flush=True)
-    query.awaitTermination()
-    return 0
+    return run_until_killed(query)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from kafka_sink_runs import FORMAT, as_records, kafka_query
-from runs import MODES, SOURCE, driver_session, start
+from runs import MODES, SOURCE, driver_session, run_until_killed, start
 
 
 def main() -> int:
@@ -33,10 +33,7 @@ def main() -> int:
         sink_format=FORMAT,
         output=as_records,
     )
-    print("STARTED", flush=True)
-    query.awaitTermination()
-    print("ENDED", flush=True)
-    return 0
+    return run_until_killed(query)
 
 
 if __name__ == "__main__":

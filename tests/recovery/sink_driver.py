@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from runs import MODES, SOURCE, driver_session, sink_query, start
+from runs import MODES, SOURCE, driver_session, run_until_killed, sink_query, start
 
 
 def main() -> int:
@@ -27,10 +27,7 @@ def main() -> int:
     processor, sink = sink_query(kind, out)
     source = json.loads(os.environ.get("BARRIERED_TEST_SOURCE") or "null") or SOURCE
     query = start(spark, Path(parent), MODES[mode], source, snap, "ck-crashed", processor, sink)
-    print("STARTED", flush=True)
-    query.awaitTermination()
-    print("ENDED", flush=True)
-    return 0
+    return run_until_killed(query)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from barriered import wall_time
-from barriered.statestore.fileio import filesystem, join, list_names, read_json, write_json
+from barriered.statestore.fileio import (
+    filesystem,
+    join,
+    list_names,
+    make_parent,
+    read_json,
+    write_json,
+)
 from barriered.statestore.layout import SnapshotLayout
 
 
@@ -125,15 +132,16 @@ def write_data_file(
         f"{k}={NULL_PARTITION if v is None else v}" for k, v in partition_values.items()
     )
     rel = f"{folder}/{prefix}-{uuid.uuid4().hex}.parquet".lstrip("/")
-    fs.create_dir(f"{root}/{folder}".rstrip("/"), recursive=True)
+    make_parent(fs, f"{root}/{rel}")
+    buffer = pa.BufferOutputStream()  # its size is known: no request to ask the store
+    pq.write_table(table, buffer, compression="zstd")
+    data = buffer.getvalue()
     with fs.open_output_stream(f"{root}/{rel}") as out:
-        pq.write_table(table, out, compression="zstd")
-    info = fs.get_file_info(f"{root}/{rel}")
-    mtime = int(info.mtime.timestamp() * 1000) if info.mtime else wall_time.now_ms()
+        out.write(data)
     return DataFile(
         path=rel,
-        size=int(info.size or 0),
+        size=data.size,
         rows=table.num_rows,
         partition_values=dict(partition_values),
-        modification_time=mtime,
+        modification_time=wall_time.now_ms(),
     )

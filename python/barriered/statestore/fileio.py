@@ -12,7 +12,9 @@ URIs that :mod:`pyarrow.fs` understands, opened with the storage settings of the
 from __future__ import annotations
 
 import json
+import logging
 import os
+import time
 import uuid
 from typing import Any
 
@@ -20,6 +22,15 @@ import pyarrow.fs as pafs
 
 from barriered.errors import SnapshotStoreError
 from barriered.statestore.storage import settings_for
+
+log = logging.getLogger(__name__)
+
+#: Reads of a JSON file on an object store that came back cut off before one is an error:
+#: pyarrow's S3 reader asks for the object's size, then GETs that many bytes, so an
+#: object replaced in between (a file rewritten in place: the schedule, the trigger log)
+#: reads as the new object cut at the old length, which is never valid JSON (compact
+#: JSON's last byte closes it). Read again, it is whole.
+TORN_READ_ATTEMPTS = 10
 
 
 def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
@@ -29,6 +40,14 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     if "://" not in uri:
         return pafs.LocalFileSystem(), os.path.abspath(uri)
     return settings_for(uri).filesystem(uri)
+
+
+def make_parent(fs: pafs.FileSystem, path: str) -> None:
+    """Create the folder of file ``path`` (and its parents) on a local file system; on an
+    object store nothing: a key needs no folder, and pyarrow's ``create_dir`` would put
+    an empty marker object for each level (half the requests of an S3 checkpoint)."""
+    if isinstance(fs, pafs.LocalFileSystem):
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
 
 
 def join(base: str, *parts: str) -> str:
@@ -62,7 +81,7 @@ def write_atomic(uri: str, data: bytes, what: str = "") -> None:
     parent, name = path.rsplit("/", 1)
     tmp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
     try:
-        fs.create_dir(parent, recursive=True)
+        make_parent(fs, path)
         if isinstance(fs, pafs.LocalFileSystem):
             with open(tmp, "wb") as out:
                 out.write(data)
@@ -110,21 +129,30 @@ def read_bytes(uri: str, what: str = "") -> bytes | None:
 def read_json(uri: str, default: Any = None) -> Any:
     """Read a JSON file; return ``default`` when it does not exist.
 
+    On an object store a read that is not valid JSON is made again
+    (:data:`TORN_READ_ATTEMPTS` in all): the file was being replaced.
+
     Raises
     ------
     SnapshotStoreError
         When the file exists but is not valid JSON (the message names the file).
     """
-    raw = read_bytes(uri)
-    if raw is None:
-        return default
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise SnapshotStoreError(
-            f"{uri!r} is corrupt (not valid JSON: {exc}); it was not changed. Restore it "
-            "from a backup or remove the snapshot path's damaged checkpoint"
-        ) from exc
+    attempts = TORN_READ_ATTEMPTS if "://" in uri else 1
+    for attempt in range(1, attempts + 1):
+        raw = read_bytes(uri)
+        if raw is None:
+            return default
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            if attempt == attempts:
+                raise SnapshotStoreError(
+                    f"{uri!r} is corrupt (not valid JSON: {exc}); it was not changed. "
+                    "Restore it from a backup or remove the snapshot path's damaged checkpoint"
+                ) from exc
+            log.info("%s was read while it was replaced (attempt %d): read again", uri, attempt)
+            time.sleep(0.01 * attempt)
+    raise AssertionError("unreachable")
 
 
 def list_names(uri: str, folders: bool = False) -> list[str]:
@@ -201,7 +229,7 @@ def copy_file(source: str, target: str) -> None:
     src_fs, src = filesystem(source)
     dst_fs, dst = filesystem(target)
     try:
-        dst_fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
+        make_parent(dst_fs, dst)
         pafs.copy_files(src, dst, source_filesystem=src_fs, destination_filesystem=dst_fs)
     except OSError as exc:
         raise SnapshotStoreError(f"cannot copy {source!r} to {target!r}: {exc}") from exc

@@ -18,8 +18,9 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from barriered.config import BarrieredConf, check_restore_compatible
@@ -139,6 +140,10 @@ class RestorePoint:
         tables = [(self.origin.state_table, self.state_files())]
         tables.append((self.origin.inflight_table, self.inflight_files()))
         for table_uri, files in tables:
+            fs, root = filesystem(table_uri)
+            if files and not isinstance(fs, pafs.LocalFileSystem):
+                _check_listed(fs, root, table_uri, files, self)
+                continue
             for f in files:
                 _check_file(join(table_uri, f.path), f.size, self)
         self.check_manifest()
@@ -243,10 +248,9 @@ def _check_file(uri: str, size: int, point: RestorePoint) -> None:
     fs, path = filesystem(uri)
     info = fs.get_file_info(path)
     problem = None
-    if info.size is None:
-        problem = "is missing"
-    elif info.size != size:
-        problem = f"has {info.size} bytes, the Delta log says {size}"
+    if info.size != size:
+        found = "is missing" if info.size is None else f"has {info.size} bytes"
+        problem = f"{found}, the Delta log says {size}"
     else:
         try:
             with fs.open_input_file(path) as f:
@@ -254,11 +258,30 @@ def _check_file(uri: str, size: int, point: RestorePoint) -> None:
         except Exception as exc:
             problem = f"is not a readable Parquet file ({exc})"
     if problem is not None:
-        raise RestoreError(
-            f"cannot restore {point.describe()}: data file {uri!r} {problem}. Nothing was "
-            "changed or deleted. If retention removed it, restore a newer checkpoint "
-            "(barriered checkpoints PATH lists them); otherwise put the file back"
-        )
+        _refuse(uri, problem, point)
+
+
+def _check_listed(
+    fs: pafs.FileSystem, root: str, table_uri: str, files: list[TableFile], point: RestorePoint
+) -> None:
+    """:func:`_check_file` on an object store, for a whole table with one listing: an
+    object is whole or absent (one PUT), so its listed size is the check (a request per
+    1,000 files instead of two HEADs and a GET per file)."""
+    selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
+    sizes = {i.path: i.size for i in fs.get_file_info(selector)}
+    for f in files:
+        size = sizes.get(f"{root}/{f.path}")
+        if size != f.size:
+            problem = "is missing" if size is None else f"has {size} bytes"
+            _refuse(join(table_uri, f.path), f"{problem}, the Delta log says {f.size}", point)
+
+
+def _refuse(uri: str, problem: str, point: RestorePoint) -> NoReturn:
+    raise RestoreError(
+        f"cannot restore {point.describe()}: data file {uri!r} {problem}. Nothing was "
+        "changed or deleted. If retention removed it, restore a newer checkpoint "
+        "(barriered checkpoints PATH lists them); otherwise put the file back"
+    )
 
 
 def highest_checkpoint_id(layout: SnapshotLayout) -> int:

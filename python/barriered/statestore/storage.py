@@ -231,6 +231,10 @@ def _s3(options: tuple[tuple[str, str], ...]) -> pafs.S3FileSystem:
         kwargs["scheme"] = endpoint.scheme or "https"
     kwargs["force_virtual_addressing"] = not settings.path_style
     kwargs["retry_strategy"] = pafs.AwsDefaultS3RetryStrategy(max_attempts=S3_ATTEMPTS)
+    # a file smaller than one part (every JSON file, most snapshot files) is one PUT, not
+    # a multipart upload's three requests; a failed open is then reported at close,
+    # which every writer here reaches (``with``)
+    kwargs["allow_delayed_open"] = True
     return pafs.S3FileSystem(**kwargs)
 
 

@@ -31,7 +31,7 @@ from urllib.parse import unquote, urlsplit
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from barriered.statestore.fileio import filesystem, to_local_or_uri
+from barriered.statestore.fileio import filesystem, make_parent, to_local_or_uri
 from barriered.statestore.storage import store_of
 
 _SECOND = 1_000_000_000
@@ -191,7 +191,7 @@ def move(source: str, target: str) -> None:
     a copy and a delete (across file systems, or on an object store)."""
     src_fs, src = filesystem(source)
     dst_fs, dst = filesystem(target)
-    dst_fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
+    make_parent(dst_fs, dst)
     if store_of(source) == store_of(target):
         try:
             src_fs.move(src, dst)
