@@ -32,7 +32,7 @@ def _counted(rows: pd.DataFrame, state: pd.DataFrame) -> pd.DataFrame:
 class RunningCount:
     """Records seen per key; emits the new count of every key that got records.
 
-    Vectorized (``process_batch``: one call per key group and micro-batch).
+    Vectorized (``process_batch``: one call per slot of key groups and micro-batch).
     """
 
     state_schema = STATE_SCHEMA

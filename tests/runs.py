@@ -354,6 +354,7 @@ def state_counts(layout: SnapshotLayout, version: int) -> dict[str, int]:
 DRIVER_KEYS = {
     "checkpointInterval": "10ms",
     "maxParallelism": "8",
+    "keyedKeyGroupsPerCall": "2",  # as the session fixture: slots of 2 key groups
     "bufferPerChannel": "100",
     "retainedCheckpoints": "100",
 }

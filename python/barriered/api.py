@@ -7,6 +7,7 @@ import logging
 import re
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 from pyspark.sql import Column, DataFrame
@@ -14,6 +15,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 from pyspark.sql.types import StructType, _parse_datatype_string
 
+from barriered.config.keys import KEYED_KEY_GROUPS_PER_CALL
 from barriered.coordinator.driver import QueryCoordinator
 from barriered.coordinator.listener import BarrieredListener
 from barriered.datasource.columns import (
@@ -23,10 +25,13 @@ from barriered.datasource.columns import (
     META_RESTORE,
     META_SNAPSHOT_PATH,
     SEQ,
+    SLOT,
 )
-from barriered.errors import CheckpointError, ConfigError
+from barriered.datasource.options import RESTORE_FROM
+from barriered.errors import CheckpointError, ConfigError, KeyedWidthError
 from barriered.session import installed_listeners, listener_of
 from barriered.statestore.fileio import read_json, write_json
+from barriered.statestore.key_groups import key_groups_per_call
 from barriered.statestore.keyed import LIVE_STATE_DDL, KeyedOperator, OperatorSpec
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restored_state import restored_files
@@ -80,8 +85,8 @@ class KeyedStream:
         ----------
         processor : object
             An object with ``state_schema``, ``output_schema`` (DDL strings) and either
-            ``process_batch(rows, state) -> (output, new_state)`` (one call per key
-            group and micro-batch, all DataFrames: see
+            ``process_batch(rows, state) -> (output, new_state)`` (one call per slot
+            of key groups, ``keyedKeyGroupsPerCall``, and micro-batch, all DataFrames: see
             :mod:`barriered.statestore.vectorized`) or ``process(key, rows, state)``
             (one call per key; ``state`` has ``get``/``update``/``clear``). State fields
             may be of any type Delta stores (arrays, maps, structs included). What they
@@ -107,6 +112,10 @@ class KeyedStream:
             When the processor lacks an attribute, its state schema has a field of a
             type keyed state cannot hold (named), or its columns clash with another
             operator's on the snapshot path.
+        KeyedWidthError
+            When ``keyedKeyGroupsPerCall`` is set to another width than the one the
+            operator runs with on this snapshot path, without a restore; nothing is
+            written.
         RestoreError
             With ``restoreFrom``, when the processor's key columns or types differ from
             the snapshot's operator, or a state field changed in a way a restore cannot
@@ -133,13 +142,20 @@ class KeyedStream:
             same_path = SnapshotLayout.at(str(self.restore["root"])).root == layout.root
             defaults = dict(getattr(processor, "state_defaults", None) or {})
             restored = restored_files(self.restore, spec, defaults, same_path)
-        if read_json(layout.operator_file(operator), default=None) != spec.to_dict():
+        registered = read_json(layout.operator_file(operator), default=None)
+        spec = replace(spec, key_groups_per_call=self._width(operator, registered))
+        if registered != spec.to_dict():
             # Unchanged: not rewritten (a query refused on a path in use changes nothing).
             write_json(layout.operator_file(operator), spec.to_dict())
         key_group = F.when(
             F.col(BARRIER).isNull(), key_group_column(self.key_columns, self.max_parallelism)
         ).otherwise(F.col(SEQ).cast("int"))
-        grouped = self.df.withColumn(KEY_GROUP, key_group).groupBy(KEY_GROUP)
+        width = spec.key_groups_per_call
+        grouped = (
+            self.df.withColumn(KEY_GROUP, key_group)
+            .withColumn(SLOT, slot_column(width))
+            .groupBy(SLOT)
+        )
         return grouped.applyInPandasWithState(
             KeyedOperator(
                 spec, processor, restored, (layout.root, settings_for(layout.root).options)
@@ -150,12 +166,61 @@ class KeyedStream:
             GroupStateTimeout.NoTimeout,
         )
 
+    def _width(self, operator: str, registered: dict[str, Any] | None) -> int:
+        """The operator's key groups per call: the width its registration on the snapshot
+        path records (a resumed query's live state is per slot of that width), unless a
+        restore starts the live state afresh; else chosen from ``keyedKeyGroupsPerCall``,
+        ``maxParallelism`` and the session's ``spark.sql.shuffle.partitions``
+        (:func:`~barriered.statestore.key_groups.key_groups_per_call`).
+
+        Raises
+        ------
+        KeyedWidthError
+            When ``keyedKeyGroupsPerCall`` is set to another width than the recorded one
+            on a query that does not restore; nothing is written.
+        """
+        conf = self.df.sparkSession.conf
+        raw = conf.get(KEYED_KEY_GROUPS_PER_CALL.key, KEYED_KEY_GROUPS_PER_CALL.default)
+        setting = cast(int, KEYED_KEY_GROUPS_PER_CALL.parse(raw))
+        recorded = None if registered is None else registered.get("key_groups_per_call")
+        if recorded is not None and self.restore is None:
+            if setting and setting != recorded:
+                raise KeyedWidthError(
+                    f"keyed operator {operator!r} runs with {recorded} key groups per call on "
+                    f"snapshot path {self.snapshot_path!r} (its live state in Spark's "
+                    f"checkpoint is per slot of that many); {KEYED_KEY_GROUPS_PER_CALL.key}="
+                    f"{setting} cannot change it on resume: unset it, or restore the latest "
+                    f'checkpoint into a new checkpoint location (.option("{RESTORE_FROM.name}", '
+                    '"latest")), where any width works; nothing was written'
+                )
+            return int(recorded)
+        partitions = int(conf.get("spark.sql.shuffle.partitions") or 200)
+        width = key_groups_per_call(self.max_parallelism, partitions, setting)
+        log.info(
+            "keyed operator %s: %d key group(s) per call (maxParallelism %d, %d shuffle "
+            "partitions, %s=%d)",
+            operator,
+            width,
+            self.max_parallelism,
+            partitions,
+            KEYED_KEY_GROUPS_PER_CALL.name,
+            setting,
+        )
+        return width
+
 
 def key_group_column(key_columns: Sequence[str], max_parallelism: int) -> Column:
     """The key group of a row: ``pmod(hash(key columns), maxParallelism)``, Spark's own
     Murmur3 ``hash`` computed in the JVM. The one definition the keyed operator and the
     state processor (:mod:`barriered.state_processor`) both use."""
     return F.pmod(F.hash(*[F.col(c) for c in key_columns]), F.lit(max_parallelism))
+
+
+def slot_column(width: int) -> Column:
+    """What the keyed operator groups by: the slot of ``_key_group``,
+    ``_key_group div width`` as an ``int`` (:func:`barriered.statestore.key_groups.slot`):
+    one Python call per slot and batch."""
+    return F.expr(f"CAST({KEY_GROUP} DIV {int(width)} AS INT)")
 
 
 def operator_spec(
@@ -186,7 +251,7 @@ def operator_spec(
         max_parallelism=max_parallelism,
         key_type=StructType(key_fields).json(),
         state_type=_parse_datatype_string(processor.state_schema).json(),
-        input_columns=(*schema.names, KEY_GROUP),
+        input_columns=(*schema.names, KEY_GROUP, SLOT),
         output_columns=tuple(output_type.names),
     )
 
@@ -195,7 +260,9 @@ def keyed(df: DataFrame, *key_columns: str) -> KeyedStream:
     """Partition a barriered stream into key groups by ``key_columns``.
 
     ``_key_group = pmod(hash(key columns), maxParallelism)``, computed by Spark; marker
-    rows are routed to the key group they address.
+    rows are routed to the key group they address. The operator runs once per slot of
+    key groups (``keyedKeyGroupsPerCall``,
+    :func:`barriered.statestore.key_groups.key_groups_per_call`).
     """
     return KeyedStream(df, tuple(key_columns))
 

@@ -53,6 +53,12 @@ class RestoreError(BarrieredError, RuntimeError):
     """A snapshot cannot be restored into this query (missing, incompatible, corrupt)."""
 
 
+class KeyedWidthError(RestoreError):
+    """The keyed operator's slots (key groups per Python call) differ from those its live
+    state in Spark's checkpoint was written under: the message names the operator, both
+    widths and what to do (restore into a new checkpoint location, ``restoreFrom``)."""
+
+
 class UpstreamError(BarrieredError, RuntimeError):
     """An upstream cannot deliver the records a batch planned: deleted before they were
     read, a topic recreated or repartitioned under the stream, a broker out of reach (the

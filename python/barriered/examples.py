@@ -15,7 +15,7 @@ import pandas as pd
 class RunningTotals:
     """Running sum and count of ``amount`` per key; emits the new total per key.
 
-    Vectorized: one call per key group and micro-batch (``process_batch``), a groupby
+    Vectorized: one call per slot of key groups and micro-batch (``process_batch``), a groupby
     and a merge, whatever the number of keys.
     """
 

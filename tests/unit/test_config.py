@@ -62,6 +62,7 @@ def test_required_keys_exist_with_their_types_and_defaults() -> None:
         "coordinatorTimeout": ("duration", "2min"),
         "leaseTimeout": ("duration", "2min"),
         "provider.changeDetection": ("enum", "writes"),
+        "keyedKeyGroupsPerCall": ("int", "0"),
     }
     declared = {k.name: (k.type, k.default) for k in KEYS}
     assert declared == expected
@@ -94,6 +95,7 @@ def test_defaults() -> None:
         "coordinator_timeout_ms": 120_000,
         "lease_timeout_ms": 120_000,
         "provider_change_detection": "writes",
+        "keyed_key_groups_per_call": 0,
     }
     assert conf.mode == "exactlyOnce"
     json.dumps(conf.to_dict())  # serialisable as snapshot metadata

@@ -55,7 +55,11 @@ def registration(
     }
 
 
-OP = registration("op", KEY_SCHEMA, [("k", "string"), ("n", "integer")])
+# Slots of 4 key groups: --partitions places a key group by the slot the operator groups by.
+OP = {
+    **registration("op", KEY_SCHEMA, [("k", "string"), ("n", "integer")]),
+    "key_groups_per_call": 4,
+}
 
 
 def tree(root: str) -> dict[str, tuple[int, int]]:
@@ -131,7 +135,7 @@ def test_a_key_is_found_with_its_key_group_partition_and_state(
         assert cli.main(argv) == 0
         found = json.loads(capsys.readouterr().out)
         group = group_of(k, n)
-        assert (found["key_group"], found["partition"]) == (group, shuffle_partition(group, 3))
+        assert (found["key_group"], found["partition"]) == (group, shuffle_partition(group, 3, 4))
         assert found["key"] == {"k": k, "n": str(n)} and found["checkpoint_id"] == 1
         (row,) = found["state_rows"]  # only this key, not the others of its key group
         assert row == {"key_group": group, "k": k, "n": n, "total": 10 * n, "checkpoint_id": 1}

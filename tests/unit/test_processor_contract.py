@@ -68,6 +68,7 @@ def spec(
         state_type=_spark_json(state),
         input_columns=COLUMNS,
         output_columns=output,
+        key_groups_per_call=4,  # one slot (0) of key groups 0-3
     )
 
 
@@ -91,7 +92,7 @@ def run_once(
     layout = SnapshotLayout.at(str(tmp_path / "snap"))
     marker = {"path": layout.root, "base": None, "epoch": 0}
     live = Live()
-    out = list(KeyedOperator(operator_spec, processor)((1,), iter([batch(records, marker)]), live))
+    out = list(KeyedOperator(operator_spec, processor)((0,), iter([batch(records, marker)]), live))
     return out, live
 
 
@@ -134,7 +135,7 @@ def test_a_key_held_twice_in_the_new_state_is_refused_naming_the_key(tmp_path: P
     layout = SnapshotLayout.at(str(tmp_path / "snap"))
     operator = KeyedOperator(TOTALS, KeepsKeysTwice())
     live = Live()
-    list(operator((1,), iter([batch([("a", 1)])]), live))
+    list(operator((0,), iter([batch([("a", 1)])]), live))
     assert live.get is not None
     blob = live.get
     marker = {"path": layout.root, "base": None, "epoch": 0}
@@ -142,7 +143,7 @@ def test_a_key_held_twice_in_the_new_state_is_refused_naming_the_key(tmp_path: P
     layout_dir.mkdir()
     before = tree(tmp_path)
     with pytest.raises(ProcessorError) as error:
-        list(operator((1,), iter([batch([("a", 2)], marker)]), live))
+        list(operator((0,), iter([batch([("a", 2)], marker)]), live))
     assert str(error.value).startswith(
         "processor KeepsKeysTwice (operator 'totals'): process_batch() returned a new_state "
         "that holds the key {'user_id': 'a'} 2 times (each key's state is one row)."
@@ -198,19 +199,20 @@ def test_state_of_every_type_delta_stores_round_trips_live_and_through_a_snapsho
 ) -> None:
     schema = columns_schema(ALL_TYPES.to_dict())
     expected = pa.Table.from_pylist([{"user_id": "a", **VALUES}], schema=schema).to_pylist()
+    expected = [{**row, "_key_group": 1} for row in expected]  # live state: with its key group
     out, live = run_once(processor, tmp_path, [("a", 1)], ALL_TYPES)
     assert pd.concat(out).to_dict("records") == [{"user_id": "a", "seen": False}]
     assert live.get is not None and from_blob(live.get[0]).to_pylist() == expected
     # The live state read back by the next batch.
     operator = KeyedOperator(ALL_TYPES, processor)
-    out = list(operator((1,), iter([batch([("a", 1)])]), live))
+    out = list(operator((0,), iter([batch([("a", 1)])]), live))
     assert pd.concat(out).to_dict("records") == [{"user_id": "a", "seen": True}]
     # The snapshot file, loaded by a restored run.
     ack = read_acks(SnapshotLayout.at(str(tmp_path / "snap")), 1)["state/totals/1"]
     path = str(Path(SnapshotLayout.at(str(tmp_path / "snap")).state_table, ack.files[0].path))
     restored = KeyedOperator(ALL_TYPES, processor, RestoredFiles(1, {1: (path,)}))
     fresh = Live()
-    out = list(restored((1,), iter([batch([("a", 1)])]), fresh))
+    out = list(restored((0,), iter([batch([("a", 1)])]), fresh))
     assert pd.concat(out).to_dict("records") == [{"user_id": "a", "seen": True}]
     assert fresh.get is not None and from_blob(fresh.get[0]).to_pylist() == expected
 

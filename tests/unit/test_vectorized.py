@@ -4,19 +4,24 @@ it, snapshots of the Arrow state and the lazy restore of a key group."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
+from barriered.errors import KeyedWidthError
 from barriered.examples import RunningTotals
 from barriered.statestore.acks import read_acks
 from barriered.statestore.contract import Contract
+from barriered.statestore.key_groups import key_group_for_key
 from barriered.statestore.keyed import KeyedOperator, OperatorSpec, RestoredFiles, from_blob
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.vectorized import PerKey, merge
+from file_tree import tree
 
 SCHEMA = pa.schema([("user_id", pa.string()), ("total", pa.int64()), ("count", pa.int64())])
 KEY_TYPE = {"type": "struct", "fields": [
@@ -28,7 +33,7 @@ COLUMNS = ("user_id", "amount", "_channel", "_seq", "_barrier", "_barrier_meta",
 SPEC = OperatorSpec(
     "totals", ("user_id",), "user_id string", "total long, count long",
     "user_id string, total long", 4, json.dumps(KEY_TYPE), json.dumps(STATE_TYPE), COLUMNS,
-    ("user_id", "total"),
+    ("user_id", "total"), key_groups_per_call=4,
 )  # fmt: skip
 
 
@@ -70,10 +75,15 @@ def state(rows: list[tuple[str, int, int]]) -> pa.Table:
 
 
 def batch(
-    records: list[tuple[str, int]], markers: list[tuple[int, dict[str, Any]]] = ()
-) -> pd.DataFrame:  # type: ignore[assignment]
-    rows = [(u, a, 0, i, None, None, 1) for i, (u, a) in enumerate(records)]
-    rows += [(None, None, None, cid, cid, json.dumps(meta), 1) for cid, meta in markers]
+    records: list[tuple[str, int]],
+    markers: list[tuple[int, dict[str, Any]]] = (),  # type: ignore[assignment]
+    group: int = 1,
+) -> pd.DataFrame:
+    """Rows of key group ``group`` (of slot 0), and a marker row for it per checkpoint."""
+    rows: list[tuple[Any, ...]] = [
+        (u, a, 0, i, None, None, group) for i, (u, a) in enumerate(records)
+    ]
+    rows += [(None, None, -1, group, cid, json.dumps(meta), group) for cid, meta in markers]
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
@@ -125,14 +135,14 @@ def test_a_marker_writes_the_state_table_as_one_parquet_file_and_a_restore_loads
     meta = {"path": layout.root, "base": None, "epoch": 0}
     live = Live()
     operator = KeyedOperator(SPEC, RunningTotals())
-    out = list(operator((1,), iter([batch([("a", 2), ("b", 3), ("a", 4)], [(1, meta)])]), live))
+    out = list(operator((0,), iter([batch([("a", 2), ("b", 3), ("a", 4)], [(1, meta)])]), live))
     assert pd.concat(out).to_dict("records") == [
         {"user_id": "a", "total": 6},
         {"user_id": "b", "total": 3},
     ]
     assert live.get is not None and from_blob(live.get[0]).to_pylist() == [
-        {"user_id": "a", "total": 6, "count": 2},
-        {"user_id": "b", "total": 3, "count": 1},
+        {"user_id": "a", "total": 6, "count": 2, "_key_group": 1},
+        {"user_id": "b", "total": 3, "count": 1, "_key_group": 1},
     ]
     ack = read_acks(layout, 1)["state/totals/1"]
     assert ack.changed and ack.rows == 2 and len(ack.files) == 1
@@ -143,21 +153,81 @@ def test_a_marker_writes_the_state_table_as_one_parquet_file_and_a_restore_loads
         {"user_id": "b", "total": 3, "count": 1, "checkpoint_id": 1},
     ]
     # Unchanged since the base checkpoint 1: acknowledged without a file.
-    list(operator((1,), iter([batch([], [(2, {**meta, "base": 1})])]), live))
+    list(operator((0,), iter([batch([], [(2, {**meta, "base": 1})])]), live))
     assert read_acks(layout, 2)["state/totals/1"].files == ()
-    # A restored run: the key group has no live state and loads its file on first call.
+    # A restored run: the slot has no live state and loads its key groups' files on its
+    # first call; key group 2 of the same slot has no file and starts empty.
     restored = KeyedOperator(SPEC, PerKeyTotals(), RestoredFiles(1, {1: (str(path),)}))
     fresh = Live()
-    out = list(restored((1,), iter([batch([("b", 10)])]), fresh))
-    assert pd.concat(out).to_dict("records") == [{"user_id": "b", "total": 13}]
+    rows = pd.concat([batch([("b", 10)]), batch([("z", 1)], group=2)], ignore_index=True)
+    out = list(restored((0,), iter([rows]), fresh))
+    assert pd.concat(out).to_dict("records") == [
+        {"user_id": "b", "total": 13},
+        {"user_id": "z", "total": 1},
+    ]
     assert fresh.get is not None
     assert sorted(from_blob(fresh.get[0]).to_pylist(), key=lambda r: r["user_id"]) == [
-        {"user_id": "a", "total": 6, "count": 2},
-        {"user_id": "b", "total": 13, "count": 2},
+        {"user_id": "a", "total": 6, "count": 2, "_key_group": 1},
+        {"user_id": "b", "total": 13, "count": 2, "_key_group": 1},
+        {"user_id": "z", "total": 1, "count": 1, "_key_group": 2},
     ]
-    # A key group without a snapshot file starts empty.
-    other = Live()
-    list(restored((2,), iter([batch([("z", 1)])]), other))
-    assert other.get is not None and from_blob(other.get[0]).to_pylist() == [
-        {"user_id": "z", "total": 1, "count": 1}
-    ]
+
+
+def test_key_groups_of_one_call_keep_their_own_state_changes_and_snapshot_files(
+    tmp_path: Path,
+) -> None:
+    layout = SnapshotLayout.at(str(tmp_path / "snap"))
+    meta = {"path": layout.root, "base": None, "epoch": 0}
+    operator, live = KeyedOperator(SPEC, RunningTotals()), Live()
+    first = [batch([("a", 1)], [(1, meta)], group=1), batch([("c", 5)], [(1, meta)], group=3)]
+    list(operator((0,), iter(first), live))
+    acks = read_acks(layout, 1)
+    assert {p: a.rows for p, a in acks.items()} == {"state/totals/1": 1, "state/totals/3": 1}
+    files = {p: pq.read_table(Path(layout.state_table, a.files[0].path)) for p, a in acks.items()}
+    assert files["state/totals/1"].column("user_id").to_pylist() == ["a"]
+    assert files["state/totals/3"].column("user_id").to_pylist() == ["c"]
+    # Only key group 3 changes before checkpoint 2: key group 1 acknowledges without a file.
+    base = {**meta, "base": 1}
+    second = [batch([], [(2, base)], group=1), batch([("c", 1)], [(2, base)], group=3)]
+    list(operator((0,), iter(second), live))
+    acks = read_acks(layout, 2)
+    assert acks["state/totals/1"].files == () and not acks["state/totals/1"].changed
+    assert acks["state/totals/3"].changed and acks["state/totals/3"].rows == 1
+    assert live.get is not None and json.loads(live.get[1]) == {
+        "1": [1, {"1": 1, "2": 1}],
+        "3": [2, {"1": 1, "2": 2}],
+    }
+
+
+def test_a_key_the_processor_adds_outside_its_rows_gets_its_own_key_group() -> None:
+    class AddsZ(RunningTotals):
+        def process_batch(self, rows: pd.DataFrame, state: pd.DataFrame) -> Any:
+            output, new = super().process_batch(rows, state)
+            extra = pd.DataFrame({"user_id": ["z"], "total": [0], "count": [0]})
+            return output, pd.concat([new, extra], ignore_index=True)
+
+    live = Live()
+    list(KeyedOperator(SPEC, AddsZ())((0,), iter([batch([("a", 1)])]), live))
+    assert live.get is not None
+    groups = {r["user_id"]: r["_key_group"] for r in from_blob(live.get[0]).to_pylist()}
+    assert groups == {"a": 1, "z": key_group_for_key(["z"], ["string"], 4)}
+
+
+def test_live_state_of_another_width_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    layout = SnapshotLayout.at(str(tmp_path / "snap"))
+    meta = {"path": layout.root, "base": None, "epoch": 0}
+    live = Live()
+    list(KeyedOperator(SPEC, RunningTotals())((0,), iter([batch([("a", 1)], [(1, meta)])]), live))
+    assert live.get is not None and live.get[2] == 4  # the width it was written under
+    before, kept = tree(tmp_path), live.get
+    narrower = KeyedOperator(replace(SPEC, key_groups_per_call=2), RunningTotals())
+    with pytest.raises(KeyedWidthError) as err:
+        list(narrower((0,), iter([batch([("a", 5)], [(2, {**meta, "base": 1})])]), live))
+    assert str(err.value) == (
+        "keyed operator 'totals': slot 0's live state in Spark's checkpoint was written with 4 "
+        "key groups per call, this query runs 2; nothing of the batch was written. Resume "
+        "with spark.sql.streaming.barriered.keyedKeyGroupsPerCall=4, or restore the latest "
+        'checkpoint into a new checkpoint location (.option("restoreFrom", "latest")), where '
+        "any width works: snapshots are per key group"
+    )
+    assert tree(tmp_path) == before and live.get == kept

@@ -113,6 +113,7 @@ class BarrieredConf:
     coordinator_timeout_ms: int = _default_int("coordinator_timeout_ms")
     lease_timeout_ms: int = _default_int("lease_timeout_ms")
     provider_change_detection: str = _default_str("provider_change_detection")
+    keyed_key_groups_per_call: int = _default_int("keyed_key_groups_per_call")
 
     def __post_init__(self) -> None:
         for config_key in KEYS:

@@ -292,6 +292,24 @@ PROVIDER_CHANGE_DETECTION = _declare(
     )
 )
 
+KEYED_KEY_GROUPS_PER_CALL = _declare(
+    ConfigKey(
+        "keyedKeyGroupsPerCall",
+        "int",
+        "0",
+        "How many key groups of barriered.keyed() one Python call handles per micro-batch "
+        "(a slot): wider slots pay Spark's fixed cost per call (Python call, Arrow and "
+        "pandas conversions, a state store get and put) once for all their key groups, "
+        "but there are only maxParallelism / width slots to spread over the shuffle "
+        "partitions. 0 (auto) takes the largest power of two up to 8 that leaves 4 slots "
+        "per shuffle partition, else 1. Chosen when the query is first started on a "
+        "snapshot path and kept on resume (the live state in Spark's checkpoint is per "
+        "slot); a restore into a new checkpoint location may change it.",
+        field="keyed_key_groups_per_call",
+        min_value=0,
+    )
+)
+
 
 #: Every declared key, in declaration (and documentation) order.
 KEYS: tuple[ConfigKey, ...] = tuple(KEYS_BY_NAME.values())

@@ -20,6 +20,8 @@ SEQ = "_seq"
 BARRIER = "_barrier"
 BARRIER_META = "_barrier_meta"
 KEY_GROUP = "_key_group"
+#: What the keyed operator groups by: the slot of the key group (barriered.api.slot_column).
+SLOT = "_slot"
 
 META_FIELDS = [
     pa.field(CHANNEL, pa.int32()),
@@ -39,13 +41,13 @@ META_RESTORE = "barriered.restore"
 def output_schema(user: pa.Schema) -> pa.Schema:
     """Return the source schema: the user columns (all nullable) plus the meta columns."""
     fields = [f.with_nullable(True) for f in user]
-    clash = [f.name for f in fields if f.name in META_COLUMNS or f.name == KEY_GROUP]
+    clash = [f.name for f in fields if f.name in (*META_COLUMNS, KEY_GROUP, SLOT)]
     if clash:
         from barriered.errors import ConfigError
 
         raise ConfigError(
             f"upstream column(s) {clash} clash with the columns the barriered source adds "
-            f"({', '.join(META_COLUMNS)}, {KEY_GROUP}); rename them upstream"
+            f"({', '.join(META_COLUMNS)}, {KEY_GROUP}, {SLOT}); rename them upstream"
         )
     return pa.schema([*fields, *META_FIELDS])
 

@@ -5,8 +5,9 @@ A keyed stream is split into ``maxParallelism`` *key groups*; a key belongs to k
 (Murmur3_x86_32, seed 42). :func:`barriered.keyed` computes it in the JVM, where it
 stays: this module computes the same numbers in Python only to *tell* a user where a key
 lives, from the key column types recorded for the operator on the snapshot path. The
-keyed operator groups by the ``int`` column ``_key_group``, so Spark's shuffle puts key
-group ``g`` into partition ``pmod(hash(g), spark.sql.shuffle.partitions)``
+keyed operator groups by the key group's *slot*, the ``int`` ``_key_group div width``
+(``width`` key groups per Python call, :func:`key_groups_per_call`), so Spark's shuffle
+puts key group ``g`` into partition ``pmod(hash(slot(g, width)), spark.sql.shuffle.partitions)``
 (``HashPartitioning``, the same hash of one ``int``).
 
 Hashing, in Spark's terms (``org.apache.spark.sql.catalyst.expressions.Murmur3Hash``):
@@ -42,17 +43,31 @@ from barriered import ddl
 from barriered.errors import KeyGroupError
 
 __all__ = [
+    "MAX_KEY_GROUPS_PER_CALL",
+    "SLOTS_PER_PARTITION",
     "SPARK_HASH_SEED",
     "SUPPORTED_TYPES",
     "epoch_micros",
     "hash_partition",
     "key_group_for_key",
+    "key_groups_per_call",
     "key_types",
     "parse_key",
     "shuffle_partition",
+    "slot",
+    "slot_key_groups",
     "spark_hash",
     "store_key_types",
 ]
+
+#: The most key groups per slot ``auto`` chooses: the keyed operator's Python function
+#: runs once per slot and micro-batch, for the rows of its key groups (each still
+#: snapshots and restores on its own); past 8 the fixed cost per call is already small.
+MAX_KEY_GROUPS_PER_CALL = 8
+#: The least slots per shuffle partition ``auto`` keeps: slots land in partitions by
+#: ``pmod(hash(slot), N)``, so with ``S`` slots about ``N * exp(-S / N)`` partitions get
+#: none (37 % idle at ``S = N``, 2 % at ``S = 4 N``).
+SLOTS_PER_PARTITION = 4
 
 #: Seed of Spark's ``hash`` (``Murmur3Hash(children, seed = 42)``).
 SPARK_HASH_SEED = 42
@@ -359,11 +374,52 @@ def key_group_for_key(values: Sequence[object], types: Sequence[str], max_parall
     return spark_hash(values, types) % max_parallelism  # Python's % is Spark's pmod for n > 0
 
 
-def shuffle_partition(key_group: int, partitions: int) -> int:
+def key_groups_per_call(max_parallelism: int, partitions: int, setting: int = 0) -> int:
+    """The width of the keyed operator's slots: how many key groups one Python call gets.
+
+    ``setting`` is ``keyedKeyGroupsPerCall``: a number >= 1 is taken as it is (at most
+    ``max_parallelism``); 0 (auto) takes the largest power of two up to
+    :data:`MAX_KEY_GROUPS_PER_CALL` that leaves at least :data:`SLOTS_PER_PARTITION`
+    slots per shuffle partition, else 1: wider slots cost fewer calls per batch but must
+    not cost parallelism (``max_parallelism // width`` slots keep at most that many
+    partitions busy). Powers of two divide the usual power-of-two ``maxParallelism``, so
+    every slot holds as many key groups.
+
+    Raises
+    ------
+    KeyGroupError
+        When ``max_parallelism`` or ``partitions`` is below 1, or ``setting`` below 0.
+    """
+    if max_parallelism < 1 or partitions < 1 or setting < 0:
+        raise KeyGroupError(
+            "maxParallelism and partitions must be >= 1 and key groups per call >= 0, got "
+            f"{max_parallelism}, {partitions}, {setting}"
+        )
+    if setting:
+        return min(setting, max_parallelism)
+    width = MAX_KEY_GROUPS_PER_CALL
+    while width > 1 and max_parallelism // width < SLOTS_PER_PARTITION * partitions:
+        width //= 2
+    return width
+
+
+def slot(key_group: int, width: int) -> int:
+    """The slot of a key group: ``key_group div width``, what the keyed operator groups
+    by (``width``: :func:`key_groups_per_call`)."""
+    return key_group // width
+
+
+def slot_key_groups(slot_id: int, width: int, max_parallelism: int) -> range:
+    """The key groups of slot ``slot_id`` of ``width`` (of ``max_parallelism``)."""
+    first = slot_id * width
+    return range(first, min(first + width, max_parallelism))
+
+
+def shuffle_partition(key_group: int, partitions: int, width: int) -> int:
     """The Spark partition of key group ``key_group`` with ``partitions`` shuffle
-    partitions: ``pmod(hash(_key_group), partitions)`` (``HashPartitioning`` of the
-    ``int`` column the keyed operator groups by)."""
-    return hash_partition(_hash_int(key_group, SPARK_HASH_SEED), partitions)
+    partitions and slots of ``width``: ``pmod(hash(slot), partitions)``
+    (``HashPartitioning`` of the ``int`` slot the keyed operator groups by)."""
+    return hash_partition(_hash_int(slot(key_group, width), SPARK_HASH_SEED), partitions)
 
 
 def hash_partition(hash_value: int, partitions: int) -> int:

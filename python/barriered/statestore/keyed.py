@@ -1,38 +1,50 @@
-"""The keyed operator: a user processor run per key group, snapshotting at markers.
+"""The keyed operator: a user processor run per slot of key groups, snapshotting at markers.
 
-``barriered.keyed(df, *keys).process(processor)`` groups the stream by ``_key_group``
-and runs :class:`KeyedOperator` through ``applyInPandasWithState``. One call sees every
-row of one key group in one micro-batch: the data rows go to the processor in one call
+``barriered.keyed(df, *keys).process(processor)`` groups the stream by the slot of
+``_key_group`` (``_key_group div width``, the width chosen at the query's first start,
+:func:`barriered.statestore.key_groups.key_groups_per_call`) and runs :class:`KeyedOperator` through
+``applyInPandasWithState``. One call sees every row of one slot's key groups in one
+micro-batch: the data rows go to the processor in one call
 (:mod:`barriered.statestore.vectorized`), then each marker row of the batch makes the
-key group write its snapshot and acknowledge it.
+key group it addresses write its snapshot and acknowledge it. Several key groups per
+call pay Spark's fixed cost per group and call (a Python call, Arrow and pandas
+conversions, a state store get and put) once for all of them.
 
-Live state sits in Spark's state store as ONE value per key group: the group's state as
-an Arrow table (key columns and state fields, typed; serialized as Arrow IPC), a count of
+Live state sits in Spark's state store as ONE value per slot: the slot's state as an
+Arrow table (key columns and state fields, typed, and the ``_key_group`` of each key;
+serialized as Arrow IPC), the width it was written under (a call of another width
+refuses it, :class:`~barriered.errors.KeyedWidthError`) and, per key group, a count of
 changes and the change count at each recent snapshot, so that a key group unchanged
 since the base checkpoint (the latest completed one) acknowledges without writing a
-file. One get and one put per key group and batch; a snapshot writes the table as one
-Parquet file, as it is. ``applyInPandasWithState`` runs under any state store provider.
+file. One get and one put per slot and batch; a snapshot writes a key group's rows as
+one Parquet file, as before: the snapshot layout is per key group and knows nothing of
+slots.
 
-After a restore, a key group that has no live state yet loads its snapshot file(s) on
-its first call (every key group is called at the first cut at the latest: each gets a
-marker row), on the executor that owns it now: nothing is read on the driver.
+After a restore, a slot that has no live state yet loads its key groups' snapshot
+file(s) on its first call (every key group is called at the first cut at the latest:
+each gets a marker row), on the executor that owns it now: nothing is read on the
+driver.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from barriered import crash_points
-from barriered.datasource.columns import BARRIER, BARRIER_META, CHANNEL, KEY_GROUP, SEQ
+from barriered.config.keys import KEYED_KEY_GROUPS_PER_CALL
+from barriered.datasource.columns import BARRIER, BARRIER_META, CHANNEL, KEY_GROUP, SEQ, SLOT
+from barriered.datasource.options import RESTORE_FROM
+from barriered.errors import KeyedWidthError, KeyGroupError
 from barriered.statestore.acks import (
     Ack,
     DataFile,
@@ -43,17 +55,20 @@ from barriered.statestore.acks import (
 from barriered.statestore.contract import Contract
 from barriered.statestore.evolution import conform
 from barriered.statestore.fileio import filesystem
+from barriered.statestore.key_groups import key_group_for_key, key_types, slot_key_groups
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.state_schema import columns_schema
 from barriered.statestore.storage import register
-from barriered.statestore.vectorized import BatchProcessor, PerKey, merge
+from barriered.statestore.vectorized import BatchProcessor, PerKey, key_index, merge
 
 log = logging.getLogger(__name__)
 
-_META = (CHANNEL, SEQ, BARRIER, BARRIER_META, KEY_GROUP)
+_META = (CHANNEL, SEQ, BARRIER, BARRIER_META, KEY_GROUP, SLOT)
 
-#: The live state of a key group in Spark's state store.
-LIVE_STATE_DDL = "blob binary, mod_count long, snapshots string"
+#: The live state of a slot in Spark's state store: the state table (with ``_key_group``),
+#: per key group ``[change count, {checkpoint id: change count at its snapshot}]``, and
+#: the slot's width (key groups per call) it was written under.
+LIVE_STATE_DDL = "blob binary, key_groups string, key_groups_per_call int"
 
 
 @dataclass(frozen=True)
@@ -70,6 +85,8 @@ class OperatorSpec:
     state_type: str  # Spark JSON of the state's StructType
     input_columns: tuple[str, ...] = ()
     output_columns: tuple[str, ...] = ()  # the columns of output_schema
+    #: Key groups per slot (:func:`barriered.statestore.key_groups.key_groups_per_call`).
+    key_groups_per_call: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form, as registered under ``_coordinator/operators``."""
@@ -82,6 +99,7 @@ class OperatorSpec:
             "max_parallelism": self.max_parallelism,
             "key_type": json.loads(self.key_type),
             "state_type": json.loads(self.state_type),
+            "key_groups_per_call": self.key_groups_per_call,
         }
 
 
@@ -127,8 +145,13 @@ def from_blob(blob: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
 
 
+def _rows_of(table: pa.Table, key_group: int) -> pa.Table:
+    """The rows of one key group of a slot's state table."""
+    return table.filter(pc.equal(table[KEY_GROUP], pa.scalar(key_group, pa.int32())))
+
+
 class KeyedOperator:
-    """Runs a user processor for one key group and snapshots it at markers.
+    """Runs a user processor for one slot of key groups and snapshots them at markers.
 
     Called by ``applyInPandasWithState`` as ``(key, frames, state)``; the processor is
     either a :class:`~barriered.statestore.vectorized.BatchProcessor` or a per-key one
@@ -148,6 +171,7 @@ class KeyedOperator:
         self.restored = restored
         self.storage = storage
         self.schema = columns_schema(spec.to_dict())
+        self.live_schema = self.schema.append(pa.field(KEY_GROUP, pa.int32()))
         self.user_columns = [c for c in spec.input_columns if c not in _META]
         batch = hasattr(processor, "process_batch")
         self.contract = Contract(
@@ -165,20 +189,25 @@ class KeyedOperator:
     ) -> Iterator[pd.DataFrame]:
         if self.storage is not None:
             register(*self.storage)
-        key_group = int(key[0])
         parts = list(frames)
         batch = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
         batch.columns = list(self.spec.input_columns)
+        width = self.spec.key_groups_per_call
         if live.exists:
-            blob, mod_count, raw = live.get
-            table, snapshots = from_blob(blob), json.loads(raw)
+            blob, raw, written = live.get
+            if written != width:
+                raise KeyedWidthError(
+                    f"keyed operator {self.spec.operator!r}: slot {key[0]}'s live state in "
+                    f"Spark's checkpoint was written with {written} key groups per call, this "
+                    f"query runs {width}; nothing of the batch was written. Resume with "
+                    f"{KEYED_KEY_GROUPS_PER_CALL.key}={written}, or restore the latest "
+                    f'checkpoint into a new checkpoint location (.option("{RESTORE_FROM.name}", '
+                    '"latest")), where any width works: snapshots are per key group'
+                )
+            table, groups = from_blob(blob), json.loads(raw)
         else:
-            blob, mod_count, snapshots = None, 0, {}
-            table = (
-                self.restored.load(key_group, self.schema)
-                if self.restored is not None
-                else self.schema.empty_table()
-            )
+            blob, groups = None, {}
+            table = self._restore(int(key[0]))
         is_marker = batch[BARRIER].notna().to_numpy()
         data = batch[~is_marker] if is_marker.any() else batch
         output = None
@@ -187,18 +216,87 @@ class KeyedOperator:
             if (order != np.arange(len(order))).any():
                 data = data.take(order)
             rows = data[self.user_columns].reset_index(drop=True)
-            output, new = merge(table, rows, self.processor, self.contract)
-            if not new.equals(table):
+            changed: set[int] = set()
+            locate = self._locator(rows, data[KEY_GROUP].to_numpy(), changed)
+            output, new = merge(table, rows, self.processor, self.contract, locate)
+            if changed:
                 table, blob = new, None
-                mod_count += 1
+                for g in changed:
+                    groups.setdefault(str(g), [0, {}])[0] += 1
         markers = batch[is_marker].sort_values(BARRIER) if is_marker.any() else batch[:0]
-        for checkpoint_id, meta_json in zip(markers[BARRIER], markers[BARRIER_META], strict=True):
+        for checkpoint_id, meta_json, group in zip(
+            markers[BARRIER], markers[BARRIER_META], markers[KEY_GROUP], strict=True
+        ):
+            mod_count, snapshots = groups.setdefault(str(int(group)), [0, {}])
+            rows_of_group = _rows_of(table, int(group)).drop_columns([KEY_GROUP])
             self._snapshot(
-                key_group, int(checkpoint_id), json.loads(meta_json), table, mod_count, snapshots
+                int(group),
+                int(checkpoint_id),
+                json.loads(meta_json),
+                rows_of_group,
+                mod_count,
+                snapshots,
             )
-        live.update((to_blob(table) if blob is None else blob, mod_count, json.dumps(snapshots)))
+        live.update((to_blob(table) if blob is None else blob, json.dumps(groups), width))
         if output is not None and len(output):
             yield output
+
+    def _restore(self, slot_id: int) -> pa.Table:
+        """The state of a slot without live state: its key groups' snapshot files after
+        a restore, else empty; with each key's ``_key_group``."""
+        tables = [self.live_schema.empty_table()]
+        if self.restored is not None:
+            width = self.spec.key_groups_per_call
+            for group in slot_key_groups(slot_id, width, self.spec.max_parallelism):
+                loaded = self.restored.load(group, self.schema)
+                ids = pa.array(np.full(loaded.num_rows, group, np.int32))
+                tables.append(loaded.append_column(self.live_schema.field(KEY_GROUP), ids))
+        return pa.concat_tables(tables).combine_chunks()
+
+    def _locator(
+        self, rows: pd.DataFrame, row_groups: np.ndarray, changed: set[int]
+    ) -> Callable[[pa.Table, pa.Table], pa.Table]:
+        """How the processor's new state gets each key's ``_key_group``: from the rows
+        (computed by Spark), else from the key's previous state, else (a key the
+        processor added that neither holds) computed here as Spark computes it. The key
+        groups whose rows in the new state differ from those it replaces (the rest of
+        the state is carried over as it is) are added to ``changed``."""
+        keys = list(self.spec.key_columns)
+
+        def locate(new: pa.Table, old: pa.Table) -> pa.Table:
+            known = pd.concat(
+                [
+                    rows[keys].assign(**{KEY_GROUP: row_groups}),
+                    old.select([*keys, KEY_GROUP]).to_pandas(),
+                ],
+                ignore_index=True,
+            )
+            index = key_index(known, keys)
+            first = ~index.duplicated()
+            found = index[first].get_indexer(key_index(new.select(keys).to_pandas(), keys))
+            groups = known[KEY_GROUP].to_numpy()[first][found].astype(np.int32)
+            for i in np.flatnonzero(found < 0):
+                groups[i] = self._key_group_of(new.slice(int(i), 1).select(keys))
+            new = new.append_column(self.live_schema.field(KEY_GROUP), pa.array(groups))
+            for group in np.unique(np.concatenate([groups, old[KEY_GROUP].to_numpy()])):
+                if not _rows_of(new, int(group)).equals(_rows_of(old, int(group))):
+                    changed.add(int(group))
+            return new
+
+        return locate
+
+    def _key_group_of(self, key: pa.Table) -> int:
+        """The key group of a key the processor added outside its rows."""
+        values = [key[c][0].as_py() for c in key.column_names]
+        try:
+            return key_group_for_key(
+                values, [t for _, t in key_types(self.spec.key_schema)], self.spec.max_parallelism
+            )
+        except KeyGroupError as exc:
+            raise self.contract.error(
+                f"added the state of key {values}, which is not in its rows and whose key "
+                f"group cannot be computed ({exc})"
+            ) from None
 
     def _snapshot(
         self,

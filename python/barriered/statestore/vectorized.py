@@ -1,16 +1,19 @@
-"""The merge of one key group's batch into its state, vectorized.
+"""The merge of one call's rows into the keyed state, vectorized.
 
-A key group's state is one Arrow table: the key columns and the state fields, one row
-per key. Per micro-batch the operator hands the group's rows and the state of the keys
-present in them to the processor in one call, :meth:`BatchProcessor.process_batch`, and
+The state is one Arrow table: the key columns and the state fields, one row per key.
+The keyed operator runs once per slot of key groups and micro-batch
+(:func:`~barriered.statestore.key_groups.key_groups_per_call` key groups) and hands the
+slot's rows and the state of the keys present in them to the processor in one call,
+:meth:`BatchProcessor.process_batch`, and
 merges what it returns back into the table with a few pandas operations (no per-key
 work outside the processor). A processor that implements only the per-key
 ``process(key, rows, state)`` runs through :class:`PerKey`, on the same merge.
 
 The contract of ``process_batch(rows, state) -> (output, new_state)``:
 
-* ``rows``: every data row of the key group in this micro-batch, in ``(_channel, _seq)``
-  order, with the stream's own columns (no ``_channel``/``_seq``/``_barrier`` columns);
+* ``rows``: every data row of the slot's key groups in this micro-batch, in
+  ``(_channel, _seq)`` order, with the stream's own columns (no ``_channel``/``_seq``/
+  ``_barrier`` columns);
 * ``state``: one row per key of ``rows`` that has state (key columns and state fields;
   a key without state has no row);
 * ``output``: the rows to emit, or None: a DataFrame with exactly the columns of
@@ -37,6 +40,7 @@ and the contract (:mod:`barriered.statestore.contract`); nothing of the batch is
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, Protocol, cast
 
 import numpy as np
@@ -50,7 +54,7 @@ log = logging.getLogger(__name__)
 
 
 class BatchProcessor(Protocol):
-    """A keyed processor called once per key group and micro-batch.
+    """A keyed processor called once per slot of key groups and micro-batch.
 
     Attributes
     ----------
@@ -71,7 +75,8 @@ class BatchProcessor(Protocol):
         ...
 
 
-def _key_index(frame: pd.DataFrame, keys: list[str]) -> pd.Index:
+def key_index(frame: pd.DataFrame, keys: list[str]) -> pd.Index:
+    """The keys of ``frame`` (its ``keys`` columns) as an index."""
     if len(keys) == 1:
         return cast(pd.Index, pd.Index(frame[keys[0]]))
     return cast(pd.Index, pd.MultiIndex.from_arrays([frame[k] for k in keys]))
@@ -83,8 +88,8 @@ def _has_key(table: pa.Table, frame: pd.DataFrame, keys: list[str]) -> pa.Chunke
         key = keys[0]
         values = pa.array(frame[key].unique(), table.schema.field(key).type, from_pandas=True)
         return pc.is_in(table[key], value_set=values)
-    index = _key_index(table.select(keys).to_pandas(), keys)
-    return pa.chunked_array([pa.array(index.isin(_key_index(frame, keys)))])
+    index = key_index(table.select(keys).to_pandas(), keys)
+    return pa.chunked_array([pa.array(index.isin(key_index(frame, keys)))])
 
 
 def merge(
@@ -92,11 +97,12 @@ def merge(
     rows: pd.DataFrame,
     processor: BatchProcessor,
     contract: Contract,
+    locate: Callable[[pa.Table, pa.Table], pa.Table] | None = None,
 ) -> tuple[pd.DataFrame | None, pa.Table]:
-    """Run ``processor`` on one key group's ``rows`` and return its output and new state.
+    """Run ``processor`` on one call's ``rows`` and return its output and new state.
 
     Only the state of the keys present in ``rows`` is converted to pandas; the rest of
-    the key group's state stays Arrow and is carried over as it is.
+    the state stays Arrow and is carried over as it is.
 
     Parameters
     ----------
@@ -108,6 +114,11 @@ def merge(
         The user's processor (a per-key one wrapped in :class:`PerKey`).
     contract : Contract
         What it must return (its key columns, state schema and output columns).
+    locate : callable, optional
+        When ``state`` has columns beyond ``contract.state`` (the keyed operator's
+        ``_key_group``): ``locate(new, old)`` returns the processor's new state ``new``
+        with those columns added, ``old`` being the previous state rows (all columns) of
+        the keys of ``rows`` and of keys ``new`` replaces.
 
     Returns
     -------
@@ -125,12 +136,19 @@ def merge(
         given, kept = state.filter(present), state.filter(pc.invert(present))
     else:
         given, kept = state, state
-    output, new = contract.result(processor.process_batch(rows, given.to_pandas()))
+    shown = given if locate is None else given.select(contract.state.names)
+    output, new = contract.result(processor.process_batch(rows, shown.to_pandas()))
     output = contract.check_output(output)
     table = contract.new_state(new)
+    old = given
     if table.num_rows and kept.num_rows:
         # Keys of new_state outside rows replace their state as well.
-        kept = kept.filter(pc.invert(_has_key(kept, new, keys)))
+        outside = _has_key(kept, new, keys)
+        if locate is not None:
+            old = pa.concat_tables([given, kept.filter(outside)])
+        kept = kept.filter(pc.invert(outside))
+    if locate is not None:
+        table = locate(table, old)
     return output, pa.concat_tables([kept, table]).combine_chunks()
 
 

@@ -258,7 +258,9 @@ def locate_key(
         key_group=group,
         max_parallelism=max_parallelism,
         partitions=partitions,
-        partition=None if partitions is None else shuffle_partition(group, partitions),
+        partition=None
+        if partitions is None
+        else shuffle_partition(group, partitions, int(spec.get("key_groups_per_call", 1))),
         checkpoint_id=cid,
         state_rows=state,
     )

@@ -45,8 +45,11 @@ public final class BarrieredStateStoreProvider implements StateStoreProvider {
    */
   private boolean keyed;
 
-  /** The grouping column of {@code barriered.keyed}'s applyInPandasWithState. */
-  static final String KEYED_KEY = "_key_group";
+  /**
+   * The grouping column of {@code barriered.keyed}'s applyInPandasWithState: the slot of the
+   * key group ({@code barriered.datasource.columns.SLOT}).
+   */
+  static final String KEYED_KEY = "_slot";
 
   public BarrieredStateStoreProvider() {
     StateStoreProvider.$init$(this);
