@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 from importlib import metadata
+from pathlib import Path
 from typing import Any
+
+#: Where the JVM's console output of a run goes (:func:`divert_jvm_output`).
+SPARK_LOG = Path(__file__).resolve().parents[1] / "build" / "benchmarks" / "spark.log"
 
 
 def _first(path: str, prefix: str) -> str | None:
@@ -55,6 +60,22 @@ def versions(spark: Any | None = None) -> dict[str, str | None]:
     if spark is not None:
         out["java"] = spark.sparkContext._jvm.java.lang.System.getProperty("java.version")
     return out
+
+
+def divert_jvm_output(path: Path = SPARK_LOG) -> None:
+    """Send what a process started after this writes to its stderr to ``path``: the
+    JVM's console log (Spark's stack traces of the tasks a workload kills when it stops its
+    query mid-batch) and its Python workers' (their ``BrokenPipeError`` then). This
+    process's own ``sys.stderr``, where the suite prints its progress and figures, stays
+    where it was.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    own = os.dup(2)
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 2)
+    os.close(log)
+    sys.stderr = os.fdopen(own, "w", buffering=1, encoding="utf-8", errors="backslashreplace")
 
 
 def session() -> Any:

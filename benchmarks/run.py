@@ -93,6 +93,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     scratch = args.workdir or Path(tempfile.mkdtemp(prefix="barriered-bench-"))
     began = time.time()
+    env.divert_jvm_output()
+    print(
+        f"Spark's own log (stack traces of stopped queries included): {env.SPARK_LOG}",
+        file=sys.stderr,
+        flush=True,
+    )
     spark = env.session()
     common = {
         "run_id": datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"),
