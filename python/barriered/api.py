@@ -16,6 +16,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from pyspark.sql.types import StructType, _parse_datatype_string
 
 from barriered.config.keys import KEYED_KEY_GROUPS_PER_CALL
+from barriered.coordinator import deferred_registrations
 from barriered.coordinator.driver import QueryCoordinator
 from barriered.coordinator.listener import BarrieredListener
 from barriered.datasource.columns import (
@@ -144,9 +145,14 @@ class KeyedStream:
             restored = restored_files(self.restore, spec, defaults, same_path)
         registered = read_json(layout.operator_file(operator), default=None)
         spec = replace(spec, key_groups_per_call=self._width(operator, registered))
-        if registered != spec.to_dict():
-            # Unchanged: not rewritten (a query refused on a path in use changes nothing).
-            write_json(layout.operator_file(operator), spec.to_dict())
+        registration, path = spec.to_dict(), layout.operator_file(operator)
+        deferred_registrations.discard(layout.root, operator)
+        # Unchanged: not rewritten (a query refused on a path in use changes nothing).
+        if registered != registration and self.restore is not None:
+            # written once the restored run started (the source may still refuse it)
+            deferred_registrations.defer(layout.root, operator, path, registration, self.restore)
+        elif registered != registration:
+            write_json(path, registration)
         key_group = F.when(
             F.col(BARRIER).isNull(), key_group_column(self.key_columns, self.max_parallelism)
         ).otherwise(F.col(SEQ).cast("int"))

@@ -49,7 +49,7 @@ def test_a_resume_with_other_session_shuffle_partitions_keeps_its_slots_and_its_
     assert state_at(layout, DeltaTable(layout.state_table).version()) == dict(first + second)
 
     # Another width set explicitly is refused before the query starts: nothing written.
-    write_files(data, SIZES, tag="third")
+    third = write_files(data, SIZES, tag="third")
     session.conf.set(PREFIX + "keyedKeyGroupsPerCall", "8")
     before = tree(tmp_path)
     with pytest.raises(KeyedWidthError) as err:
@@ -62,6 +62,15 @@ def test_a_resume_with_other_session_shuffle_partitions_keeps_its_slots_and_its_
         '"restoreFrom", "latest")), where any width works; nothing was written'
     )
     assert tree(tmp_path) == before
+
+    # A restore into a new checkpoint location takes it; the registration records it once
+    # the restored run started.
+    restored = {**source, "restoreFrom": "latest"}
+    _, layout = run(session, tmp_path, conf, restored, snap, (90, 36), checkpoint="ck-restored")
+    assert read_json(layout.operator_file("running_totals"))["key_groups_per_call"] == 8
+    assert state_at(layout, DeltaTable(layout.state_table).version()) == dict(
+        first + second + third
+    )
 
 
 @pytest.mark.full
@@ -86,9 +95,10 @@ def test_live_state_of_another_width_fails_the_resumed_query_naming_both_widths(
         query.awaitTermination()
     assert re.search(
         r"KeyedWidthError: keyed operator 'running_totals': slot \d+'s live state in Spark's "
-        r"checkpoint was written with 4 key groups per call, this query runs 2; nothing of "
-        r"the batch was written\. Resume with "
-        r"spark\.sql\.streaming\.barriered\.keyedKeyGroupsPerCall=4, or restore",
+        r"checkpoint was written with 4 key groups per call, this query runs 2 \(the snapshot "
+        r"path's registration of the operator does not match this checkpoint location\); "
+        r"nothing of the batch was written\. Restore the latest checkpoint into a new "
+        r"checkpoint location",
         str(err.value),
     ), str(err.value)
     assert DeltaTable(layout.state_table).version() == version  # no checkpoint completed

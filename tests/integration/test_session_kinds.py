@@ -43,6 +43,7 @@ NON_DEFAULT = {
     "retention.historySize": "77",
     "retention.maintenanceInterval": "3",
     "provider.changeDetection": "digest",
+    "keyedKeyGroupsPerCall": "4",
 }
 RATE = {"upstream": "rate", "channels": "2", "rowsPerSecond": "0", "rowsPerChannel": "30"}
 

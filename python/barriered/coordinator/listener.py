@@ -9,6 +9,7 @@ from typing import Any
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from barriered.coordinator import deferred_registrations
 from barriered.coordinator.driver import QueryCoordinator
 from barriered.coordinator.stateful_operators import refusal, unrestored
 from barriered.datasource.mirror import two_sources_refusal
@@ -102,8 +103,10 @@ class BarrieredListener(StreamingQueryListener):
                 epoch = report.get("epoch")
                 if qc is None or (qc.layout.root, qc.epoch) != (report["snapshotPath"], epoch):
                     offset = SourceOffset.from_dict(end)
+                    layout = SnapshotLayout.at(report["snapshotPath"])
+                    deferred_registrations.write(layout.root, offset.restore)
                     qc = QueryCoordinator(
-                        SnapshotLayout.at(report["snapshotPath"]),
+                        layout,
                         next_id=offset.last_id + 1,
                         epoch=None if epoch is None else int(epoch),
                         restored=offset.restore,

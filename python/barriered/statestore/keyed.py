@@ -41,7 +41,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from barriered import crash_points
-from barriered.config.keys import KEYED_KEY_GROUPS_PER_CALL
 from barriered.datasource.columns import BARRIER, BARRIER_META, CHANNEL, KEY_GROUP, SEQ, SLOT
 from barriered.datasource.options import RESTORE_FROM
 from barriered.errors import KeyedWidthError, KeyGroupError
@@ -199,10 +198,11 @@ class KeyedOperator:
                 raise KeyedWidthError(
                     f"keyed operator {self.spec.operator!r}: slot {key[0]}'s live state in "
                     f"Spark's checkpoint was written with {written} key groups per call, this "
-                    f"query runs {width}; nothing of the batch was written. Resume with "
-                    f"{KEYED_KEY_GROUPS_PER_CALL.key}={written}, or restore the latest "
-                    f'checkpoint into a new checkpoint location (.option("{RESTORE_FROM.name}", '
-                    '"latest")), where any width works: snapshots are per key group'
+                    f"query runs {width} (the snapshot path's registration of the operator "
+                    "does not match this checkpoint location); nothing of the batch was "
+                    "written. Restore the latest checkpoint into a new checkpoint location "
+                    f'(.option("{RESTORE_FROM.name}", "latest")), where any width works: '
+                    "snapshots are per key group"
                 )
             table, groups = from_blob(blob), json.loads(raw)
         else:
