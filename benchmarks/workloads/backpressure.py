@@ -64,8 +64,8 @@ def _stats(values: list[float]) -> dict[str, float | None]:
 
 
 def _series(batches: list[Progress]) -> list[dict[str, Any]]:
-    """One entry per batch: time, duration, records on the lagging and fast channels,
-    backlog."""
+    """One entry per batch: time, duration (of it, ``addBatch`` and the planning), records
+    on the lagging and fast channels, backlog."""
     if not batches:
         return []
     t0 = batch_window_ms(batches[0])[0]
@@ -79,6 +79,9 @@ def _series(batches: list[Progress]) -> list[dict[str, Any]]:
             {
                 "batch": p["batchId"],
                 "ms": p["batchDuration"],
+                "add_ms": p["durationMs"].get("addBatch"),
+                "plan_ms": p["durationMs"].get("latestOffset", 0)
+                + p["durationMs"].get("queryPlanning", 0),
                 "t_s": round((batch_window_ms(p)[0] - t0) / 1000, 2),
                 "lagging": per_channel[LAGGING],
                 "fast": sum(per_channel) - per_channel[LAGGING],
@@ -133,6 +136,7 @@ def run_mode(
     key_from: str | None = None,
     interval: str = INTERVAL,
     transform: Callable[[Any], Any] | None = None,
+    session: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run the keyed running count on the source ``options`` (channel 0 lagging) for
     ``size["seconds"]`` in checkpoint mode ``mode``; return its throughput and checkpoints.
@@ -141,7 +145,8 @@ def run_mode(
     ``buffer_batches`` and ``seconds``; the query's folders are under ``tag``; the key is
     the ``user_id`` column, or the column ``key_from`` as a string; the source's records
     pass through ``transform`` first. A checkpoint is due every ``interval``; ``mode``
-    :data:`OFF` takes none.
+    :data:`OFF` takes none. ``session`` replaces the session keys of ``mode`` in
+    :data:`MODES`.
     """
     configure(
         ctx.spark,
@@ -149,7 +154,7 @@ def run_mode(
             "checkpointInterval": OFF_INTERVAL if mode == OFF else interval,
             "maxParallelism": str(MAX_PARALLELISM),
             "bufferPerChannel": str(size["per_batch"] * size["buffer_batches"]),
-            **MODES.get(mode, {}),
+            **(MODES.get(mode, {}) if session is None else session),
         },
     )
     snap = ctx.path(tag, "snap")
