@@ -64,8 +64,8 @@ def _stats(values: list[float]) -> dict[str, float | None]:
 
 
 def _series(batches: list[Progress]) -> list[dict[str, Any]]:
-    """One entry per batch: time, duration (of it, ``addBatch`` and the planning), records
-    on the lagging and fast channels, backlog."""
+    """One entry per batch: time, duration (of it, ``addBatch``, the planning and the
+    keyed operator's), records on the lagging and fast channels, backlog."""
     if not batches:
         return []
     t0 = batch_window_ms(batches[0])[0]
@@ -82,6 +82,10 @@ def _series(batches: list[Progress]) -> list[dict[str, Any]]:
                 "add_ms": p["durationMs"].get("addBatch"),
                 "plan_ms": p["durationMs"].get("latestOffset", 0)
                 + p["durationMs"].get("queryPlanning", 0),
+                # the keyed operator's time (summed over its tasks): its Python calls,
+                # snapshot writes included, and its state store's commit
+                "operator_ms": sum(o.get("allUpdatesTimeMs", 0) for o in p["stateOperators"]),
+                "commit_ms": sum(o.get("commitTimeMs", 0) for o in p["stateOperators"]),
                 "t_s": round((batch_window_ms(p)[0] - t0) / 1000, 2),
                 "lagging": per_channel[LAGGING],
                 "fast": sum(per_channel) - per_channel[LAGGING],
@@ -176,6 +180,8 @@ def run_mode(
         "throughput": throughput(batches),
         "batch_ms": _stats([s["ms"] for s in steady if s["batch"] not in cuts]),
         "cut_batch_ms": _stats([s["ms"] for s in steady if s["batch"] in cuts]),
+        "operator_ms": _stats([s["operator_ms"] for s in steady if s["batch"] not in cuts]),
+        "cut_operator_ms": _stats([s["operator_ms"] for s in steady if s["batch"] in cuts]),
         "checkpoints_completed": len(done),
         "end_to_end_ms": _stats([c["end_to_end_ms"] for c in done]),
         "batches": _stats([c["batches"] for c in done if c["batches"] is not None]),
