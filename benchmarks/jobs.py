@@ -7,6 +7,8 @@ not installed, so the workers could not import it by name).
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -14,6 +16,7 @@ from pyspark import cloudpickle
 from pyspark.sql import functions as F
 
 import barriered
+from barriered.datasource.columns import CHANNEL
 from benchmarks.harness import barriered_stream
 
 #: The keyed state the benchmarks keep, and the rows they emit per key and batch.
@@ -89,17 +92,43 @@ def rate_options(
     return options
 
 
+def per_record_cost(channel: int, cost_ms: float) -> Callable[[Any], Any]:
+    """A transform of the source's records that spends ``cost_ms`` per record of ``channel``.
+
+    A scalar pandas UDF passes ``amount`` through and sleeps ``cost_ms`` times the number
+    of ``channel``'s rows in each Arrow batch it gets (marker rows have channel -1). It runs
+    in the source's read tasks, before the keyed operator's shuffle, and a read task holds
+    one channel's range: the cost lands on that channel's tasks only, as a slow operator on
+    one channel's path in Flink. Sleeping, not spinning, keeps the cost the same on a busy
+    machine (it takes a task slot, not a core).
+    """
+
+    @F.pandas_udf("long")
+    def costly(channels: pd.Series, amount: pd.Series) -> pd.Series:
+        time.sleep(cost_ms / 1000 * int((channels == channel).sum()))
+        return amount
+
+    def transform(events: Any) -> Any:
+        return events.withColumn("amount", costly(F.col(CHANNEL), F.col("amount")))
+
+    return transform
+
+
 def running_count(
     spark: Any,
     snapshot_path: str,
     options: dict[str, str],
     silent: bool = False,
     key_from: str | None = None,
+    transform: Callable[[Any], Any] | None = None,
 ) -> Any:
     """The keyed running count over a barriered source (``silent``: no output rows), per
-    ``user_id``, or per the column ``key_from`` as a string (e.g. a Kafka record's key)."""
+    ``user_id``, or per the column ``key_from`` as a string (e.g. a Kafka record's key),
+    on the source's records passed through ``transform`` (e.g. :func:`per_record_cost`)."""
     events = barriered_stream(spark, snapshot_path, options)
     if key_from is not None:
         events = events.withColumn("user_id", F.col(key_from).cast("string"))
+    if transform is not None:
+        events = transform(events)
     processor = SilentCount() if silent else RunningCount()
     return barriered.keyed(events, "user_id").process(processor, name=OPERATOR)

@@ -17,6 +17,7 @@ from benchmarks.workloads import (
     provider,
     restore,
     s3,
+    saturated,
     sink,
     snapshot,
     state_processor,
@@ -25,6 +26,7 @@ from benchmarks.workloads import (
 WORKLOADS: dict[str, ModuleType] = {
     "overhead": overhead,
     "backpressure": backpressure,
+    "saturated": saturated,
     "snapshot": snapshot,
     "restore": restore,
     "provider": provider,

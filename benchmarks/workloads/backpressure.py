@@ -13,6 +13,7 @@ after ``alignedCheckpointTimeout`` (Flink's behaviour: ``unaligned.adaptive=fals
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,8 @@ INTERVAL = "5s"
 #: The demo's session keys per mode (aligned-with-timeout: Flink's fixed timeout).
 MODES = PHASES
 TIMEOUT = MODES["aligned_with_timeout"][ALIGNED_CHECKPOINT_TIMEOUT.key]
+#: The mode of :func:`run_mode` without checkpoints (none is due in a run), its interval.
+OFF, OFF_INTERVAL = "off", "1d"
 
 
 def _stats(values: list[float]) -> dict[str, float | None]:
@@ -61,7 +64,8 @@ def _stats(values: list[float]) -> dict[str, float | None]:
 
 
 def _series(batches: list[Progress]) -> list[dict[str, Any]]:
-    """One entry per batch: time, records on the lagging and fast channels, backlog."""
+    """One entry per batch: time, duration (of it, ``addBatch``, the planning and the
+    keyed operator's), records on the lagging and fast channels, backlog."""
     if not batches:
         return []
     t0 = batch_window_ms(batches[0])[0]
@@ -74,6 +78,14 @@ def _series(batches: list[Progress]) -> list[dict[str, Any]]:
         out.append(
             {
                 "batch": p["batchId"],
+                "ms": p["batchDuration"],
+                "add_ms": p["durationMs"].get("addBatch"),
+                "plan_ms": p["durationMs"].get("latestOffset", 0)
+                + p["durationMs"].get("queryPlanning", 0),
+                # the keyed operator's time (summed over its tasks): its Python calls,
+                # snapshot writes included, and its state store's commit
+                "operator_ms": sum(o.get("allUpdatesTimeMs", 0) for o in p["stateOperators"]),
+                "commit_ms": sum(o.get("commitTimeMs", 0) for o in p["stateOperators"]),
                 "t_s": round((batch_window_ms(p)[0] - t0) / 1000, 2),
                 "lagging": per_channel[LAGGING],
                 "fast": sum(per_channel) - per_channel[LAGGING],
@@ -126,25 +138,31 @@ def run_mode(
     options: dict[str, str],
     tag: str,
     key_from: str | None = None,
+    interval: str = INTERVAL,
+    transform: Callable[[Any], Any] | None = None,
+    session: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run the keyed running count on the source ``options`` (channel 0 lagging) for
     ``size["seconds"]`` in checkpoint mode ``mode``; return its throughput and checkpoints.
 
     ``size`` holds ``per_batch`` (the source's admission, ``maxRowsPerChannel``),
     ``buffer_batches`` and ``seconds``; the query's folders are under ``tag``; the key is
-    the ``user_id`` column, or the column ``key_from`` as a string.
+    the ``user_id`` column, or the column ``key_from`` as a string; the source's records
+    pass through ``transform`` first. A checkpoint is due every ``interval``; ``mode``
+    :data:`OFF` takes none. ``session`` replaces the session keys of ``mode`` in
+    :data:`MODES`.
     """
     configure(
         ctx.spark,
         {
-            "checkpointInterval": INTERVAL,
+            "checkpointInterval": OFF_INTERVAL if mode == OFF else interval,
             "maxParallelism": str(MAX_PARALLELISM),
             "bufferPerChannel": str(size["per_batch"] * size["buffer_batches"]),
-            **MODES[mode],
+            **(MODES.get(mode, {}) if session is None else session),
         },
     )
     snap = ctx.path(tag, "snap")
-    job = running_count(ctx.spark, snap, options, key_from=key_from)
+    job = running_count(ctx.spark, snap, options, key_from=key_from, transform=transform)
     query = start(job, ctx.path(tag, "ck"))
     batches = run_for(query, size["seconds"])
     series = _series(batches)
@@ -155,10 +173,15 @@ def run_mode(
         for c in done
         for b in range(c["cut_batch"] - c["aligning_batches"] + 1, c["cut_batch"] + 1)
     }
+    cuts = {c["cut_batch"] for c in done}
     fast_free = [s["fast"] for s in steady if s["batch"] not in aligning]
     fast_aligning = [s["fast"] for s in steady if s["batch"] in aligning]
     result = {
         "throughput": throughput(batches),
+        "batch_ms": _stats([s["ms"] for s in steady if s["batch"] not in cuts]),
+        "cut_batch_ms": _stats([s["ms"] for s in steady if s["batch"] in cuts]),
+        "operator_ms": _stats([s["operator_ms"] for s in steady if s["batch"] not in cuts]),
+        "cut_operator_ms": _stats([s["operator_ms"] for s in steady if s["batch"] in cuts]),
         "checkpoints_completed": len(done),
         "end_to_end_ms": _stats([c["end_to_end_ms"] for c in done]),
         "batches": _stats([c["batches"] for c in done if c["batches"] is not None]),

@@ -8,5 +8,7 @@ from benchmarks.workloads import WORKLOADS
 
 
 def test_every_workload_loads_and_the_command_line_parses() -> None:
-    assert {"overhead", "backpressure", "kafka", "sink", "snapshot", "s3"} <= set(WORKLOADS)
+    assert {"overhead", "backpressure", "saturated", "kafka", "sink", "snapshot", "s3"} <= set(
+        WORKLOADS
+    )
     assert _parse(["--quick", "--only", "overhead"]).only == ["overhead"]

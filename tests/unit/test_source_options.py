@@ -1,14 +1,19 @@
-"""Validation of the barriered source's options (no Spark needed)."""
+"""Validation of the barriered source's options, and the admission they give (no Spark
+needed: the admission test drives the source's reader the way Spark does)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from barriered.config import KEYS, PREFIX
+from barriered.datasource.offsets import SourceOffset
 from barriered.datasource.options import SESSION_CONF_OPTION, parse_source_options
+from barriered.datasource.source import BarrieredDataSource
 from barriered.errors import ConfigError
+from file_tree import tree
 
 BASE = {"snapshotPath": "/tmp/snap", "upstream": "rate", SESSION_CONF_OPTION: "{}"}
 
@@ -86,3 +91,54 @@ def test_a_source_without_the_session_keys_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"barriered.install\(spark\)"):
         parse_source_options(without)
     assert parse_source_options(BASE).conf.snapshot_path == "/tmp/snap"
+
+
+def _rate_source(snap: Path, **extra: str) -> dict[str, str]:
+    return {
+        "upstream": "rate",
+        "channels": "3",
+        "rowsPerSecond": "0",
+        "rowsPerChannel": "100",
+        "maxRowsPerChannel": "10",
+        "snapshotPath": str(snap),
+        SESSION_CONF_OPTION: "{}",
+        **extra,
+    }
+
+
+def test_admission_factors_scale_the_admission_of_chosen_channels(tmp_path: Path) -> None:
+    source = BarrieredDataSource(_rate_source(tmp_path / "snap", admissionFactors="0:0.25,2:1.5"))
+    reader = source.streamReader(source.schema())
+    start = reader.initialOffset()
+    ends = []
+    for _ in range(3):
+        start = reader.latestOffset(start, reader.getDefaultReadLimit())
+        ends.append(SourceOffset.from_dict(start).positions)
+    reader.stop()
+    # floor(10 * 0.25) = 2 rows per batch on channel 0, 10 on channel 1, 15 on channel 2
+    assert ends == [(2, 10, 15), (4, 20, 30), (6, 30, 45)]
+
+
+def test_admission_factors_are_refused_without_admission_or_out_of_range(tmp_path: Path) -> None:
+    snap = tmp_path / "snap"
+    before = tree(tmp_path)
+    unset = {k: v for k, v in _rate_source(snap).items() if k != "maxRowsPerChannel"}
+    with pytest.raises(ConfigError) as err:
+        parse_source_options({**unset, "admissionFactors": "0:0.5"})
+    assert str(err.value) == (
+        "option 'admissionFactors' scales 'maxRowsPerChannel', which is not set: set "
+        "'maxRowsPerChannel' too, or remove 'admissionFactors'"
+    )
+    with pytest.raises(ConfigError) as err:
+        parse_source_options(_rate_source(snap, admissionFactors="0=0.5"))
+    assert str(err.value) == (
+        "option 'admissionFactors' must look like 'CHANNEL:FACTOR[,CHANNEL:FACTOR]', "
+        "e.g. '0:4', got '0=0.5'"
+    )
+    source = BarrieredDataSource(_rate_source(snap, admissionFactors="3:0.5"))
+    with pytest.raises(ConfigError) as err:
+        source.streamReader(source.schema())
+    assert str(err.value) == (
+        "option 'admissionFactors': channel must be in [0, 3) and factor > 0, got '3:0.5'"
+    )
+    assert tree(tmp_path) == before

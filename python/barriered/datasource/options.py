@@ -1,23 +1,31 @@
 """The options of the "barriered" source, validated at query start.
 
 Three kinds of options reach the source: its own (``upstream``, ``maxRowsPerChannel``,
-``rowsPerPartition``, ``restoreFrom``), the upstream's (see each upstream), and the
-``spark.sql.streaming.barriered.*`` keys. Session keys reach the Python worker through
-the hidden option ``barriered.sessionConf`` that :func:`barriered.install` adds on
-``load()`` of a classic or Spark Connect session (a Python data source cannot read the
-session configuration itself); an option named after a key overrides the session value.
-A source without the hidden option is refused: its session keys would be silently
-replaced by defaults. Any other option is an error naming it.
+``admissionFactors``, ``rowsPerPartition``, ``restoreFrom``), the upstream's (see each
+upstream), and the ``spark.sql.streaming.barriered.*`` keys. Session keys reach the
+Python worker through the hidden option ``barriered.sessionConf`` that
+:func:`barriered.install` adds on ``load()`` of a classic or Spark Connect session (a
+Python data source cannot read the session configuration itself); an option named after
+a key overrides the session value. A source without the hidden option is refused: its
+session keys would be silently replaced by defaults. Any other option is an error naming
+it.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from barriered.config import KEYS, BarrieredConf, ConfigKey, closest, resolve, split_options
-from barriered.datasource.upstreams.options import UPSTREAM, UPSTREAM_OPTIONS, Options
+from barriered.datasource.upstreams.options import (
+    UPSTREAM,
+    UPSTREAM_OPTIONS,
+    Options,
+    parse_channel_factors,
+)
 from barriered.errors import ConfigError
 
 SESSION_CONF_OPTION = "barriered.sessionconf"
@@ -36,6 +44,17 @@ MAX_ROWS_PER_CHANNEL = ConfigKey(
     min_value=1,
     owner=_OWNER,
     default_doc="no limit",
+)
+ADMISSION_FACTORS = ConfigKey(
+    "admissionFactors",
+    "str",
+    None,
+    "Per-channel factor on `maxRowsPerChannel`, `CHANNEL:FACTOR[,...]`: `0:0.25` admits "
+    "a quarter as many rows per batch from channel 0 (at least 1). For a channel whose "
+    "records cost more downstream: a micro-batch waits for its slowest task, so such a "
+    "channel admitted like the others slows every channel; admitted less, it lags and "
+    "the others run ahead, as under backpressure in Flink. Needs `maxRowsPerChannel`.",
+    owner=_OWNER,
 )
 ROWS_PER_PARTITION = ConfigKey(
     "rowsPerPartition",
@@ -62,6 +81,7 @@ RESTORE_FROM = ConfigKey(
 SOURCE_OPTIONS: tuple[ConfigKey, ...] = (
     UPSTREAM,
     MAX_ROWS_PER_CHANNEL,
+    ADMISSION_FACTORS,
     ROWS_PER_PARTITION,
     RESTORE_FROM,
 )
@@ -79,6 +99,24 @@ class SourceSettings:
     restore_from: str | None
     #: The session's ``spark.sql.extensions`` classes.
     extensions: tuple[str, ...] = ()
+    #: Option ``admissionFactors`` as given (checked against the channels by
+    #: :meth:`admission`).
+    admission_factors: str = ""
+
+    def admission(self, channels: int) -> list[int | None]:
+        """Per channel, the most rows one micro-batch takes (None: no limit).
+
+        Raises
+        ------
+        ConfigError
+            If ``admissionFactors`` names a channel out of ``[0, channels)`` or a factor
+            that is not positive.
+        """
+        factors = parse_channel_factors(self.admission_factors, ADMISSION_FACTORS.name, channels)
+        limit = self.max_rows_per_channel
+        if limit is None:
+            return [None] * channels
+        return [max(1, math.floor(limit * factors.get(c, 1.0))) for c in range(channels)]
 
 
 def _did_you_mean(name: str, known: list[ConfigKey]) -> str:
@@ -131,6 +169,14 @@ def parse_source_options(options: Mapping[str, str]) -> SourceSettings:
             "spark.sql.streaming.barriered.* keys (see docs/configuration.md)"
         )
     max_rows = MAX_ROWS_PER_CHANNEL.read_int(rest)
+    factors = ADMISSION_FACTORS.read_str(rest) or ""
+    parse_channel_factors(factors, ADMISSION_FACTORS.name, sys.maxsize)  # the form, now
+    if factors.strip() and max_rows is None:
+        raise ConfigError(
+            f"option {ADMISSION_FACTORS.name!r} scales {MAX_ROWS_PER_CHANNEL.name!r}, "
+            f"which is not set: set {MAX_ROWS_PER_CHANNEL.name!r} too, or remove "
+            f"{ADMISSION_FACTORS.name!r}"
+        )
     rows_per_partition = ROWS_PER_PARTITION.read_int(rest)
     assert rows_per_partition is not None  # declared with a default
     conf.require_snapshot_path()
@@ -149,4 +195,5 @@ def parse_source_options(options: Mapping[str, str]) -> SourceSettings:
         rows_per_partition=rows_per_partition,
         restore_from=restore_from,
         extensions=tuple(e.strip() for e in session.get(SESSION_EXTENSIONS, "").split(",")),
+        admission_factors=factors,
     )

@@ -123,6 +123,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._completed: int | None = None
         self.user_schema = upstream.schema()
         self.channels = upstream.channel_count()
+        settings.admission(self.channels)  # refuses a factor of a channel that is not there
         self._target: list[int] | None = None
         self._report: dict[str, Any] | None = None
         self._planner = Planner()
@@ -309,10 +310,10 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if self._target is not None and len(self._target) < len(available):
             # an availableNow run reads a channel that joined up to where it was then
             self._target = [*self._target, *available[len(self._target) :]]
-        if isinstance(limit, ReadAllAvailable) or self.settings.max_rows_per_channel is None:
+        if isinstance(limit, ReadAllAvailable):
             admission: list[int | None] = [None] * self.channels
         else:
-            admission = [self.settings.max_rows_per_channel] * self.channels
+            admission = self.settings.admission(self.channels)
         triggers = TriggerLog.read(self.layout.triggers_file)
         if triggers.fatal:
             fatal = triggers.fatal
