@@ -225,9 +225,9 @@ def test_live_state_of_another_width_is_refused_and_nothing_is_written(tmp_path:
         list(narrower((0,), iter([batch([("a", 5)], [(2, {**meta, "base": 1})])]), live))
     assert str(err.value) == (
         "keyed operator 'totals': slot 0's live state in Spark's checkpoint was written with 4 "
-        "key groups per call, this query runs 2; nothing of the batch was written. Resume "
-        "with spark.sql.streaming.barriered.keyedKeyGroupsPerCall=4, or restore the latest "
-        'checkpoint into a new checkpoint location (.option("restoreFrom", "latest")), where '
-        "any width works: snapshots are per key group"
+        "key groups per call, this query runs 2 (the snapshot path's registration of the "
+        "operator does not match this checkpoint location); nothing of the batch was "
+        'written. Restore the latest checkpoint into a new checkpoint location (.option("'
+        'restoreFrom", "latest")), where any width works: snapshots are per key group'
     )
     assert tree(tmp_path) == before and live.get == kept
