@@ -143,16 +143,19 @@ class KeyedStream:
             same_path = SnapshotLayout.at(str(self.restore["root"])).root == layout.root
             defaults = dict(getattr(processor, "state_defaults", None) or {})
             restored = restored_files(self.restore, spec, defaults, same_path)
-        registered = read_json(layout.operator_file(operator), default=None)
+        path = layout.operator_file(operator)
+        registered = read_json(path, default=None)
         spec = replace(spec, key_groups_per_call=self._width(operator, registered))
-        registration, path = spec.to_dict(), layout.operator_file(operator)
+        registration = spec.to_dict()
         deferred_registrations.discard(layout.root, operator)
         # Unchanged: not rewritten (a query refused on a path in use changes nothing).
-        if registered != registration and self.restore is not None:
-            # written once the restored run started (the source may still refuse it)
-            deferred_registrations.defer(layout.root, operator, path, registration, self.restore)
-        elif registered != registration:
-            write_json(path, registration)
+        if registered != registration:
+            if self.restore is None:
+                write_json(path, registration)
+            else:  # written once the restored run started (the source may still refuse it)
+                deferred_registrations.defer(
+                    layout.root, operator, path, registration, self.restore
+                )
         key_group = F.when(
             F.col(BARRIER).isNull(), key_group_column(self.key_columns, self.max_parallelism)
         ).otherwise(F.col(SEQ).cast("int"))
