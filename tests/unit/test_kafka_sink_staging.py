@@ -102,3 +102,18 @@ def test_a_topic_column_sink_names_its_id_and_progress_topic(tmp_path: Path) -> 
     )
     assert s.producer_config() == {"bootstrap.servers": "b:1", "linger.ms": "50"}
     assert KafkaSinkSettings.from_dict(json.loads(json.dumps(s.to_dict()))) == s
+
+
+def test_a_record_acknowledged_without_an_offset_counts_as_undelivered() -> None:
+    """librdkafka reports a record whose retried batch met a sequence error as delivered
+    with no offset (-1001), though the log may lack it: the sink aborts as for an error."""
+    from confluent_kafka import KafkaError, Message
+
+    from barriered.sink.kafka.publisher import undelivered
+
+    assert undelivered(None, Message(topic="out", partition=2, offset=7)) is None
+    assert undelivered(None, Message(topic="out", partition=2, offset=-1001)) == (
+        "out-2: acknowledged without an offset (maybe not written)"
+    )
+    timeout = KafkaError(KafkaError._MSG_TIMED_OUT)
+    assert undelivered(timeout, Message(topic="out", partition=2)) == str(timeout)

@@ -230,6 +230,22 @@ def _headers(raw: Sequence[Mapping[str, Any]] | None) -> list[tuple[str, bytes |
     return None if raw is None else [(h["key"], h["value"]) for h in raw]
 
 
+def undelivered(err: Any, msg: Any) -> str | None:
+    """Why a delivery report does not prove its record is in the log (None: it does).
+
+    librdkafka reports a record of an idempotent producer delivered, with no offset, when
+    the broker answers a retried batch with a sequence error after a later batch of the
+    same producer was written: the record may be missing from the log. The
+    transaction is then aborted, as for an error.
+    """
+    if err is not None:
+        return str(err)
+    if msg.offset() is None:
+        where = f"{msg.topic()}-{msg.partition()}"
+        return f"{where}: acknowledged without an offset (maybe not written)"
+    return None
+
+
 def _produce(
     layout: SnapshotLayout, c: Clients, checkpoint_id: int, batches: Sequence[StagedBatch]
 ) -> int:
@@ -237,9 +253,10 @@ def _produce(
     s, producer = c.settings, c.producer
     errors: list[str] = []
 
-    def delivered(err: Any, _msg: Any) -> None:
-        if err is not None:
-            errors.append(str(err))
+    def delivered(err: Any, msg: Any) -> None:
+        problem = undelivered(err, msg)
+        if problem is not None:
+            errors.append(problem)
 
     total = sum(b.rows for b in batches)
     fs, root = filesystem(s.path)
