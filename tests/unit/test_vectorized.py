@@ -183,6 +183,8 @@ def test_key_groups_of_one_call_keep_their_own_state_changes_and_snapshot_files(
     list(operator((0,), iter(first), live))
     acks = read_acks(layout, 1)
     assert {p: a.rows for p, a in acks.items()} == {"state/totals/1": 1, "state/totals/3": 1}
+    # one acknowledgement file for the call's key groups: one write and one fsync
+    assert [f.name for f in Path(layout.acks_dir(1)).iterdir()] == ["state~totals~1+1.e0.json"]
     files = {p: pq.read_table(Path(layout.state_table, a.files[0].path)) for p, a in acks.items()}
     assert files["state/totals/1"].column("user_id").to_pylist() == ["a"]
     assert files["state/totals/3"].column("user_id").to_pylist() == ["c"]

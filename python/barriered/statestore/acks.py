@@ -4,16 +4,18 @@ A participant is a key group of a keyed operator (``state/<operator>/<key group>
 an in-flight writer of a channel (``inflight/<channel>``). When it has written its part
 of checkpoint ``n`` it writes one JSON file under ``_acks/<n>/``, listing the data files
 it wrote (ready to be added to a Delta table in the coordinator's single commit) and its
-sizes. Rewriting an ack (a retried task) replaces it whole. An ack carries the epoch of
-the run that wrote it (see :mod:`barriered.coordinator.ownership`) and is named after it,
-so the acks of a fenced run and of the run that took the path over never collide, and a
-coordinator only collects the acks of its own epoch.
+sizes; the key groups of one keyed call write theirs in one file (``{"acks": [...]}``,
+named after the first). Rewriting an ack (a retried task) replaces it whole. An ack
+carries the epoch of the run that wrote it (see :mod:`barriered.coordinator.ownership`)
+and is named after it, so the acks of a fenced run and of the run that took the path
+over never collide, and a coordinator only collects the acks of its own epoch.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -96,6 +98,21 @@ def write_ack(layout: SnapshotLayout, ack: Ack) -> None:
     write_json(layout.ack_file(ack.checkpoint_id, ack.participant, ack.epoch), ack.to_dict())
 
 
+def write_acks(layout: SnapshotLayout, acks: Sequence[Ack]) -> None:
+    """Publish the acknowledgements of one checkpoint by one run's task (the key groups
+    of one keyed call) in one file, named after the first participant: one atomic write
+    and one fsync for them all, and a retried task replaces them whole."""
+    if len(acks) == 1:
+        write_ack(layout, acks[0])
+        return
+    first = acks[0]
+    name = f"{first.participant}+{len(acks) - 1}"
+    write_json(
+        layout.ack_file(first.checkpoint_id, name, first.epoch),
+        {"acks": [a.to_dict() for a in acks]},
+    )
+
+
 def read_acks(
     layout: SnapshotLayout, checkpoint_id: int, epoch: int | None = None
 ) -> dict[str, Ack]:
@@ -108,9 +125,11 @@ def read_acks(
     acks: dict[str, Ack] = {}
     for name in list_names(folder):
         if name.endswith(".json"):
-            ack = Ack.from_dict(read_json(join(folder, name)))
-            if epoch is None or ack.epoch == epoch:
-                acks[ack.participant] = ack
+            payload = read_json(join(folder, name))
+            for d in payload.get("acks", [payload]):
+                ack = Ack.from_dict(d)
+                if epoch is None or ack.epoch == epoch:
+                    acks[ack.participant] = ack
     return acks
 
 

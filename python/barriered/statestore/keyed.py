@@ -48,7 +48,7 @@ from barriered.statestore.acks import (
     Ack,
     DataFile,
     state_participant,
-    write_ack,
+    write_acks,
     write_data_file,
 )
 from barriered.statestore.contract import Contract
@@ -224,19 +224,19 @@ class KeyedOperator:
                 for g in changed:
                     groups.setdefault(str(g), [0, {}])[0] += 1
         markers = batch[is_marker].sort_values(BARRIER) if is_marker.any() else batch[:0]
+        acks: dict[tuple[str, int], list[Ack]] = {}  # by snapshot path and checkpoint
         for checkpoint_id, meta_json, group in zip(
             markers[BARRIER], markers[BARRIER_META], markers[KEY_GROUP], strict=True
         ):
             mod_count, snapshots = groups.setdefault(str(int(group)), [0, {}])
             rows_of_group = _rows_of(table, int(group)).drop_columns([KEY_GROUP])
-            self._snapshot(
-                int(group),
-                int(checkpoint_id),
-                json.loads(meta_json),
-                rows_of_group,
-                mod_count,
-                snapshots,
+            meta = json.loads(meta_json)
+            ack = self._snapshot(
+                int(group), int(checkpoint_id), meta, rows_of_group, mod_count, snapshots
             )
+            acks.setdefault((meta["path"], int(checkpoint_id)), []).append(ack)
+        for (path, _), written in acks.items():
+            write_acks(SnapshotLayout.at(path), written)
         live.update((to_blob(table) if blob is None else blob, json.dumps(groups), width))
         if output is not None and len(output):
             yield output
@@ -306,7 +306,9 @@ class KeyedOperator:
         table: pa.Table,
         mod_count: int,
         snapshots: dict[str, int],
-    ) -> None:
+    ) -> Ack:
+        """Write the snapshot of one key group (nothing when unchanged since the base
+        checkpoint's) and return its acknowledgement, for the caller to publish."""
         layout = SnapshotLayout.at(meta["path"])
         base = meta.get("base")
         participant = state_participant(self.spec.operator, key_group)
@@ -336,7 +338,6 @@ class KeyedOperator:
                 bytes=sum(f.size for f in files),
                 epoch=epoch,
             )
-        write_ack(layout, ack)
         snapshots[str(checkpoint_id)] = mod_count
         for old in [k for k in snapshots if base is not None and int(k) < int(base)]:
             del snapshots[old]
@@ -348,3 +349,4 @@ class KeyedOperator:
             ack.changed,
             ack.rows,
         )
+        return ack
