@@ -60,12 +60,12 @@ WHY_MISSED = {
     "aggregates in generated JVM code; the fixed cost per call and batch weighs at small "
     "batches.",
     "e/b (aligned every 1s)": "a checkpoint every 1 s is one about every 3 batches of "
-    "~420 ms, and its cut batch costs ~160 ms more than an ordinary one (full run of "
-    "2026-11-27: 570 vs 406 ms p50): in the cut batch the keyed operator writes one state "
-    "file and one fsync'd acknowledgement per key group (128), ~2.9 ms each on this "
-    "machine (profiled in the saturated workload). One acknowledgement per task (for all "
-    "its key groups) and the state of a slot's key groups in one file would close it; both "
-    "change the snapshot layout's per-key-group files that restores and retention read.",
+    "~440 ms, and its cut batch costs ~50 ms more than an ordinary one (full run of "
+    "2026-11-27, 489 vs 438 ms p50; the run's per-round ratios spread 0.86-1.07): the "
+    "keyed operator writes one state file per key group (128: the state table is "
+    "partitioned by key group) and one acknowledgement per call (16), ~0.6 ms per key "
+    "group (measured in the Python worker). The state of a slot's key groups in one file "
+    "would remove most of it, at the cost of the per-key-group files restores read.",
 }
 
 SIZES = {

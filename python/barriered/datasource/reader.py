@@ -80,6 +80,15 @@ class MarkerPartition(InputPartition):
 
 
 @dataclass(frozen=True)
+class WithMarkers(InputPartition):
+    """A partition of records followed by a cut's marker rows: the markers ride in a
+    task the batch runs anyway (one more task is one more wave of them on few cores)."""
+
+    records: InputPartition
+    markers: MarkerPartition
+
+
+@dataclass(frozen=True)
 class InflightPartition(InputPartition):
     """Capture of one channel's in-flight range; yields no rows."""
 
@@ -410,11 +419,13 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 "path": self.layout.root,
                 "epoch": self.epoch,
             }
-            parts.append(
-                MarkerPartition(
-                    cut.checkpoint_id, self.settings.conf.max_parallelism, tuple(meta.items())
-                )
+            markers = MarkerPartition(
+                cut.checkpoint_id, self.settings.conf.max_parallelism, tuple(meta.items())
             )
+            if parts:
+                parts[0] = WithMarkers(parts[0], markers)
+            else:
+                parts.append(markers)
             for channel, a, b in () if self._follower is not None else cut.inflight:
                 parts.append(
                     InflightPartition(
@@ -460,7 +471,10 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     # -- executor side -------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if isinstance(partition, RangePartition):
+        if isinstance(partition, WithMarkers):
+            yield from self.read(partition.records)
+            yield from self.read(partition.markers)
+        elif isinstance(partition, RangePartition):
             table = self.upstream.read(partition.channel, partition.start, partition.end)
             positions = self.upstream.positions(table, partition.start)
             yield from data_batch(table, partition.channel, positions).to_batches()
