@@ -82,14 +82,13 @@ WHY_MISSED = {
     "unaligned / aligned": "unaligned ordinary batches are not slower than aligned ones "
     "(compare the ordinary batch column); see the cut batch column and the next entry.",
     "unaligned / checkpoints off": "an unaligned checkpoint cuts about every other batch "
-    "at a 1 s interval, and a cut batch costs ~170 ms more than an ordinary one (quick run "
-    "of 2026-11-27): the keyed operator writes every key group's state file and its "
-    "acknowledgement (128 of each; ~2.9 ms per key group measured alone, the fsync'd "
-    "acknowledgement about half of it), ~250 ms over its two tasks. Copying the in-flight "
-    "records costs nothing measurable (capture by reference: the same cut batch), nor does "
-    "the planner (~20 ms a batch in every mode); the coordinator's ~110 ms per checkpoint "
-    "runs beside the next batch. Fewer files per cut (one acknowledgement per task, or per "
-    "partition's key groups) would close it.",
+    "at a 1 s interval, and a cut batch costs ~90 ms more than an ordinary one (full run "
+    "of 2026-11-27: 882 vs 791 ms p50; ~170 ms before one acknowledgement per keyed call "
+    "and the marker rows riding in a records task): the keyed operator writes every key "
+    "group's state file (128), and the cut batch runs one in-flight capture task per "
+    "channel with records in flight, one more wave of tasks on 2 cores. By reference, "
+    "the same checkpoints reach 0.947. Captures riding in the records tasks would close "
+    "it here, and lengthen a cut batch on a cluster with a core per task.",
     "aligned / unaligned end-to-end": "an aligned checkpoint takes the backlog's batches "
     "(the slow channel delivers up to its barrier), an unaligned one its cut batch plus the "
     "acknowledgements and the coordinator's commit after it, not a few milliseconds as in "
