@@ -298,6 +298,7 @@ def markdown(record: dict[str, Any]) -> str:
             "key group reads its snapshot file on the executor) was within the run-to-run "
             "noise of the fresh query's first batch on the same small file: loading the "
             'state costs less than that noise. "state rows after" of the keyed runs counts '
-            "live state-store rows: one per key group (its state as one Arrow table).",
+            "live state-store rows: one per slot of key groups (a slot's state as one Arrow "
+            "table; a record before the slots of 2026-11-26 has one per key group).",
         ]
     )

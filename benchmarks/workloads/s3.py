@@ -91,15 +91,13 @@ TARGET_CHECKPOINT, TARGET_WRITE, TARGET_RESTORE = 2.0, 0.1, 2.0
 #: Why a target is missed and what would close it (by target label prefix; RESULTS.md).
 WHY_MISSED = {
     "checkpoint end-to-end": "the number of requests, not the bytes: a checkpoint of 128 "
-    "changed key groups made 2,800-3,400 requests to the server (22-26 per key group, see "
-    "the S3 section), where the plain upload of the same files makes 3 per file. Each key "
-    "group writes two files (its state file and its acknowledgement); before each, "
-    "pyarrow's create_dir PUTs an empty folder marker for every parent folder (~40% of the "
-    "requests), each file is a multipart upload (POST, PUT, POST) and the state file is "
-    "HEADed for its size; the local S3 server (moto, Python, on the same 2 cores) answers "
-    "one in a few ms. Writing each file with a single PUT and no create_dir on object "
-    "stores (S3 has no folders), and one acknowledgement per task instead of one per key "
-    "group, would close most of it.",
+    "changed key groups made ~450 requests to the server (full run of 2026-11-27; 883 "
+    "before one acknowledgement per keyed call and 2,800-3,400 before single-PUT writes), "
+    "~130 of them the state files' PUTs (one file per key group: the state table is "
+    "partitioned by key group), ~140 the driver's polls of _checkpoints and _coordinator "
+    "while it waits; the local S3 server (moto, Python, on the same 2 cores) answers one "
+    "in a few ms. The state of a slot's key groups in one file, and the driver waiting on "
+    "the coordinator in-process rather than polling the bucket, would close most of it.",
     "snapshot write": "the ratio divides the state bytes by the checkpoint's whole "
     "end-to-end time (a micro-batch, the acknowledgements and the Delta commits), which is "
     "dominated by fixed per-checkpoint costs, not by the upload of the bytes.",
