@@ -325,9 +325,9 @@ class KafkaBroker:
         a new producer costs half a second to get its producer id)."""
         if transactional not in self._producers:
             # One request in flight: with several, a first batch retried after a fresh
-            # partition's leader moved can reach the broker after the next one; the broker
-            # then answers DUPLICATE_SEQUENCE_NUMBER and librdkafka reports the record
-            # delivered, with no offset, though the log never got it.
+            # partition failed can reach the broker after the next one; the broker then
+            # answers with a sequence error and librdkafka reports the record delivered,
+            # with no offset, though the log never got it (as publisher.undelivered says).
             config = self._client_config(
                 **{
                     "enable.idempotence": True,
