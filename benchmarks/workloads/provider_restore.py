@@ -40,6 +40,18 @@ from benchmarks.harness import (
 from benchmarks.workloads.snapshot import drop_file, wait_for_checkpoint
 
 SEED_PARTITIONS, RESTORE_PARTITIONS = 2, 5
+#: Target (issue 24): the restore no slower than Spark's offline repartition.
+TARGET = 1.0
+#: Why the target is missed and what would close it (RESULTS.md).
+WHY_MISSED = (
+    "a key's partition is pmod(hash, partitions), which no key group decides, so each of "
+    "the 5 partitions reads every file of the store's table (Spark's vectorized Parquet "
+    "reader) and keeps a fifth of the rows; RocksDB's puts (each with a get for the row "
+    "count) are ~60% of a partition's load (1M keys: ~0.9 of ~1.5 s), and 5 tasks run in 3 "
+    "waves on 2 cores. Spark's offline repartition reads the state once, shuffles it, and "
+    "loads no running query's stores. One read per executor shared by its partitions would "
+    "close the read part."
+)
 SMALL = [f"user-{i}" for i in range(10)]
 
 

@@ -8,13 +8,19 @@ import com.fasterxml.jackson.databind.JsonNode;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
-import org.apache.parquet.hadoop.ParquetReader;
+import org.apache.hadoop.mapred.FileSplit;
+import org.apache.hadoop.mapreduce.TaskAttemptID;
+import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl;
+import org.apache.parquet.hadoop.ParquetInputFormat;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.execution.datasources.parquet.ParquetReadSupport;
+import org.apache.spark.sql.execution.datasources.parquet.VectorizedParquetRecordReader;
 import org.apache.spark.sql.execution.streaming.state.StateStore;
 import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -27,6 +33,8 @@ import org.slf4j.LoggerFactory;
  */
 final class StateLoader {
   private static final Logger LOG = LoggerFactory.getLogger(StateLoader.class);
+
+  private static final int BATCH_ROWS = 4096;
 
   private StateLoader() {}
 
@@ -85,11 +93,32 @@ final class StateLoader {
     }
   }
 
+  /**
+   * Spark's vectorized Parquet reader of one whole file, columns as {@code conf}'s requested
+   * schema: a batch of rows decoded column by column, several times faster than the row
+   * reader, which counts here because every partition reads every file of the store.
+   */
+  private static VectorizedParquetRecordReader vectorized(Path path, Configuration conf)
+      throws IOException {
+    long length = path.getFileSystem(conf).getFileStatus(path).getLen();
+    VectorizedParquetRecordReader reader = new VectorizedParquetRecordReader(false, BATCH_ROWS);
+    try {
+      reader.initialize(
+          new FileSplit(path, 0, length, new String[0]),
+          new TaskAttemptContextImpl(conf, new TaskAttemptID()));
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IOException("interrupted while opening " + path, e);
+    }
+    return reader;
+  }
+
   /** Put this partition's rows of {@code entry}'s files into {@code store}. */
   static long load(StateStore store, CutExporter exporter, JsonNode entry, int partitions) {
     int partition = exporter.storeId().partitionId();
     Configuration conf = new Configuration(exporter.conf());
     conf.set(ParquetReadSupport.SPARK_ROW_REQUESTED_SCHEMA(), exporter.fileSchema().json());
+    conf.set(ParquetInputFormat.READ_SUPPORT_CLASS, ParquetReadSupport.class.getName());
     for (String[] kv :
         new String[][] {
           {"spark.sql.parquet.binaryAsString", "false"},
@@ -109,16 +138,21 @@ final class StateLoader {
     long start = System.currentTimeMillis();
     for (JsonNode file : entry.path("files")) {
       Path path = new Path(file.asText());
-      try (ParquetReader<InternalRow> reader =
-          ParquetReader.builder(new ParquetReadSupport(), path).withConf(conf).build()) {
-        for (InternalRow row = reader.read(); row != null; row = reader.read()) {
-          if (Math.floorMod(row.getInt(0), partitions) != partition) {
-            continue;
+      try (VectorizedParquetRecordReader reader = vectorized(path, conf)) {
+        ColumnarBatch batch = reader.resultBatch();
+        ColumnVector hashes = batch.column(0);
+        while (reader.nextBatch()) {
+          for (int i = 0, n = batch.numRows(); i < n; i++) {
+            if (Math.floorMod(hashes.getInt(i), partitions) != partition) {
+              continue;
+            }
+            InternalRow row = batch.getRow(i); // the projections' rows are reused: RocksDB
+            // copies a key and a value into its own encoding at put
+            UnsafeRow key = keys.apply(row.getStruct(1, keyFields));
+            UnsafeRow value = values.apply(row.getStruct(2, valueFields));
+            store.put(key, value, "default");
+            loaded++;
           }
-          UnsafeRow key = keys.apply(row.getStruct(1, keyFields)).copy();
-          UnsafeRow value = values.apply(row.getStruct(2, valueFields)).copy();
-          store.put(key, value, "default");
-          loaded++;
         }
       } catch (IOException e) {
         throw new IllegalStateException(
