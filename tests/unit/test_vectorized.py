@@ -152,6 +152,11 @@ def test_a_marker_writes_the_state_table_as_one_parquet_file_and_a_restore_loads
         {"user_id": "a", "total": 6, "count": 2, "checkpoint_id": 1},
         {"user_id": "b", "total": 3, "count": 1, "checkpoint_id": 1},
     ]
+    # The key column, unique in the file, has no dictionary; the state columns keep one.
+    chunks = pq.ParquetFile(path).metadata.row_group(0)
+    encodings = {c.path_in_schema: c.encodings for c in map(chunks.column, range(4))}
+    assert "RLE_DICTIONARY" not in encodings["user_id"]
+    assert "RLE_DICTIONARY" in encodings["total"] and "RLE_DICTIONARY" in encodings["count"]
     # Unchanged since the base checkpoint 1: acknowledged without a file.
     list(operator((0,), iter([batch([], [(2, {**meta, "base": 1})])]), live))
     assert read_acks(layout, 2)["state/totals/1"].files == ()

@@ -111,6 +111,7 @@ class KeyGroupWriter:
                     {"operator": self.spec.operator, "key_group": str(key_group)},
                     f"ckpt-{self.checkpoint_id}",
                     state.append_column("checkpoint_id", ids),
+                    distinct=self.spec.key_columns,
                 )
             )
         return pa.table(

@@ -137,14 +137,33 @@ def read_acks(
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
 
+def _leaves(path: str, kind: pa.DataType) -> list[str]:
+    """The Parquet column paths of an Arrow field (a struct's, list's or map's leaves)."""
+    if pa.types.is_struct(kind):
+        return [p for f in kind for p in _leaves(f"{path}.{f.name}", f.type)]
+    if pa.types.is_map(kind):
+        key, value = f"{path}.key_value.key", f"{path}.key_value.value"
+        return [*_leaves(key, kind.key_type), *_leaves(value, kind.item_type)]
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _leaves(f"{path}.list.element", kind.value_type)
+    return [path]
+
+
 def write_data_file(
-    table_uri: str, partition_values: dict[str, str | None], prefix: str, table: pa.Table
+    table_uri: str,
+    partition_values: dict[str, str | None],
+    prefix: str,
+    table: pa.Table,
+    distinct: Sequence[str] = (),
 ) -> DataFile:
     """Write ``table`` as one Parquet data file in a Hive-style partition folder (at the
     table's root without partition values).
 
     The partition columns are not stored in the file (Delta takes them from the add
     action). The file name is unique, so a retried task never overwrites a committed file.
+    Columns named in ``distinct`` hold no value twice (a state file's keys): they are
+    written without a dictionary, which there only costs time and bytes (a key group of
+    78k string keys: 4.7 ms and 194 KB instead of 16 ms and 404 KB, zstd).
     """
     fs, root = filesystem(table_uri)
     folder = "/".join(
@@ -153,7 +172,10 @@ def write_data_file(
     rel = f"{folder}/{prefix}-{uuid.uuid4().hex}.parquet".lstrip("/")
     make_parent(fs, f"{root}/{rel}")
     buffer = pa.BufferOutputStream()  # its size is known: no request to ask the store
-    pq.write_table(table, buffer, compression="zstd")
+    dictionary = [
+        c for f in table.schema if f.name not in distinct for c in _leaves(f.name, f.type)
+    ]
+    pq.write_table(table, buffer, compression="zstd", use_dictionary=dictionary)
     data = buffer.getvalue()
     with fs.open_output_stream(f"{root}/{rel}") as out:
         out.write(data)

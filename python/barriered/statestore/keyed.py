@@ -325,6 +325,7 @@ class KeyedOperator:
                         {"operator": self.spec.operator, "key_group": str(key_group)},
                         f"ckpt-{checkpoint_id}",
                         table.append_column("checkpoint_id", ids),
+                        distinct=self.spec.key_columns,
                     ),
                 )
                 detail = {"participant": participant, "files": [f.path for f in files]}
