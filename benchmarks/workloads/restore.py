@@ -1,4 +1,4 @@
-"""Restore: time to restore 100k and 1M keys, into the same or a different parallelism.
+"""Restore: time to restore 100k, 1M and 10M keys, into the same or a different parallelism.
 
 For each size a snapshot path is seeded: a ``files`` upstream delivers one record per
 user (``keys`` distinct users) through the keyed running count (its silent variant, same
@@ -52,7 +52,7 @@ from benchmarks.workloads.snapshot import (
 )
 
 SIZES = {
-    "full": {"keys": (100_000, 1_000_000)},
+    "full": {"keys": (100_000, 1_000_000, 10_000_000)},
     "quick": {"keys": (5_000, 20_000)},
 }
 SEED_PARTITIONS, RESCALED_PARTITIONS = 2, 4
