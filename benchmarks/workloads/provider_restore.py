@@ -19,6 +19,7 @@ b. ``repartition``: the same keys ingested by the same query on Spark's plain Ro
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,7 @@ def _offline_repartition(ctx: Context, keys: int, data: Path) -> dict[str, Any]:
 def measure(ctx: Context, keys: int) -> dict[str, Any]:
     """Restore ``keys`` keys into 5 partitions; Spark's offline repartition of the same
     state; return both and their ratio."""
+    ctx = dataclasses.replace(ctx, workdir=ctx.workdir / f"{keys}-keys")  # a folder per size
     users = [f"user-{i}" for i in range(keys)]
     data, native, small = (ctx.workdir / f"restore-{n}" for n in ("data", "native", "small"))
     drop_file(data / "c0", "00-load", users)
