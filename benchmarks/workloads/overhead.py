@@ -60,12 +60,13 @@ WHY_MISSED = {
     "aggregates in generated JVM code; the fixed cost per call and batch weighs at small "
     "batches.",
     "e/b (aligned every 1s)": "a checkpoint every 1 s is one about every 3 batches of "
-    "~440 ms, and its cut batch costs ~50 ms more than an ordinary one (full run of "
-    "2026-11-27, 489 vs 438 ms p50; the run's per-round ratios spread 0.86-1.07): the "
-    "keyed operator writes one state file per key group (128: the state table is "
-    "partitioned by key group) and one acknowledgement per call (16), ~0.6 ms per key "
-    "group (measured in the Python worker). The state of a slot's key groups in one file "
-    "would remove most of it, at the cost of the per-key-group files restores read.",
+    "~450 ms, so e/b >= 0.95 needs a cut batch within ~55 ms of an ordinary one; it costs "
+    "50-70 ms more (full runs of 2026-11-27: +51 ms, e/b 0.967; +72 ms, e/b 0.935; per "
+    "round 0.86-1.09): the keyed operator writes one state file per key group (128: the "
+    "state table is partitioned by key group) and one acknowledgement per call (16), and "
+    "the coordinator spends ~80 ms of driver time per checkpoint (completion, Delta commits, "
+    "the _checkpoints row, retention) on the same 2 cores. The state of a slot's key groups "
+    "in one file, and less coordinator work per checkpoint, would close it.",
 }
 
 SIZES = {
