@@ -172,7 +172,7 @@ def write_data_file(
     rel = f"{folder}/{prefix}-{uuid.uuid4().hex}.parquet".lstrip("/")
     make_parent(fs, f"{root}/{rel}")
     buffer = pa.BufferOutputStream()  # its size is known: no request to ask the store
-    dictionary = [
+    dictionary: bool | list[str] = not distinct or [
         c for f in table.schema if f.name not in distinct for c in _leaves(f.name, f.type)
     ]
     pq.write_table(table, buffer, compression="zstd", use_dictionary=dictionary)
