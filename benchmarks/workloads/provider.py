@@ -467,7 +467,6 @@ def markdown(record: dict[str, Any]) -> str:
         for label, by in results["changed_fractions"].items()
         for d in DETECTIONS
     ]
-    restores = results.get("restores") or {str(results["restore"]["keys"]): results["restore"]}
     return "\n".join(
         [
             f'Spark\'s `groupBy("user_id").count()` over {params["keys"]} keys from '
@@ -529,7 +528,7 @@ def markdown(record: dict[str, Any]) -> str:
                 fractions,
             ),
             "",
-            *(_restore_line(restore) for restore in restores.values()),
+            "\n\n".join(_restore_line(restore) for restore in results["restores"].values()),
         ]
     )
 
@@ -544,5 +543,5 @@ def _restore_line(restore: dict[str, Any]) -> str:
         f"{restore['provider']['restored'].get('state_rows_after')} state rows); Spark's "
         f"offline repartition of the same RocksDB state: "
         f"{offline.get('repartition_seconds', offline.get('error'))} s; ratio "
-        f"{restore['restore_over_repartition']}.\n"
+        f"{restore['restore_over_repartition']}."
     )

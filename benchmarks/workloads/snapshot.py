@@ -270,8 +270,7 @@ def _ordinary_batches(batches: list[dict[str, Any]], before: set[int]) -> list[i
 
 def markdown(record: dict[str, Any]) -> str:
     """The snapshot-cost section of RESULTS.md."""
-    results = record["results"]
-    sizes = results.get("sizes") or {str(record["params"]["keys"]): results}  # older records
+    sizes = record["results"]["sizes"]
     rows = [
         [
             f"{int(keys):,}",
