@@ -107,8 +107,12 @@ final class StateLoader {
           new FileSplit(path, 0, length, new String[0]),
           new TaskAttemptContextImpl(conf, new TaskAttemptID()));
     } catch (InterruptedException e) {
+      reader.close();
       Thread.currentThread().interrupt();
       throw new IOException("interrupted while opening " + path, e);
+    } catch (IOException | RuntimeException e) {
+      reader.close();
+      throw e;
     }
     return reader;
   }
