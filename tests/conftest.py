@@ -32,9 +32,6 @@ if TYPE_CHECKING:
     from kafka_broker import KafkaBroker
     from s3_server import S3Server
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-
-
 _CONF = {
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "2",

@@ -4,7 +4,7 @@
 batch's start offset, the upstream grows along a script, the trigger log only ever gains
 requests and cancellations, and the clock is a fake ``now_ms`` per batch. The expected
 outcomes are written out batch by batch (positions, barrier positions, cut, in-flight
-ranges); the property tests check the invariants of DESIGN.md ("The model, in micro-batch
+ranges); the property tests check the invariants of docs/design.md ("The model, in micro-batch
 terms") against an independent model of per-channel delivery.
 """
 

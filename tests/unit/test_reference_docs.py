@@ -72,3 +72,28 @@ def test_checkpoints_table_columns_are_documented() -> None:
     rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
     documented = {name for cell in rows for name in re.findall(r"`([a-z_]+)`", cell)}
     assert documented == set(checkpoints_table.SCHEMA.names)
+
+
+def cited_documents(text: str) -> set[str]:
+    """Markdown files a text cites by a path with a folder (``docs/design.md``,
+    ``statestore/README.md``, ``../docs/design.md`` in a link), as written."""
+    return set(re.findall(r"(?<![\w/.])((?:\.\./)*(?:[\w-]+/)+[\w-]+\.md)\b", text))
+
+
+def test_every_document_the_code_and_docs_cite_is_in_the_repository() -> None:
+    """The repository stands alone: a docstring, comment or document that names a
+    Markdown file names one of the repository's own (the barrier rules, the design)."""
+    missing = []
+    sources = [*(ROOT / "python").rglob("*.py"), *(ROOT / "tests").rglob("*.py")]
+    sources.remove(Path(__file__).resolve())  # its examples below
+    sources += [p for p in ROOT.rglob("*.md") if not ({".venv", "build"} & set(p.parts))]
+    for path in sources:
+        for cited in cited_documents(path.read_text(encoding="utf-8")):
+            here = (path.parent / cited).resolve()
+            if not here.is_file() and not (ROOT / cited).is_file():
+                missing.append(f"{path.relative_to(ROOT)}: {cited}")
+    assert missing == []
+    assert cited_documents("see ``shared/conformance/README.md`` and [d](../docs/design.md)") == {
+        "shared/conformance/README.md",
+        "../docs/design.md",
+    }

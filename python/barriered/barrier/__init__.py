@@ -2,7 +2,7 @@
 
 Pure Python, no Spark. A source planner feeds a :class:`BarrierHandler` the events of its
 channels and acts on the decisions reported to its :class:`BarrierController`. The rules
-are those of ``shared/conformance/README.md``.
+are those of ``docs/barrier-handler.md``.
 """
 
 from __future__ import annotations

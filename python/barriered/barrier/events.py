@@ -1,6 +1,6 @@
 """Typed handler events and a parser for the conformance notation.
 
-The notation of ``shared/conformance/README.md``: ``d@c`` (data on channel ``c``),
+The notation of ``docs/barrier-handler.md``: ``d@c`` (data on channel ``c``),
 ``bN@c`` (barrier of checkpoint ``N``), ``xN@c`` (cancellation marker of ``N``),
 ``eop@c`` (end of partition) and ``t+MS`` (the clock advances by ``MS`` ms).
 """

@@ -8,7 +8,7 @@ the shared :class:`~barriered.barrier.context.HandlerContext` and returns the ne
 - :class:`CollectingChannelState` - the current checkpoint was triggered unaligned and its
   in-flight data is being recorded (collecting phase).
 
-The rules R1-R9 cited below are those of ``shared/conformance/README.md``.
+The rules R1-R9 cited below are those of ``docs/barrier-handler.md``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The planner runs in the source's driver-side worker before every micro-batch. It
 is the start offset, which it extends from a few readings (what the upstream has, the
 trigger log, the clock), so a restarted driver plans exactly the same batches.
 
-How a checkpoint ``n`` travels (see DESIGN.md, "The model, in micro-batch terms"):
+How a checkpoint ``n`` travels (see docs/design.md, "The model, in micro-batch terms"):
 
 1. ``n`` starts: a periodic checkpoint in the first batch planned once the coordinator's
    schedule (:mod:`barriered.datasource.schedule`) says it is due and not paused, a

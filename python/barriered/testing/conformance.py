@@ -1,6 +1,6 @@
 """Conformance adapter: run the source planner's barrier handling over a published scenario.
 
-See ``shared/conformance/README.md`` for the scenario format and the result dict. The
+See ``docs/barrier-handler.md`` for the scenario format and the result dict. The
 scenario drives a :class:`~barriered.barrier.BarrierHandler` with the production
 controller of the source planner, :class:`~barriered.datasource.alignment.BatchController`,
 fed through :func:`~barriered.datasource.alignment.feed`, as the planner's
