@@ -3,26 +3,24 @@ them (no Spark), and a record of every file under a path to prove a refusal wrot
 
 from __future__ import annotations
 
+import json
+import uuid
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from barriered.config import BarrieredConf
-from barriered.statestore import checkpoints_table
-from barriered.statestore.acks import write_data_file
-from barriered.statestore.delta_tables import (
-    INFLIGHT_PARTITIONS,
-    STATE_PARTITIONS,
-    as_json,
-    commit_files,
-)
-from barriered.statestore.fileio import write_json
+from barriered.statestore import checkpoints_table, retention
+from barriered.statestore.acks import DataFile, write_data_file
+from barriered.statestore.delta_tables import INFLIGHT_PARTITIONS, as_json, commit_files
+from barriered.statestore.fileio import filesystem, make_parent, write_json
 from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.state_schema import (
-    TYPED_DESCRIPTION,
-    file_schema,
-    table_schema,
-)
+from barriered.statestore.live_state import FileNotes
+from barriered.statestore.state_commit import commit_state_table
+from barriered.statestore.state_schema import file_schema, table_schema
 
 #: The column types a keyed operator registers: ``user_id string`` -> ``total long``.
 KEY_TYPE = {
@@ -54,25 +52,87 @@ STATE_FILE_SCHEMA = file_schema(registration())
 STATE_SCHEMA = table_schema([registration()])
 
 
-def state_rows(users: list[str], totals: list[int], checkpoint_id: int) -> pa.Table:
-    """A key group's snapshot file content: ``user_id, total, checkpoint_id``."""
+def state_rows(
+    users: list[str], totals: list[int], checkpoint_id: int, key_group: int = 3
+) -> pa.Table:
+    """State file rows: ``user_id, total, key_group, checkpoint_id``."""
+    n = len(users)
     return pa.table(
-        {"user_id": users, "total": totals, "checkpoint_id": [checkpoint_id] * len(users)},
+        {"user_id": users, "total": totals, "key_group": [key_group] * n,
+         "checkpoint_id": [checkpoint_id] * n},
         schema=STATE_FILE_SCHEMA,
-    )
+    )  # fmt: skip
+
+
+def state_file(
+    layout: SnapshotLayout,
+    rows: pa.Table,
+    checkpoint_id: int,
+    replaces: Iterable[int] = (),
+    operator: str = "op",
+) -> DataFile:
+    """A keyed partition's file of a cut (:mod:`barriered.statestore.live_state`):
+    ``rows`` (:func:`state_rows`), one row group per key group, that replace every older
+    row of the key groups ``replaces``."""
+    rows = rows.sort_by("key_group")
+    groups = sorted(set(rows["key_group"].to_pylist()))
+    notes = FileNotes(np.empty(0, np.int64), {}, tuple(replaces), tuple(groups))
+    rel = f"operator={operator}/p0-c{checkpoint_id}-{uuid.uuid4().hex}.parquet"
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, rows.schema.with_metadata(notes.metadata())) as writer:
+        for group in groups:
+            writer.write_table(rows.filter(pa.compute.equal(rows["key_group"], group)))
+    fs, path = filesystem(f"{layout.state_table}/{rel}")
+    make_parent(fs, path)
+    with fs.open_output_stream(path) as out:
+        out.write(sink.getvalue())
+    stats = {"numRecords": rows.num_rows, "minValues": {"key_group": min(groups, default=0)},
+             "maxValues": {"key_group": max(groups, default=0)}}  # fmt: skip
+    return DataFile(rel, sink.getvalue().size, rows.num_rows, {"operator": operator}, 0,
+                    json.dumps(stats), checkpoint_id)  # fmt: skip
 
 
 def commit_state(
     layout: SnapshotLayout,
     checkpoint_id: int,
-    files: list[object],
-    replace: list[dict[str, str]],
-    metadata: dict[str, object],
+    files: list[DataFile],
+    metadata: Mapping[str, object],
 ) -> int:
-    """Commit state files of a checkpoint as the coordinator does (typed table)."""
+    """Commit state files of a checkpoint as the coordinator does; returns the version
+    (the files it removed are recorded for retention)."""
+    commit = commit_state_table(layout, checkpoint_id, STATE_SCHEMA, files, metadata)
+    retention.record_removed(layout, retention.STATE, commit.version, commit.removed)
+    return commit.version
+
+
+#: The earlier layout of the ``state`` table: partitioned by key group too, one file per
+#: key group without a ``key_group`` column (restored, never written by this version).
+EARLIER_PARTITIONS = ["operator", "key_group"]
+
+
+def earlier_state(
+    layout: SnapshotLayout,
+    checkpoint_id: int,
+    groups: Mapping[int, Mapping[str, int]],
+    metadata: Mapping[str, object],
+) -> int:
+    """Commit a checkpoint of the earlier layout: one file per key group of ``groups``
+    (key group -> {user: total}), each replacing its key group's previous file."""
+    from barriered.statestore.state_schema import TYPED_DESCRIPTION
+
+    files = []
+    for group, totals in groups.items():
+        table = pa.table({"user_id": list(totals), "total": list(totals.values()),
+                          "checkpoint_id": [checkpoint_id] * len(totals)},
+                         schema=pa.schema([STATE_FILE_SCHEMA.field("user_id"),
+                                           STATE_FILE_SCHEMA.field("total"),
+                                           STATE_FILE_SCHEMA.field("checkpoint_id")]))  # fmt: skip
+        partition = {"operator": "op", "key_group": str(group)}
+        files.append(write_data_file(layout.state_table, partition, f"c{checkpoint_id}", table))
     return commit_files(
-        layout.state_table, STATE_SCHEMA, STATE_PARTITIONS, checkpoint_id, files,  # type: ignore[arg-type]
-        replace, metadata=metadata, description=TYPED_DESCRIPTION,
+        layout.state_table, STATE_SCHEMA, EARLIER_PARTITIONS, checkpoint_id, files,
+        [{"operator": "op", "key_group": str(g)} for g in groups], metadata=dict(metadata),
+        description=TYPED_DESCRIPTION,
     ).version  # fmt: skip
 
 
@@ -110,12 +170,11 @@ def checkpoint(
             INFLIGHT_PARTITIONS, cid, files,
         ).version  # fmt: skip
     state = state_rows(["u1"], [cid], cid)
-    f = write_data_file(layout.state_table, {"operator": "op", "key_group": "3"}, "t", state)
+    f = state_file(layout, state, cid, replaces=[3])
     return commit_state(
         layout,
         cid,
         [f],
-        [{"operator": "op", "key_group": "3"}],
         metadata={
             "barriered.kind": "checkpoint",
             "barriered.mode": "unaligned" if inflight else "aligned",

@@ -17,6 +17,7 @@ from barriered.coordinator.driver import QueryCoordinator
 from barriered.datasource.offsets import AbortedCheckpoint, Cut, SourceOffset, StartedCheckpoint
 from barriered.statestore.acks import (
     Ack,
+    DataFile,
     inflight_participant,
     state_participant,
     write_ack,
@@ -24,7 +25,7 @@ from barriered.statestore.acks import (
 )
 from barriered.statestore.fileio import write_json
 from barriered.statestore.layout import SnapshotLayout
-from snapshots import registration, state_rows
+from snapshots import registration, state_file, state_rows
 
 OPERATOR = "totals"
 KEY_GROUPS = 4
@@ -77,20 +78,22 @@ class SoakQuery:
         self.completed: list[int] = []
         #: Per completed checkpoint: the total of each key group it holds.
         self.totals_at: dict[int, dict[int, int]] = {}
+        #: Per key group, the files reported for checkpoints that were aborted: reported
+        #: again until a checkpoint completes (as a keyed partition does).
+        self.pending: dict[int, list[DataFile]] = {}
 
     def _state_ack(self, cid: int, key_group: int, changed: bool) -> Ack:
         participant = state_participant(OPERATOR, key_group)
-        if not changed:
+        files = list(self.pending.get(key_group, []))
+        if changed:  # the key group's whole state, replacing its older rows
+            self.totals[key_group] += cid
+            rows = state_rows([f"u{key_group}"], [self.totals[key_group]], cid, key_group)
+            files.append(state_file(self.layout, rows, cid, [key_group], OPERATOR))
+        self.pending[key_group] = files
+        if not files:
             return Ack(cid, participant, changed=False)
-        self.totals[key_group] += cid
-        table = state_rows([f"u{key_group}"], [self.totals[key_group]], cid)
-        f = write_data_file(
-            self.layout.state_table,
-            {"operator": OPERATOR, "key_group": str(key_group)},
-            f"ckpt-{cid}",
-            table,
-        )
-        return Ack(cid, participant, changed=True, files=(f,), rows=1, bytes=f.size)
+        size = sum(f.size for f in files)
+        return Ack(cid, participant, changed=True, files=tuple(files), rows=1, bytes=size)
 
     def _inflight_ack(self, cid: int, start: int, end: int) -> Ack:
         table = pa.table(
@@ -114,8 +117,7 @@ class SoakQuery:
         barrier = (cid * 10, cid * 10)
         unaligned = cid % 3 == 0
         inflight = ((0, barrier[0] - 4, barrier[0]),) if unaligned else ()
-        aborted = cid % 7 == 0
-        saved = list(self.totals)
+        aborted = cid % 7 == 0  # its state changes stay: the next checkpoint holds them
         changed = {cid % KEY_GROUPS, (cid * 3 + 1) % KEY_GROUPS}
         for kg in range(KEY_GROUPS):
             write_ack(self.layout, self._state_ack(cid, kg, kg in changed))
@@ -124,7 +126,6 @@ class SoakQuery:
         mode = "unaligned" if unaligned else "aligned"
         started = StartedCheckpoint(cid, "checkpoint", mode, barrier, now, reason="soak")
         if aborted:
-            self.totals = saved
             offset = SourceOffset(
                 positions=barrier,
                 last_id=cid,
@@ -141,4 +142,5 @@ class SoakQuery:
         if not aborted:
             self.completed.append(cid)
             self.totals_at[cid] = dict(enumerate(self.totals))
+            self.pending.clear()
         return cid

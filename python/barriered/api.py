@@ -15,7 +15,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 from pyspark.sql.types import StructType, _parse_datatype_string
 
-from barriered.config.keys import KEYED_KEY_GROUPS_PER_CALL
+from barriered.config.keys import (
+    KEYED_LOCAL_CACHE_DIR,
+    KEYED_LOCAL_CACHE_SIZE,
+    KEYED_MAX_RUNS,
+    KEYED_WRITE_BUFFER_SIZE,
+)
 from barriered.coordinator import deferred_registrations
 from barriered.coordinator.driver import QueryCoordinator
 from barriered.coordinator.listener import BarrieredListener
@@ -29,11 +34,12 @@ from barriered.datasource.columns import (
     SLOT,
 )
 from barriered.datasource.options import RESTORE_FROM
-from barriered.errors import CheckpointError, ConfigError, KeyedWidthError
+from barriered.errors import CheckpointError, ConfigError, KeyedStateError
 from barriered.session import installed_listeners, listener_of
+from barriered.statestore.delta_tables import open_table
 from barriered.statestore.fileio import read_json, write_json
-from barriered.statestore.key_groups import key_groups_per_call
-from barriered.statestore.keyed import LIVE_STATE_DDL, KeyedOperator, OperatorSpec
+from barriered.statestore.key_groups import group_values
+from barriered.statestore.keyed import LIVE_STATE_DDL, KeyedOperator, LiveSettings, OperatorSpec
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restored_state import restored_files
 from barriered.statestore.savepoints import Savepoint, export
@@ -113,10 +119,10 @@ class KeyedStream:
             When the processor lacks an attribute, its state schema has a field of a
             type keyed state cannot hold (named), or its columns clash with another
             operator's on the snapshot path.
-        KeyedWidthError
-            When ``keyedKeyGroupsPerCall`` is set to another width than the one the
-            operator runs with on this snapshot path, without a restore; nothing is
-            written.
+        KeyedStateError
+            When the query resumes live state of an earlier version's format, or the
+            snapshot path's state table has the earlier layout (one file per key group);
+            nothing is written.
         RestoreError
             With ``restoreFrom``, when the processor's key columns or types differ from
             the snapshot's operator, or a state field changed in a way a restore cannot
@@ -136,6 +142,7 @@ class KeyedStream:
                 f"{exc}; nothing was written"
             ) from None
         layout = SnapshotLayout.at(self.snapshot_path)
+        _check_state_layout(layout, operator)
         others = [r for name, r in layout.registrations().items() if name != operator]
         table_schema([*others, spec.to_dict()])
         restored = None
@@ -145,7 +152,7 @@ class KeyedStream:
             restored = restored_files(self.restore, spec, defaults, same_path)
         path = layout.operator_file(operator)
         registered = read_json(path, default=None)
-        spec = replace(spec, key_groups_per_call=self._width(operator, registered))
+        spec = replace(spec, partitions=self._partitions(operator, registered))
         registration = spec.to_dict()
         deferred_registrations.discard(layout.root, operator)
         # Unchanged: not rewritten (a query refused on a path in use changes nothing).
@@ -159,63 +166,91 @@ class KeyedStream:
         key_group = F.when(
             F.col(BARRIER).isNull(), key_group_column(self.key_columns, self.max_parallelism)
         ).otherwise(F.col(SEQ).cast("int"))
-        width = spec.key_groups_per_call
         grouped = (
             self.df.withColumn(KEY_GROUP, key_group)
-            .withColumn(SLOT, slot_column(width))
+            .withColumn(SLOT, group_column(spec.partitions, self.max_parallelism))
             .groupBy(SLOT)
         )
+        storage = (layout.root, settings_for(layout.root).options)
         return grouped.applyInPandasWithState(
-            KeyedOperator(
-                spec, processor, restored, (layout.root, settings_for(layout.root).options)
-            ),
+            KeyedOperator(spec, processor, layout.root, self._settings(), restored, storage),
             processor.output_schema,
             LIVE_STATE_DDL,
             "Append",
             GroupStateTimeout.NoTimeout,
         )
 
-    def _width(self, operator: str, registered: dict[str, Any] | None) -> int:
-        """The operator's key groups per call: the width its registration on the snapshot
-        path records (a resumed query's live state is per slot of that width), unless a
-        restore starts the live state afresh; else chosen from ``keyedKeyGroupsPerCall``,
-        ``maxParallelism`` and the session's ``spark.sql.shuffle.partitions``
-        (:func:`~barriered.statestore.key_groups.key_groups_per_call`).
+    def _partitions(self, operator: str, registered: dict[str, Any] | None) -> int:
+        """The shuffle partitions the operator's live state is split into: those its
+        registration on the snapshot path records (a resumed query's live state in
+        Spark's checkpoint is per partition; Spark resumes with the partitions its
+        checkpoint recorded, whatever the session says), unless a restore starts the
+        live state afresh; else the session's ``spark.sql.shuffle.partitions``.
 
         Raises
         ------
-        KeyedWidthError
-            When ``keyedKeyGroupsPerCall`` is set to another width than the recorded one
-            on a query that does not restore; nothing is written.
+        KeyedStateError
+            When the registration is an earlier version's (live state of another
+            format in Spark's checkpoint); nothing is written.
         """
+        if registered is not None and self.restore is None:
+            if "partitions" in registered:
+                return int(registered["partitions"])
+            raise KeyedStateError(
+                f"keyed operator {operator!r} on snapshot path {self.snapshot_path!r} was "
+                "started by an earlier version of barriered, whose live state in Spark's "
+                "checkpoint this version cannot read; nothing was written. Restore the "
+                "latest checkpoint into a new checkpoint location "
+                f'(.option("{RESTORE_FROM.name}", "latest"))'
+            )
         conf = self.df.sparkSession.conf
-        raw = conf.get(KEYED_KEY_GROUPS_PER_CALL.key, KEYED_KEY_GROUPS_PER_CALL.default)
-        setting = cast(int, KEYED_KEY_GROUPS_PER_CALL.parse(raw))
-        recorded = None if registered is None else registered.get("key_groups_per_call")
-        if recorded is not None and self.restore is None:
-            if setting and setting != recorded:
-                raise KeyedWidthError(
-                    f"keyed operator {operator!r} runs with {recorded} key groups per call on "
-                    f"snapshot path {self.snapshot_path!r} (its live state in Spark's "
-                    f"checkpoint is per slot of that many); {KEYED_KEY_GROUPS_PER_CALL.key}="
-                    f"{setting} cannot change it on resume: unset it, or restore the latest "
-                    f'checkpoint into a new checkpoint location (.option("{RESTORE_FROM.name}", '
-                    '"latest")), where any width works; nothing was written'
-                )
-            return int(recorded)
         partitions = int(conf.get("spark.sql.shuffle.partitions") or 200)
-        width = key_groups_per_call(self.max_parallelism, partitions, setting)
         log.info(
-            "keyed operator %s: %d key group(s) per call (maxParallelism %d, %d shuffle "
-            "partitions, %s=%d)",
+            "keyed operator %s: %d partition(s) of %d key groups",
             operator,
-            width,
-            self.max_parallelism,
             partitions,
-            KEYED_KEY_GROUPS_PER_CALL.name,
-            setting,
+            self.max_parallelism,
         )
-        return width
+        return partitions
+
+    def _settings(self) -> LiveSettings:
+        """The ``keyed.*`` settings of the session (what the executors' calls need)."""
+        conf = self.df.sparkSession.conf
+
+        def read(key: Any) -> Any:
+            raw = conf.get(key.key, key.default)
+            return None if raw is None else key.parse(raw)
+
+        return LiveSettings(
+            write_buffer=int(read(KEYED_WRITE_BUFFER_SIZE)),
+            max_runs=int(read(KEYED_MAX_RUNS)),
+            cache_size=int(read(KEYED_LOCAL_CACHE_SIZE)),
+            cache_dir=read(KEYED_LOCAL_CACHE_DIR),
+        )
+
+
+def _check_state_layout(layout: SnapshotLayout, operator: str) -> None:
+    """Refuse a snapshot path whose ``state`` table has the earlier layout (partitioned
+    by key group, one file per key group): this version's files span key groups.
+
+    Raises
+    ------
+    KeyedStateError
+        Naming the path and what to do; nothing is written.
+    """
+    table = open_table(layout.state_table, storage_options=layout.storage_options)
+    if table is not None and KEY_GROUP_PARTITION in table.metadata().partition_columns:
+        raise KeyedStateError(
+            f"keyed operator {operator!r}: the state table of snapshot path "
+            f"{layout.root!r} has the layout of an earlier version of barriered (one file "
+            "per key group), which this version reads but does not write; nothing was "
+            "written. Restore its latest checkpoint into a new snapshot path: "
+            f'.option("{RESTORE_FROM.name}", "{layout.root}") with another snapshotPath '
+            "(and a new checkpoint location)"
+        )
+
+
+KEY_GROUP_PARTITION = "key_group"
 
 
 def key_group_column(key_columns: Sequence[str], max_parallelism: int) -> Column:
@@ -225,11 +260,14 @@ def key_group_column(key_columns: Sequence[str], max_parallelism: int) -> Column
     return F.pmod(F.hash(*[F.col(c) for c in key_columns]), F.lit(max_parallelism))
 
 
-def slot_column(width: int) -> Column:
-    """What the keyed operator groups by: the slot of ``_key_group``,
-    ``_key_group div width`` as an ``int`` (:func:`barriered.statestore.key_groups.slot`):
-    one Python call per slot and batch."""
-    return F.expr(f"CAST({KEY_GROUP} DIV {int(width)} AS INT)")
+def group_column(partitions: int, max_parallelism: int) -> Column:
+    """What the keyed operator groups by: for the partition that owns ``_key_group``
+    (``_key_group * partitions div maxParallelism``), the ``int`` whose Spark hash puts
+    it into that partition (:func:`~barriered.statestore.key_groups.group_values`): one
+    group, and one Python call per micro-batch, per partition."""
+    values = F.array(*[F.lit(v) for v in group_values(partitions)])
+    owner = F.expr(f"CAST({KEY_GROUP} * {int(partitions)} DIV {int(max_parallelism)} AS INT)")
+    return F.element_at(values, owner + 1)
 
 
 def operator_spec(
@@ -269,9 +307,9 @@ def keyed(df: DataFrame, *key_columns: str) -> KeyedStream:
     """Partition a barriered stream into key groups by ``key_columns``.
 
     ``_key_group = pmod(hash(key columns), maxParallelism)``, computed by Spark; marker
-    rows are routed to the key group they address. The operator runs once per slot of
-    key groups (``keyedKeyGroupsPerCall``,
-    :func:`barriered.statestore.key_groups.key_groups_per_call`).
+    rows are routed to the key group they address. Each Spark partition owns a
+    contiguous range of key groups and the operator runs once per partition and
+    micro-batch (:func:`group_column`).
     """
     return KeyedStream(df, tuple(key_columns))
 

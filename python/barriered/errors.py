@@ -53,10 +53,11 @@ class RestoreError(BarrieredError, RuntimeError):
     """A snapshot cannot be restored into this query (missing, incompatible, corrupt)."""
 
 
-class KeyedWidthError(RestoreError):
-    """The keyed operator's slots (key groups per Python call) differ from those its live
-    state in Spark's checkpoint was written under: the message names the operator, both
-    widths and what to do (restore into a new checkpoint location, ``restoreFrom``)."""
+class KeyedStateError(RestoreError):
+    """The keyed operator's live state in Spark's checkpoint cannot serve this query (it
+    was written for other partitions or in another format), or a snapshot path's state
+    table has a layout this version does not write: the message names the operator, what
+    differs and what to do (restore into a new checkpoint location or snapshot path)."""
 
 
 class UpstreamError(BarrieredError, RuntimeError):

@@ -9,23 +9,18 @@ import os
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
 from barriered.errors import RestoreError
 from barriered.statestore import checkpoints_table, maintenance, retention
 from barriered.statestore.acks import Ack, DataFile, read_acks, write_ack, write_data_file
-from barriered.statestore.delta_tables import (
-    STATE_PARTITIONS,
-    as_json,
-    commit_files,
-    current_files,
-    truncate_log,
-)
+from barriered.statestore.delta_tables import as_json, current_files, truncate_log
 from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import resolve
-from snapshots import STATE_SCHEMA, state_rows
+from snapshots import commit_state, state_file, state_rows
 from soak import SoakQuery, Usage, usage
 
 
@@ -73,8 +68,8 @@ def assert_bounded_and_restorable(tmp_path: Path, early: int, late: int) -> None
     point = resolve(layout, str(oldest))
     assert point.barrier == (oldest * 10, oldest * 10)
     point.check_files()
-    table = DeltaTable(layout.state_table, version=point.state_version).to_pyarrow_table()
-    state = {r["key_group"]: r["total"] for r in table.to_pylist()}
+    table = DeltaTable(layout.state_table, version=point.state_version).scan().read_all()
+    state = {r["key_group"]: r["total"] for r in pa.table(table).to_pylist()}
     assert state == query.totals_at[oldest]
     if point.inflight:
         assert point.inflight == ((0, oldest * 10 - 4, oldest * 10),)
@@ -97,23 +92,12 @@ def test_disk_is_bounded_over_500_checkpoints(tmp_path: Path) -> None:
 
 def commit_checkpoint(layout: SnapshotLayout, cid: int) -> int:
     """Commit checkpoint ``cid`` (key group 0 rewritten) with its restore metadata."""
-    table = state_rows(["k1"], [cid], cid)
-    f = write_data_file(layout.state_table, {"operator": "op", "key_group": "0"}, "t", table)
-    commit = commit_files(
-        layout.state_table,
-        STATE_SCHEMA,
-        STATE_PARTITIONS,
-        cid,
-        [f],
-        [{"operator": "op", "key_group": "0"}],
-        metadata={"barriered.barrier": as_json({"0": cid * 10})},
-    )
-    retention.record_removed(layout, retention.STATE, commit.version, commit.removed)
-    return commit.version
+    f = state_file(layout, state_rows(["k1"], [cid], cid, 0), cid, replaces=[0])
+    return commit_state(layout, cid, [f], {"barriered.barrier": as_json({"0": cid * 10})})
 
 
 def values(layout: SnapshotLayout, version: int) -> list[str]:
-    table = DeltaTable(layout.state_table, version=version).to_pyarrow_table()
+    table = pa.table(DeltaTable(layout.state_table, version=version).scan().read_all())
     return [str(v) for v in table.column("total").to_pylist()]
 
 
@@ -127,11 +111,11 @@ def test_the_log_is_cut_at_the_oldest_retained_version_which_stays_a_restore_poi
 ) -> None:
     versions = {cid: commit_checkpoint(layout, cid) for cid in range(1, 7)}
     log_dir = Path(layout.state_table, "_delta_log")
-    assert len(list(log_dir.glob("*.json"))) == 6
+    assert len(list(log_dir.glob("*.json"))) == 7  # the table's creation, one per checkpoint
     # Commits younger than the grace period stay (a reader may be loading them).
     assert truncate_log(layout.state_table, versions[4], min_age_ms=600_000) == 0
 
-    assert truncate_log(layout.state_table, versions[4]) == 3
+    assert truncate_log(layout.state_table, versions[4]) == versions[4]  # 0 .. checkpoint 3
     assert sorted(p.name[:20] for p in log_dir.glob("*.json")) == [
         f"{versions[c]:020d}" for c in (4, 5, 6)
     ]
@@ -170,7 +154,7 @@ def test_the_log_before_a_young_delta_checkpoint_stays_for_the_grace_period(
     assert values(layout, versions[1]) == ["1"]  # still loadable
 
     age_everything()  # the checkpoint at the cut has been there for the grace period
-    assert truncate_log(layout.state_table, versions[4], min_age_ms=600_000) == 3
+    assert truncate_log(layout.state_table, versions[4], min_age_ms=600_000) == versions[4]
     assert values(layout, versions[4]) == ["4"]
 
     versions.update({cid: commit_checkpoint(layout, cid) for cid in (7, 8)})
@@ -209,12 +193,15 @@ def test_maintenance_removes_stray_acks_and_only_the_files_nothing_reads(
     # A crash after the commit of checkpoint 1 left its acknowledgement behind.
     (path,) = [f["path"] for f in current_files(DeltaTable(layout.state_table))]
     size = Path(layout.state_table, path).stat().st_size
-    kept = DataFile(path, size, 1, {"operator": "op", "key_group": "0"}, 0)
+    kept = DataFile(path, size, 1, {"operator": "op"}, 0)
     write_ack(layout, Ack(1, "state/op/0", True, (kept,)))
-    # A task acknowledged checkpoint 2 after it was aborted: its file was never committed.
-    table = state_rows(["k1"], [2], 2)
-    orphan = write_data_file(layout.state_table, {"operator": "op", "key_group": "0"}, "t", table)
-    write_ack(layout, Ack(2, "state/op/0", True, (orphan,)))
+    # A task acknowledged checkpoint 2 after it was aborted: its in-flight file was never
+    # committed; its keyed state file stays (its partition reports it again)
+    inflight = pa.table({"user_id": ["u"], "_channel": [0], "_seq": [7]})
+    orphan = write_data_file(layout.inflight_table, {"checkpoint_id": "2"}, "ch0", inflight)
+    write_ack(layout, Ack(2, "inflight/0", True, (orphan,)))
+    pending = state_file(layout, state_rows(["k1"], [2], 2, 0), 2, replaces=[0])
+    write_ack(layout, Ack(2, "state/op/0", True, (pending,)))
     # Checkpoint 3 is still pending: its acknowledgement stays.
     write_ack(layout, Ack(3, "state/op/1", False))
     retained = [retention.Retained(1, v1, None)]
@@ -227,6 +214,7 @@ def test_maintenance_removes_stray_acks_and_only_the_files_nothing_reads(
     assert report.acks_deleted == 2
     assert read_acks(layout, 1) == {} and read_acks(layout, 2) == {}
     assert read_acks(layout, 3)
-    assert not Path(layout.state_table, orphan.path).exists()
+    assert not Path(layout.inflight_table, orphan.path).exists()
+    assert Path(layout.state_table, pending.path).exists()
     assert DeltaTable(layout.state_table).file_uris() == committed
     assert values(layout, v1) == ["1"]

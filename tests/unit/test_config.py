@@ -62,7 +62,10 @@ def test_required_keys_exist_with_their_types_and_defaults() -> None:
         "coordinatorTimeout": ("duration", "2min"),
         "leaseTimeout": ("duration", "2min"),
         "provider.changeDetection": ("enum", "writes"),
-        "keyedKeyGroupsPerCall": ("int", "0"),
+        "keyed.writeBufferSize": ("bytes", "32m"),
+        "keyed.maxRuns": ("int", "8"),
+        "keyed.localCacheSize": ("bytes", "10g"),
+        "keyed.localCacheDir": ("path", None),
     }
     declared = {k.name: (k.type, k.default) for k in KEYS}
     assert declared == expected
@@ -95,7 +98,10 @@ def test_defaults() -> None:
         "coordinator_timeout_ms": 120_000,
         "lease_timeout_ms": 120_000,
         "provider_change_detection": "writes",
-        "keyed_key_groups_per_call": 0,
+        "keyed_write_buffer_size": 32 << 20,
+        "keyed_max_runs": 8,
+        "keyed_local_cache_size": 10 << 30,
+        "keyed_local_cache_dir": None,
     }
     assert conf.mode == "exactlyOnce"
     json.dumps(conf.to_dict())  # serialisable as snapshot metadata

@@ -32,8 +32,9 @@ def layout(tmp_path: Path) -> SnapshotLayout:
     return snapshot_path(tmp_path / "snap", BARRIERS)
 
 
-def state_commit(layout: SnapshotLayout, version: int) -> Path:
-    return Path(layout.state_table) / "_delta_log" / f"{version:020d}.json"
+def state_commit(layout: SnapshotLayout, checkpoint_id: int) -> Path:
+    """The state table's commit of checkpoint ``checkpoint_id`` (version 0 creates it)."""
+    return Path(layout.state_table) / "_delta_log" / f"{checkpoint_id:020d}.json"
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -45,7 +46,7 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 def test_a_lost_latest_state_commit_is_named_and_never_a_silent_fallback(
     layout: SnapshotLayout, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    lost = state_commit(layout, 2)  # checkpoint 3's completion point
+    lost = state_commit(layout, 3)  # checkpoint 3's completion point
     lost.unlink()
     before = tree(layout.root)
 
@@ -84,7 +85,7 @@ def test_a_lost_latest_state_commit_is_named_and_never_a_silent_fallback(
     assert run_cli(["inspect", layout.root, "--checkpoint", "2"], capsys)[0] == 0
 
     older = resolve(layout, "2")  # the explicit id restores the older checkpoint
-    assert (older.checkpoint_id, older.state_version, older.barrier) == (2, 1, (30, 20))
+    assert (older.checkpoint_id, older.state_version, older.barrier) == (2, 2, (30, 20))
     code, out, _ = run_cli(["restore-plan", layout.root, "--from", "2"], capsys)
     assert code == 0 and out.startswith(f"checkpoint 2 of snapshot path '{layout.root}'")
     assert tree(layout.root) == before  # nothing written, nothing deleted
@@ -133,16 +134,16 @@ def test_a_damaged_state_log_never_advises_starting_over(
         shutil.rmtree(log_dir)
         cause = f"the state table's log {str(log_dir)!r} is missing"
     elif damage == "a commit in the middle gone":
-        state_commit(layout, 1).unlink()
+        state_commit(layout, 2).unlink()
         cause = (
             f"Delta table {layout.state_table!r} cannot be read: commit "
-            f"{str(state_commit(layout, 1))!r} is missing"
+            f"{str(state_commit(layout, 2))!r} is missing"
         )
     else:
-        state_commit(layout, 2).write_text("garbage{\n")
+        state_commit(layout, 3).write_text("garbage{\n")
         cause = (
             f"Delta table {layout.state_table!r} cannot be read: commit "
-            f"{str(state_commit(layout, 2))!r} is not valid JSON"
+            f"{str(state_commit(layout, 3))!r} is not valid JSON"
         )
     before = tree(layout.root)
 
@@ -212,7 +213,7 @@ def test_the_exit_code_is_the_commands_every_time(layout: SnapshotLayout, tmp_pa
     """Before, delta-rs's native threads aborted about 1 run in 2 on this damaged path and
     1 in 10 on a healthy one at interpreter teardown (SIGABRT, exit 134)."""
     healthy = snapshot_path(tmp_path / "healthy", BARRIERS[:2])
-    state_commit(layout, 2).unlink()
+    state_commit(layout, 3).unlink()
     runs = 10  # 24 processes: ~15 s on 2 idle cores
     calm = run_many(["checkpoints", healthy.root], runs)
     damaged = run_many(["checkpoints", layout.root], runs)

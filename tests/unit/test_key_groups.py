@@ -11,12 +11,13 @@ from hypothesis import strategies as st
 from barriered.errors import KeyGroupError
 from barriered.statestore.key_groups import (
     SPARK_HASH_SEED,
+    group_values,
     key_group_for_key,
-    key_groups_per_call,
     key_types,
     parse_key,
+    partition_key_groups,
+    partition_of,
     shuffle_partition,
-    slot_key_groups,
     spark_hash,
     store_key_types,
 )
@@ -75,19 +76,25 @@ def test_key_group_is_spark_pmod_of_the_hash(value: int, max_parallelism: int) -
     assert key_group_for_key([value], ["int"], max_parallelism) == expected
 
 
-def test_the_shuffle_partition_is_the_hash_of_the_int_slot_of_the_key_group() -> None:
-    # HashPartitioning(slot int, n) = pmod(hash(_key_group div 8), n)
-    for group in (0, 1, 17, 127):
-        for n in (1, 2, 5, 200):
-            assert shuffle_partition(group, n, 8) == spark_hash([group // 8], ["int"]) % n
-            assert shuffle_partition(group, n, 1) == spark_hash([group], ["int"]) % n
-    assert [list(slot_key_groups(s, 8, 20)) for s in range(3)] == [
-        list(range(8)),
-        list(range(8, 16)),
-        list(range(16, 20)),
-    ]
+@pytest.mark.parametrize("max_parallelism", [1, 7, 8, 128, 32768])
+@pytest.mark.parametrize("partitions", [1, 2, 3, 5, 200])
+def test_each_partition_owns_one_contiguous_range_of_key_groups(
+    max_parallelism: int, partitions: int
+) -> None:
+    """Flink's key group ranges: every key group in exactly one partition, ranges in
+    order, sizes differing by at most one; the grouping value of a partition hashes
+    into it (HashPartitioning of one int: pmod(hash(v), n))."""
+    ranges = [partition_key_groups(p, partitions, max_parallelism) for p in range(partitions)]
+    assert [g for r in ranges for g in r] == list(range(max_parallelism))
+    sizes = {len(r) for r in ranges if len(r)}
+    assert max(sizes) - min(sizes) <= 1
+    for p, r in enumerate(ranges):
+        assert all(partition_of(g, partitions, max_parallelism) == p for g in r)
+        assert all(shuffle_partition(g, partitions, max_parallelism) == p for g in r)
+    values = group_values(partitions)
+    assert [spark_hash([v], ["int"]) % partitions for v in values] == list(range(partitions))
     with pytest.raises(KeyGroupError, match="partitions must be >= 1"):
-        shuffle_partition(3, 0, 8)
+        group_values(0)
 
 
 def test_key_types_come_from_the_recorded_key_schema() -> None:
@@ -221,29 +228,3 @@ def test_a_store_key_of_another_type_is_refused_naming_the_field(
     with pytest.raises(KeyGroupError, match=r"key field 'k\.x' has type") as refused:
         store_key_types(key, 1)
     assert shown in str(refused.value) and "structs of them" in str(refused.value)
-
-
-@pytest.mark.parametrize(
-    ("max_parallelism", "partitions", "width"),
-    [(128, 1, 8), (128, 4, 8), (128, 5, 4), (128, 16, 2), (128, 32, 1), (128, 200, 1),
-     (8, 1, 2), (8, 2, 1), (1024, 32, 8), (1024, 64, 4), (32768, 200, 8), (100, 3, 8)],
-)  # fmt: skip
-def test_auto_takes_the_widest_slots_that_leave_four_per_partition(
-    max_parallelism: int, partitions: int, width: int
-) -> None:
-    assert key_groups_per_call(max_parallelism, partitions) == width
-    slots = -(-max_parallelism // width)
-    assert slots >= 4 * partitions or width == 1
-    # As many partitions get work as with one key group per call (the default 128 key
-    # groups over 200 partitions: 97 busy partitions at width 1, 16 at a fixed 8).
-    busy = {w: len({shuffle_partition(g, partitions, w) for g in range(max_parallelism)})
-            for w in (1, width)}  # fmt: skip
-    assert busy[width] >= busy[1] - 1
-
-
-def test_a_set_width_is_taken_up_to_max_parallelism_and_bad_inputs_are_refused() -> None:
-    assert key_groups_per_call(128, 200, 3) == 3
-    assert key_groups_per_call(128, 200, 500) == 128
-    for bad in ((0, 2, 0), (128, 0, 0), (128, 2, -1)):
-        with pytest.raises(KeyGroupError, match="must be >= 1 and key groups per call >= 0"):
-            key_groups_per_call(*bad)

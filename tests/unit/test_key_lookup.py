@@ -22,11 +22,12 @@ from barriered.barrier import Mode
 from barriered.config import BarrieredConf
 from barriered.coordinator.driver import QueryCoordinator
 from barriered.datasource.offsets import Cut, SourceOffset, StartedCheckpoint
-from barriered.statestore.acks import Ack, DataFile, state_participant, write_ack, write_data_file
+from barriered.statestore.acks import Ack, DataFile, state_participant, write_ack
 from barriered.statestore.fileio import write_json
 from barriered.statestore.key_groups import key_group_for_key, shuffle_partition, spark_hash
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.state_schema import file_schema
+from snapshots import state_file
 
 GROUPS = 4
 KEY_SCHEMA = "k string, n int"
@@ -55,10 +56,10 @@ def registration(
     }
 
 
-# Slots of 4 key groups: --partitions places a key group by the slot the operator groups by.
+# --partitions places a key group in the partition whose range holds it.
 OP = {
     **registration("op", KEY_SCHEMA, [("k", "string"), ("n", "integer")]),
-    "key_groups_per_call": 4,
+    "partitions": 2,
 }
 
 
@@ -116,11 +117,12 @@ def layout(tmp_path: Path) -> SnapshotLayout:
                 "k": [k for k, _ in mine],
                 "n": [n for _, n in mine],
                 "total": [10 * n for _, n in mine],
+                "key_group": [kg] * len(mine),
                 "checkpoint_id": [1] * len(mine),
             },
             schema=file_schema(OP),
         )
-        f = write_data_file(lay.state_table, {"operator": "op", "key_group": str(kg)}, "t", table)
+        f = state_file(lay, table, 1)
         write_ack(lay, Ack(1, state_participant("op", kg), True, (f,), len(mine), f.size))
     qc.between_batches(tick=False)
     assert qc.status(1) == ("completed", None)
@@ -135,7 +137,8 @@ def test_a_key_is_found_with_its_key_group_partition_and_state(
         assert cli.main(argv) == 0
         found = json.loads(capsys.readouterr().out)
         group = group_of(k, n)
-        assert (found["key_group"], found["partition"]) == (group, shuffle_partition(group, 3, 4))
+        assert (found["key_group"], found["partition"]) == (group, group * 3 // GROUPS)
+        assert found["partition"] == shuffle_partition(group, 3, GROUPS)
         assert found["key"] == {"k": k, "n": str(n)} and found["checkpoint_id"] == 1
         (row,) = found["state_rows"]  # only this key, not the others of its key group
         assert row == {"key_group": group, "k": k, "n": n, "total": 10 * n, "checkpoint_id": 1}

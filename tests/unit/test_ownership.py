@@ -26,11 +26,11 @@ from barriered.datasource.offsets import Cut, SourceOffset, StartedCheckpoint
 from barriered.datasource.triggers import TriggerLog
 from barriered.errors import FencedError, SnapshotPathInUseError, SnapshotStoreError
 from barriered.statestore import checkpoints_table
-from barriered.statestore.acks import Ack, read_acks, state_participant, write_ack, write_data_file
+from barriered.statestore.acks import Ack, read_acks, state_participant, write_ack
 from barriered.statestore.delta_tables import commit_files
 from barriered.statestore.fileio import write_json
 from barriered.statestore.layout import SnapshotLayout
-from snapshots import registration, state_rows
+from snapshots import registration, state_file, state_rows
 
 GROUPS = 2
 LEASE_MS = 60_000
@@ -64,10 +64,8 @@ def layout(tmp_path: Path) -> SnapshotLayout:
 def publish(layout: SnapshotLayout, checkpoint_id: int, epoch: int, total: int) -> None:
     """What the keyed operator of the run with ``epoch`` writes for a checkpoint."""
     for kg in range(GROUPS):
-        table = state_rows([f"k{kg}"], [total], 1)
-        f = write_data_file(
-            layout.state_table, {"operator": "op", "key_group": str(kg)}, "t", table
-        )
+        f = state_file(layout, state_rows([f"k{kg}"], [total], checkpoint_id, kg), checkpoint_id,
+                       replaces=[kg])  # fmt: skip
         write_ack(
             layout,
             Ack(checkpoint_id, state_participant("op", kg), True, (f,), 1, f.size, epoch=epoch),
@@ -88,8 +86,8 @@ def cut(qc: QueryCoordinator, checkpoint_id: int, position: int) -> None:
 
 
 def totals(layout: SnapshotLayout, version: int) -> list[str]:
-    rows = DeltaTable(layout.state_table, version=version).to_pyarrow_table().to_pylist()
-    return sorted(f"{r['key_group']}:{r['total']}" for r in rows)
+    rows = pa.table(DeltaTable(layout.state_table, version=version).scan().read_all())
+    return sorted(f"{r['key_group']}:{r['total']}" for r in rows.to_pylist())
 
 
 def run_elsewhere(layout: SnapshotLayout, code: str) -> None:

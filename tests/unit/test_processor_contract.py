@@ -13,13 +13,15 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from barriered.errors import ConfigError, ProcessorError
 from barriered.statestore.acks import read_acks
 from barriered.statestore.contract import Contract
-from barriered.statestore.keyed import KeyedOperator, OperatorSpec, RestoredFiles, from_blob
+from barriered.statestore.keyed import KeyedOperator, LiveSettings, OperatorSpec, Restored
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.live_state import RestoredFile
 from barriered.statestore.state_schema import columns_schema, struct_schema
 from file_tree import tree
 from typed_processors import (
@@ -68,8 +70,12 @@ def spec(
         state_type=_spark_json(state),
         input_columns=COLUMNS,
         output_columns=output,
-        key_groups_per_call=4,  # one slot (0) of key groups 0-3
+        partitions=1,  # one partition (group 0) of key groups 0-3
     )
+
+
+def settings(tmp_path: Path) -> LiveSettings:
+    return LiveSettings(32 << 20, 8, 1 << 30, str(tmp_path / "cache"))
 
 
 TOTALS = spec([("total", "long"), ("count", "long")])
@@ -92,7 +98,8 @@ def run_once(
     layout = SnapshotLayout.at(str(tmp_path / "snap"))
     marker = {"path": layout.root, "base": None, "epoch": 0}
     live = Live()
-    out = list(KeyedOperator(operator_spec, processor)((0,), iter([batch(records, marker)]), live))
+    operator = KeyedOperator(operator_spec, processor, layout.root, settings(tmp_path))
+    out = list(operator((0,), iter([batch(records, marker)]), live))
     return out, live
 
 
@@ -133,7 +140,7 @@ def test_an_output_missing_a_column_is_refused_not_committed_null(tmp_path: Path
 def test_a_key_held_twice_in_the_new_state_is_refused_naming_the_key(tmp_path: Path) -> None:
     # The state of 'a' given to the processor, and its new state: 'a' twice.
     layout = SnapshotLayout.at(str(tmp_path / "snap"))
-    operator = KeyedOperator(TOTALS, KeepsKeysTwice())
+    operator = KeyedOperator(TOTALS, KeepsKeysTwice(), layout.root, settings(tmp_path))
     live = Live()
     list(operator((0,), iter([batch([("a", 1)])]), live))
     assert live.get is not None
@@ -199,22 +206,28 @@ def test_state_of_every_type_delta_stores_round_trips_live_and_through_a_snapsho
 ) -> None:
     schema = columns_schema(ALL_TYPES.to_dict())
     expected = pa.Table.from_pylist([{"user_id": "a", **VALUES}], schema=schema).to_pylist()
-    expected = [{**row, "_key_group": 1} for row in expected]  # live state: with its key group
     out, live = run_once(processor, tmp_path, [("a", 1)], ALL_TYPES)
     assert pd.concat(out).to_dict("records") == [{"user_id": "a", "seen": False}]
-    assert live.get is not None and from_blob(live.get[0]).to_pylist() == expected
-    # The live state read back by the next batch.
-    operator = KeyedOperator(ALL_TYPES, processor)
+    # The snapshot file the cut wrote: the state, typed, with its key group and checkpoint.
+    layout = SnapshotLayout.at(str(tmp_path / "snap"))
+    ack = read_acks(layout, 1)["state/totals/1"]
+    path = str(Path(layout.state_table, ack.files[0].path))
+    written = pq.read_table(path).to_pylist()
+    assert written == [{**expected[0], "key_group": 1, "checkpoint_id": 1}]
+    # The live state read back by the next batch (from the file, through the cache).
+    operator = KeyedOperator(ALL_TYPES, processor, layout.root, settings(tmp_path))
     out = list(operator((0,), iter([batch([("a", 1)])]), live))
     assert pd.concat(out).to_dict("records") == [{"user_id": "a", "seen": True}]
-    # The snapshot file, loaded by a restored run.
-    ack = read_acks(SnapshotLayout.at(str(tmp_path / "snap")), 1)["state/totals/1"]
-    path = str(Path(SnapshotLayout.at(str(tmp_path / "snap")).state_table, ack.files[0].path))
-    restored = KeyedOperator(ALL_TYPES, processor, RestoredFiles(1, {1: (path,)}))
-    fresh = Live()
-    out = list(restored((0,), iter([batch([("a", 1)])]), fresh))
+    # The snapshot file, read by a restored run (on a machine without the cache).
+    restored = KeyedOperator(
+        ALL_TYPES,
+        processor,
+        layout.root,
+        settings(tmp_path / "other-machine"),
+        Restored(1, (RestoredFile(path, 1, 1),)),
+    )
+    out = list(restored((0,), iter([batch([("a", 1)])]), Live()))
     assert pd.concat(out).to_dict("records") == [{"user_id": "a", "seen": True}]
-    assert fresh.get is not None and from_blob(fresh.get[0]).to_pylist() == expected
 
 
 @pytest.mark.parametrize(

@@ -10,14 +10,11 @@ from deltalake import DeltaTable
 
 from barriered.statestore import retention
 from barriered.statestore.acks import Ack, read_acks, write_ack, write_data_file
-from barriered.statestore.delta_tables import (
-    INFLIGHT_PARTITIONS,
-    STATE_PARTITIONS,
-    commit_files,
-    state_replacements,
-)
+from barriered.statestore.delta_tables import INFLIGHT_PARTITIONS, commit_files
 from barriered.statestore.layout import SnapshotLayout
-from snapshots import STATE_SCHEMA, state_rows
+from snapshots import commit_state as commit_files_of_state
+from snapshots import state_file as keyed_file
+from snapshots import state_rows
 
 INFLIGHT_FILE = pa.schema(
     [("user_id", pa.string()), ("_channel", pa.int32()), ("_seq", pa.int64())]
@@ -25,25 +22,15 @@ INFLIGHT_FILE = pa.schema(
 
 
 def state_file(layout: SnapshotLayout, key_group: int, checkpoint_id: int, total: int):
-    table = state_rows(["k1"], [total], checkpoint_id)
-    return write_data_file(
-        layout.state_table, {"operator": "op", "key_group": str(key_group)}, "t", table
-    )
+    """A key group's whole state (one key) as a partition's file of a cut: it replaces
+    every older row of the key group."""
+    rows = state_rows(["k1"], [total], checkpoint_id, key_group)
+    return keyed_file(layout, rows, checkpoint_id, replaces=[key_group])
 
 
 def commit_state(layout: SnapshotLayout, checkpoint_id: int, groups: dict[int, int]) -> int:
     files = [state_file(layout, kg, checkpoint_id, total) for kg, total in groups.items()]
-    acks = [Ack(checkpoint_id, f"state/op/{kg}", changed=True) for kg in groups]
-    commit = commit_files(
-        layout.state_table,
-        STATE_SCHEMA,
-        STATE_PARTITIONS,
-        checkpoint_id,
-        files,
-        state_replacements(acks),
-    )
-    retention.record_removed(layout, retention.STATE, commit.version, commit.removed)
-    return commit.version
+    return commit_files_of_state(layout, checkpoint_id, files, {})
 
 
 def commit_inflight(layout: SnapshotLayout, checkpoint_id: int) -> int:
@@ -60,7 +47,7 @@ def parquet_files(folder: str) -> set[str]:
 
 
 def totals(layout: SnapshotLayout, version: int) -> list[str]:
-    rows = DeltaTable(layout.state_table, version=version).to_pyarrow_table().to_pylist()
+    rows = pa.table(DeltaTable(layout.state_table, version=version).scan().read_all()).to_pylist()
     return sorted(f"{r['key_group']}:{r['total']}" for r in rows)
 
 
@@ -111,16 +98,22 @@ def test_inflight_records_leave_the_table_then_the_disk(layout: SnapshotLayout) 
     assert i2 < i3
 
 
-def test_discard_deletes_uncommitted_files_of_an_aborted_checkpoint(
+def test_discard_deletes_uncommitted_inflight_files_and_keeps_keyed_state_files(
     layout: SnapshotLayout,
 ) -> None:
+    """An aborted checkpoint's in-flight files go; its keyed state files stay: the live
+    state of the partition that wrote one reads it and reports it at its next cut."""
     v1 = commit_state(layout, 1, {0: 5})
-    orphan = state_file(layout, 0, 2, 6)
-    write_ack(layout, Ack(2, "state/op/0", changed=True, files=(orphan,)))
+    pending = state_file(layout, 0, 2, 6)
+    table = pa.table({"user_id": ["u"], "_channel": [0], "_seq": [7]}, schema=INFLIGHT_FILE)
+    orphan = write_data_file(layout.inflight_table, {"checkpoint_id": "2"}, "ch0", table)
+    write_ack(layout, Ack(2, "state/op/0", changed=True, files=(pending,)))
+    write_ack(layout, Ack(2, "inflight/0", changed=True, files=(orphan,)))
     assert read_acks(layout, 2)
     retention.discard(layout, 2, delete_data=True)
     assert read_acks(layout, 2) == {}
-    assert orphan.path not in parquet_files(layout.state_table)
+    assert orphan.path not in parquet_files(layout.inflight_table)
+    assert pending.path in parquet_files(layout.state_table)
     assert totals(layout, v1) == ["0:5"]
 
 
@@ -142,7 +135,7 @@ def test_an_unread_file_stays_for_the_grace_period(layout: SnapshotLayout) -> No
     assert retention.apply(layout, retained, min_age_ms=60_000, now_ms=1_000_000) == 0
     assert retention.apply(layout, retained, min_age_ms=60_000, now_ms=1_059_999) == 0
     assert parquet_files(layout.state_table) == files
-    assert reader.to_pyarrow_table().column("total").to_pylist() == [10]
+    assert pa.table(reader.scan().read_all()).column("total").to_pylist() == [10]
 
     assert retention.apply(layout, retained, min_age_ms=60_000, now_ms=1_060_000) == 1
     assert len(files - parquet_files(layout.state_table)) == 1

@@ -1,5 +1,5 @@
 """The keyed operator's engine without Spark: the vectorized merge, the per-key form on
-it, snapshots of the Arrow state and the lazy restore of a key group."""
+it, the file a cut writes and the lazy restore of a partition's keys."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from barriered.errors import KeyedWidthError
+from barriered.errors import KeyedStateError
 from barriered.examples import RunningTotals
 from barriered.statestore.acks import read_acks
 from barriered.statestore.contract import Contract
 from barriered.statestore.key_groups import key_group_for_key
-from barriered.statestore.keyed import KeyedOperator, OperatorSpec, RestoredFiles, from_blob
+from barriered.statestore.keyed import KeyedOperator, LiveSettings, OperatorSpec, Restored
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.live_state import RestoredFile
 from barriered.statestore.vectorized import PerKey, merge
 from file_tree import tree
 
@@ -33,7 +34,7 @@ COLUMNS = ("user_id", "amount", "_channel", "_seq", "_barrier", "_barrier_meta",
 SPEC = OperatorSpec(
     "totals", ("user_id",), "user_id string", "total long, count long",
     "user_id string, total long", 4, json.dumps(KEY_TYPE), json.dumps(STATE_TYPE), COLUMNS,
-    ("user_id", "total"), key_groups_per_call=4,
+    ("user_id", "total"), partitions=1,
 )  # fmt: skip
 
 
@@ -79,7 +80,8 @@ def batch(
     markers: list[tuple[int, dict[str, Any]]] = (),  # type: ignore[assignment]
     group: int = 1,
 ) -> pd.DataFrame:
-    """Rows of key group ``group`` (of slot 0), and a marker row for it per checkpoint."""
+    """Rows of key group ``group`` (of partition 0), and a marker row for it per
+    checkpoint."""
     rows: list[tuple[Any, ...]] = [
         (u, a, 0, i, None, None, group) for i, (u, a) in enumerate(records)
     ]
@@ -128,71 +130,79 @@ def test_the_per_key_form_runs_on_the_same_merge_and_can_clear_a_key() -> None:
     ]
 
 
-def test_a_marker_writes_the_state_table_as_one_parquet_file_and_a_restore_loads_it(
+def settings(tmp_path: Path) -> LiveSettings:
+    return LiveSettings(32 << 20, 8, 1 << 30, str(tmp_path / "cache"))
+
+
+def operator_at(tmp_path: Path, processor: Any, spec: OperatorSpec = SPEC) -> KeyedOperator:
+    root = SnapshotLayout.at(str(tmp_path / "snap")).root
+    return KeyedOperator(spec, processor, root, settings(tmp_path))
+
+
+def test_a_marker_writes_the_changed_keys_as_one_file_and_a_restore_reads_it(
     tmp_path: Path,
 ) -> None:
     layout = SnapshotLayout.at(str(tmp_path / "snap"))
     meta = {"path": layout.root, "base": None, "epoch": 0}
     live = Live()
-    operator = KeyedOperator(SPEC, RunningTotals())
+    operator = operator_at(tmp_path, RunningTotals())
     out = list(operator((0,), iter([batch([("a", 2), ("b", 3), ("a", 4)], [(1, meta)])]), live))
     assert pd.concat(out).to_dict("records") == [
         {"user_id": "a", "total": 6},
         {"user_id": "b", "total": 3},
     ]
-    assert live.get is not None and from_blob(live.get[0]).to_pylist() == [
-        {"user_id": "a", "total": 6, "count": 2, "_key_group": 1},
-        {"user_id": "b", "total": 3, "count": 1, "_key_group": 1},
-    ]
     ack = read_acks(layout, 1)["state/totals/1"]
     assert ack.changed and ack.rows == 2 and len(ack.files) == 1
     path = Path(layout.state_table, ack.files[0].path)
-    assert ack.files[0].path.startswith("operator=totals/key_group=1/ckpt-1-")
-    assert pq.read_table(path).to_pylist() == [
-        {"user_id": "a", "total": 6, "count": 2, "checkpoint_id": 1},
-        {"user_id": "b", "total": 3, "count": 1, "checkpoint_id": 1},
+    assert ack.files[0].path.startswith("operator=totals/p0-c1-")
+    assert sorted(pq.read_table(path).to_pylist(), key=lambda r: r["user_id"]) == [
+        {"user_id": "a", "total": 6, "count": 2, "key_group": 1, "checkpoint_id": 1},
+        {"user_id": "b", "total": 3, "count": 1, "key_group": 1, "checkpoint_id": 1},
     ]
     # The key column, unique in the file, has no dictionary; the state columns keep one.
     chunks = pq.ParquetFile(path).metadata.row_group(0)
     encodings = {c.path_in_schema: c.encodings for c in map(chunks.column, range(4))}
     assert "RLE_DICTIONARY" not in encodings["user_id"]
     assert "RLE_DICTIONARY" in encodings["total"] and "RLE_DICTIONARY" in encodings["count"]
-    # Unchanged since the base checkpoint 1: acknowledged without a file.
+    # Nothing changed since the base checkpoint 1: acknowledged without a file.
     list(operator((0,), iter([batch([], [(2, {**meta, "base": 1})])]), live))
     assert read_acks(layout, 2)["state/totals/1"].files == ()
-    # A restored run: the slot has no live state and loads its key groups' files on its
-    # first call; key group 2 of the same slot has no file and starts empty.
-    restored = KeyedOperator(SPEC, PerKeyTotals(), RestoredFiles(1, {1: (str(path),)}))
-    fresh = Live()
+    # A restored run reads the keys of its rows from the restored file on its first call
+    # (key group 2 has no row there and starts empty).
+    restored = KeyedOperator(
+        SPEC,
+        PerKeyTotals(),
+        layout.root,
+        settings(tmp_path / "another-machine"),
+        Restored(1, (RestoredFile(str(path), 1, 1),)),
+    )
     rows = pd.concat([batch([("b", 10)]), batch([("z", 1)], group=2)], ignore_index=True)
-    out = list(restored((0,), iter([rows]), fresh))
+    out = list(restored((0,), iter([rows]), Live()))
     assert pd.concat(out).to_dict("records") == [
         {"user_id": "b", "total": 13},
         {"user_id": "z", "total": 1},
     ]
-    assert fresh.get is not None
-    assert sorted(from_blob(fresh.get[0]).to_pylist(), key=lambda r: r["user_id"]) == [
-        {"user_id": "a", "total": 6, "count": 2, "_key_group": 1},
-        {"user_id": "b", "total": 13, "count": 2, "_key_group": 1},
-        {"user_id": "z", "total": 1, "count": 1, "_key_group": 2},
-    ]
 
 
-def test_key_groups_of_one_call_keep_their_own_state_changes_and_snapshot_files(
+def test_a_cut_writes_one_file_for_the_call_with_a_row_group_per_key_group(
     tmp_path: Path,
 ) -> None:
     layout = SnapshotLayout.at(str(tmp_path / "snap"))
     meta = {"path": layout.root, "base": None, "epoch": 0}
-    operator, live = KeyedOperator(SPEC, RunningTotals()), Live()
+    operator, live = operator_at(tmp_path, RunningTotals()), Live()
     first = [batch([("a", 1)], [(1, meta)], group=1), batch([("c", 5)], [(1, meta)], group=3)]
     list(operator((0,), iter(first), live))
     acks = read_acks(layout, 1)
     assert {p: a.rows for p, a in acks.items()} == {"state/totals/1": 1, "state/totals/3": 1}
     # one acknowledgement file for the call's key groups: one write and one fsync
     assert [f.name for f in Path(layout.acks_dir(1)).iterdir()] == ["state~totals~1+1.e0.json"]
-    files = {p: pq.read_table(Path(layout.state_table, a.files[0].path)) for p, a in acks.items()}
-    assert files["state/totals/1"].column("user_id").to_pylist() == ["a"]
-    assert files["state/totals/3"].column("user_id").to_pylist() == ["c"]
+    assert acks["state/totals/1"].files == acks["state/totals/3"].files  # one file
+    parquet = pq.ParquetFile(Path(layout.state_table, acks["state/totals/1"].files[0].path))
+    assert parquet.metadata.num_row_groups == 2
+    assert [parquet.read_row_group(i).column("user_id").to_pylist() for i in (0, 1)] == [
+        ["a"],
+        ["c"],
+    ]
     # Only key group 3 changes before checkpoint 2: key group 1 acknowledges without a file.
     base = {**meta, "base": 1}
     second = [batch([], [(2, base)], group=1), batch([("c", 1)], [(2, base)], group=3)]
@@ -200,41 +210,41 @@ def test_key_groups_of_one_call_keep_their_own_state_changes_and_snapshot_files(
     acks = read_acks(layout, 2)
     assert acks["state/totals/1"].files == () and not acks["state/totals/1"].changed
     assert acks["state/totals/3"].changed and acks["state/totals/3"].rows == 1
-    assert live.get is not None and json.loads(live.get[1]) == {
-        "1": [1, {"1": 1, "2": 1}],
-        "3": [2, {"1": 1, "2": 2}],
-    }
 
 
-def test_a_key_the_processor_adds_outside_its_rows_gets_its_own_key_group() -> None:
+def test_a_key_the_processor_adds_outside_its_rows_gets_its_own_key_group(
+    tmp_path: Path,
+) -> None:
     class AddsZ(RunningTotals):
         def process_batch(self, rows: pd.DataFrame, state: pd.DataFrame) -> Any:
             output, new = super().process_batch(rows, state)
             extra = pd.DataFrame({"user_id": ["z"], "total": [0], "count": [0]})
             return output, pd.concat([new, extra], ignore_index=True)
 
-    live = Live()
-    list(KeyedOperator(SPEC, AddsZ())((0,), iter([batch([("a", 1)])]), live))
-    assert live.get is not None
-    groups = {r["user_id"]: r["_key_group"] for r in from_blob(live.get[0]).to_pylist()}
+    layout = SnapshotLayout.at(str(tmp_path / "snap"))
+    meta = {"path": layout.root, "base": None, "epoch": 0}
+    list(operator_at(tmp_path, AddsZ())((0,), iter([batch([("a", 1)], [(1, meta)])]), Live()))
+    ack = read_acks(layout, 1)["state/totals/1"]
+    rows = pq.read_table(Path(layout.state_table, ack.files[0].path)).to_pylist()
+    groups = {r["user_id"]: r["key_group"] for r in rows}
     assert groups == {"a": 1, "z": key_group_for_key(["z"], ["string"], 4)}
 
 
-def test_live_state_of_another_width_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+def test_live_state_of_other_partitions_is_refused_and_nothing_is_written(
+    tmp_path: Path,
+) -> None:
     layout = SnapshotLayout.at(str(tmp_path / "snap"))
     meta = {"path": layout.root, "base": None, "epoch": 0}
     live = Live()
-    list(KeyedOperator(SPEC, RunningTotals())((0,), iter([batch([("a", 1)], [(1, meta)])]), live))
-    assert live.get is not None and live.get[2] == 4  # the width it was written under
+    list(operator_at(tmp_path, RunningTotals())((0,), iter([batch([("a", 1)], [(1, meta)])]), live))
     before, kept = tree(tmp_path), live.get
-    narrower = KeyedOperator(replace(SPEC, key_groups_per_call=2), RunningTotals())
-    with pytest.raises(KeyedWidthError) as err:
-        list(narrower((0,), iter([batch([("a", 5)], [(2, {**meta, "base": 1})])]), live))
+    two = operator_at(tmp_path, RunningTotals(), replace(SPEC, partitions=2))
+    with pytest.raises(KeyedStateError) as err:  # partition 1 of 2 groups by 0
+        list(two((0,), iter([batch([("a", 5)], [(2, {**meta, "base": 1})])]), live))
     assert str(err.value) == (
-        "keyed operator 'totals': slot 0's live state in Spark's checkpoint was written with 4 "
-        "key groups per call, this query runs 2 (the snapshot path's registration of the "
-        "operator does not match this checkpoint location); nothing of the batch was "
-        'written. Restore the latest checkpoint into a new checkpoint location (.option("'
-        'restoreFrom", "latest")), where any width works: snapshots are per key group'
+        "keyed operator 'totals': the live state in Spark's checkpoint of the call for "
+        "partition 1 of 2 was written for partition 0 of 1; nothing was written. Restore "
+        'the latest checkpoint into a new checkpoint location (.option("restoreFrom", '
+        '"latest"))'
     )
     assert tree(tmp_path) == before and live.get == kept

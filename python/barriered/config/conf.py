@@ -113,7 +113,10 @@ class BarrieredConf:
     coordinator_timeout_ms: int = _default_int("coordinator_timeout_ms")
     lease_timeout_ms: int = _default_int("lease_timeout_ms")
     provider_change_detection: str = _default_str("provider_change_detection")
-    keyed_key_groups_per_call: int = _default_int("keyed_key_groups_per_call")
+    keyed_write_buffer_size: int = _default_int("keyed_write_buffer_size")
+    keyed_max_runs: int = _default_int("keyed_max_runs")
+    keyed_local_cache_size: int = _default_int("keyed_local_cache_size")
+    keyed_local_cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         for config_key in KEYS:
@@ -123,7 +126,7 @@ class BarrieredConf:
             expected: type = (
                 bool
                 if config_key.type == "bool" or config_key is MODE
-                else (int if config_key.type in ("int", "duration") else str)
+                else (int if config_key.type in ("int", "duration", "bytes") else str)
             )
             if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
                 raise ConfigError(

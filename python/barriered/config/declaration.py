@@ -9,6 +9,7 @@ and the reference tables of ``docs/configuration.md`` all read the declaration.
 Values are strings, as in Spark's conf:
 
 * durations: ``500ms``, ``10s``, ``1.5s``, ``2min``, ... (:mod:`barriered.durations`);
+* sizes: ``512k``, ``64m``, ``10g`` (binary units, as Spark's byte strings), or bytes;
 * booleans: ``true`` / ``false`` (any case);
 * integers: decimal digits with an optional sign; floats: a decimal number;
 * enums: one of the choices, any case (the canonical spelling is kept).
@@ -32,14 +33,41 @@ __all__ = ["PREFIX", "ConfigKey", "ConfigValue", "ValueType", "closest", "lookup
 #: Prefix of every session configuration key of spark-barriered.
 PREFIX = "spark.sql.streaming.barriered."
 
-ValueType = Literal["duration", "int", "float", "bool", "enum", "str", "path", "json", "prefix"]
-"""The type of a value (durations are parsed to milliseconds; ``prefix`` declares a
-family of options under the name, passed on to a client unparsed)."""
+ValueType = Literal[
+    "duration", "bytes", "int", "float", "bool", "enum", "str", "path", "json", "prefix"
+]
+"""The type of a value (durations are parsed to milliseconds, sizes to bytes; ``prefix``
+declares a family of options under the name, passed on to a client unparsed)."""
 
 ConfigValue = int | float | bool | str | None
 """A parsed value: ``int`` (ints, durations in ms), ``float``, ``bool``, ``str``."""
 
 _INT_RE = re.compile(r"^[+-]?\d+$")
+_BYTES_RE = re.compile(r"^(\d+)\s*([kmgt]?)b?$", re.IGNORECASE)
+_BYTE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+BYTES_FORMS = "a size such as 512k, 64m or 10g (binary units), or a number of bytes"
+
+
+def byte_count(text: str) -> int:
+    """The bytes of a size (``64m``, ``10g``, ``4096``).
+
+    Raises
+    ------
+    ValueError
+        When ``text`` is not a size.
+    """
+    found = _BYTES_RE.match(text.strip())
+    if found is None:
+        raise ValueError("not a size")
+    return int(found.group(1)) * _BYTE_UNITS[found.group(2).lower()]
+
+
+def format_bytes(count: int) -> str:
+    """``count`` bytes in the largest binary unit that divides it (``64m``)."""
+    for unit in ("t", "g", "m", "k"):
+        if count and count % _BYTE_UNITS[unit] == 0:
+            return f"{count // _BYTE_UNITS[unit]}{unit}"
+    return str(count)
 
 
 @dataclass(frozen=True)
@@ -51,8 +79,8 @@ class ConfigKey:
     name : str
         The name without :data:`PREFIX`, e.g. ``"checkpointInterval"``; a session key's
         per-source option has the same name.
-    type : {"duration", "int", "float", "bool", "enum", "str", "path", "json", "prefix"}
-        How the string value is parsed (durations to milliseconds).
+    type : {"duration", "bytes", "int", "float", "bool", "enum", "str", "path", "json", "prefix"}
+        How the string value is parsed (durations to milliseconds, sizes to bytes).
     default : str or None
         The default as a string, like Spark's ``createWithDefaultString``; ``None`` if
         there is none (the component that needs a value says so).
@@ -63,7 +91,8 @@ class ConfigKey:
     choices : tuple of str, default ()
         The canonical spellings of an ``enum``.
     min_value, max_value : int or None, default None
-        Inclusive bounds of an ``int`` or ``float``, or of a ``duration`` in milliseconds.
+        Inclusive bounds of an ``int`` or ``float``, of a ``duration`` in milliseconds, or
+        of a size in bytes.
     restore_may_change : bool, default True
         Whether a restore may use another value than the snapshot was taken with.
     owner : str, default ""
@@ -118,6 +147,8 @@ class ConfigKey:
         """
         if self.type == "duration":
             return DURATION_FORMS + self.range_text()
+        if self.type == "bytes":
+            return BYTES_FORMS + self.range_text()
         if self.type in ("int", "float"):
             return ("an integer" if self.type == "int" else "a number") + self.range_text()
         if self.type == "bool":
@@ -130,7 +161,7 @@ class ConfigKey:
 
     def range_text(self) -> str:
         """The declared bounds as text, e.g. ``", at least 10ms"`` (``""`` if none)."""
-        fmt = format_duration if self.type == "duration" else str
+        fmt = {"duration": format_duration, "bytes": format_bytes}.get(self.type, str)
         lo, hi = self.min_value, self.max_value
         if lo is not None and hi is not None:
             return f", from {fmt(lo)} to {fmt(hi)}"
@@ -178,6 +209,13 @@ class ConfigKey:
                 raise bad(str(exc)) from None
             self.check_range(ms, where, raw)
             return ms
+        if self.type == "bytes":
+            try:
+                count = byte_count(text)
+            except ValueError as exc:
+                raise bad(str(exc)) from None
+            self.check_range(count, where, raw)
+            return count
         if self.type == "int":
             if not _INT_RE.match(text):
                 raise bad("not an integer")
@@ -264,6 +302,8 @@ class ConfigKey:
             return "true" if value else "false"
         if self.type == "duration" and isinstance(value, int):
             return format_duration(value)
+        if self.type == "bytes" and isinstance(value, int):
+            return format_bytes(value)
         return str(value)
 
     # -- reading an option from a source's or sink's options --------------------------
@@ -287,7 +327,7 @@ class ConfigKey:
         return self.default_value if raw is None else self.parse(raw)
 
     def read_int(self, options: Mapping[str, str]) -> int | None:
-        """:meth:`read` of an ``int`` or ``duration`` option."""
+        """:meth:`read` of an ``int``, ``duration`` or ``bytes`` option."""
         value = self.read(options)
         assert value is None or (isinstance(value, int) and not isinstance(value, bool))
         return value

@@ -292,21 +292,56 @@ PROVIDER_CHANGE_DETECTION = _declare(
     )
 )
 
-KEYED_KEY_GROUPS_PER_CALL = _declare(
+KEYED_WRITE_BUFFER_SIZE = _declare(
     ConfigKey(
-        "keyedKeyGroupsPerCall",
+        "keyed.writeBufferSize",
+        "bytes",
+        "32m",
+        "How much of barriered.keyed()'s changed state one Spark partition buffers in "
+        "Spark's state store between two files: the buffer is read and written at each "
+        "micro-batch, so a larger one costs every batch more; beyond it the changes are "
+        "spilled to a file of their own (merged into the next checkpoint's file), like "
+        "Flink's RocksDB write buffer.",
+        field="keyed_write_buffer_size",
+        min_value=1 << 10,
+        max_value=1 << 30,
+    )
+)
+KEYED_MAX_RUNS = _declare(
+    ConfigKey(
+        "keyed.maxRuns",
         "int",
-        "0",
-        "How many key groups of barriered.keyed() one Python call handles per micro-batch "
-        "(a slot): wider slots pay Spark's fixed cost per call (Python call, Arrow and "
-        "pandas conversions, a state store get and put) once for all their key groups, "
-        "but there are only maxParallelism / width slots to spread over the shuffle "
-        "partitions. 0 (auto) takes the largest power of two up to 8 that leaves 4 slots "
-        "per shuffle partition, else 1. Chosen when the query is first started on a "
-        "snapshot path and kept on resume (the live state in Spark's checkpoint is per "
-        "slot); a restore into a new checkpoint location may change it.",
-        field="keyed_key_groups_per_call",
-        min_value=0,
+        "8",
+        "How many state files of one Spark partition barriered.keyed() reads a key "
+        "through (one per checkpoint that changed it) before a checkpoint writes the "
+        "partition's whole state as one file (compaction): more files make checkpoints "
+        "cheaper and reads of keys not in the newest files dearer.",
+        field="keyed_max_runs",
+        min_value=1,
+        max_value=64,
+    )
+)
+KEYED_LOCAL_CACHE_SIZE = _declare(
+    ConfigKey(
+        "keyed.localCacheSize",
+        "bytes",
+        "10g",
+        "Local disk each machine may use to cache barriered.keyed()'s state files, "
+        "indexed by key (the files on the snapshot path are the state; the cache serves "
+        "reads of the keys a batch touches). The least recently used files go beyond it; "
+        "the state itself may be larger than memory and than this cache.",
+        field="keyed_local_cache_size",
+        min_value=1 << 20,
+    )
+)
+KEYED_LOCAL_CACHE_DIR = _declare(
+    ConfigKey(
+        "keyed.localCacheDir",
+        "path",
+        None,
+        "The folder of the cache of keyed.localCacheSize on each machine.",
+        field="keyed_local_cache_dir",
+        default_doc="under SPARK_LOCAL_DIRS, else the temporary folder",
     )
 )
 

@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame
 from barriered.datasource.columns import KEY_GROUP
 from barriered.errors import StateProcessorError
 from barriered.statestore.acks import DataFile, write_data_file
-from barriered.statestore.keyed import KeyedOperator, OperatorSpec
+from barriered.statestore.keyed import OperatorSpec, bound_processor
 from barriered.statestore.state_schema import columns_schema
 from barriered.statestore.vectorized import merge
 
@@ -64,10 +64,8 @@ class KeyGroupWriter:
         schema = columns_schema(self.spec.to_dict())
         if self.processor is None:
             return rows.select(schema.names).cast(schema)
-        operator = KeyedOperator(self.spec, self.processor)
-        _, state = merge(
-            schema.empty_table(), rows.to_pandas(), operator.processor, operator.contract
-        )
+        processor, contract = bound_processor(self.spec, self.processor)
+        _, state = merge(schema.empty_table(), rows.to_pandas(), processor, contract)
         return state
 
     def repeated(self, rows: pa.Table) -> pa.Table | None:

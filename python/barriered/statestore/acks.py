@@ -53,10 +53,15 @@ class DataFile:
     rows: int
     partition_values: dict[str, str | None]
     modification_time: int
+    #: Delta ``stats`` JSON when the writer has more than the record count.
+    stats: str | None = None
+    #: A keyed state file: the checkpoint whose cut wrote it (the order of a partition's
+    #: files, :mod:`barriered.statestore.keyed_commit`).
+    cut: int | None = None
 
     def stats_json(self) -> str:
-        """Delta ``stats`` of the file (record count)."""
-        return json.dumps({"numRecords": self.rows})
+        """Delta ``stats`` of the file (at least the record count)."""
+        return self.stats or json.dumps({"numRecords": self.rows})
 
 
 @dataclass(frozen=True)

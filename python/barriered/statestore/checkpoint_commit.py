@@ -21,17 +21,12 @@ import pyarrow.parquet as pq
 from barriered.coordinator.model import CompletedCheckpoint
 from barriered.statestore import operators
 from barriered.statestore.acks import Ack
-from barriered.statestore.delta_tables import (
-    INFLIGHT_PARTITIONS,
-    STATE_PARTITIONS,
-    as_json,
-    commit_files,
-    state_replacements,
-)
+from barriered.statestore.delta_tables import INFLIGHT_PARTITIONS, as_json, commit_files
 from barriered.statestore.fileio import filesystem
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.retention import store_versions
-from barriered.statestore.state_schema import TYPED_DESCRIPTION, table_schema
+from barriered.statestore.state_commit import commit_state_table
+from barriered.statestore.state_schema import table_schema
 
 log = logging.getLogger(__name__)
 
@@ -109,25 +104,21 @@ def commit_checkpoint(
         for a in acks
         if a.participant.startswith("inflight/")
     }
-    commit = commit_files(
-        layout.state_table,
-        table_schema(registrations),
-        STATE_PARTITIONS,
+    commit = commit_state_table(
+        layout,
         cid,
+        table_schema(registrations),
         [f for a in state_acks for f in a.files],
-        state_replacements(state_acks),
-        metadata={
+        {
             "barriered.kind": done.kind,
             "barriered.mode": done.effective_mode or done.mode,
             "barriered.barrier": as_json({str(k): v for k, v in done.positions.items()}),
             "barriered.inflight": as_json(ranges),
             "barriered.inflight_version": inflight_version,
-            "barriered.epoch": epoch,
             operators.VERSIONS_KEY: as_json(stores),
             **metadata,
         },
-        storage_options=layout.storage_options,
-        description=TYPED_DESCRIPTION,
+        epoch,
     )
     log.debug("checkpoint %d: state table version %d", cid, commit.version)
     return CheckpointCommit(

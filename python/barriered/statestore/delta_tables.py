@@ -41,7 +41,9 @@ from barriered.statestore.storage import delta_options
 
 log = logging.getLogger(__name__)
 
-STATE_PARTITIONS = ["operator", "key_group"]
+#: The ``state`` table's partitions: one folder per keyed operator (its files span key
+#: groups; an earlier layout also partitioned by ``key_group``).
+STATE_PARTITIONS = ["operator"]
 INFLIGHT_PARTITIONS = ["checkpoint_id"]
 APP_ID_PREFIX = "barriered."
 
@@ -69,10 +71,42 @@ def open_table(
         ) from exc
 
 
-def read_table(
-    table: DeltaTable, columns: Sequence[str] | None = None, where: pc.Expression | None = None
+def has_deletion_vectors(table: DeltaTable) -> bool:
+    """Whether readers of ``table`` must apply deletion vectors (the ``state`` table)."""
+    return "deletionVectors" in (table.protocol().reader_features or [])
+
+
+def scan(
+    table: DeltaTable, columns: Sequence[str] | None = None, predicate: str | None = None
 ) -> pa.Table:
-    """Read ``table`` (some ``columns``, rows matching ``where``) into memory.
+    """Read ``table`` with delta-rs's engine (deletion vectors applied), each column as
+    the table's schema declares it (the engine returns string views, ``element`` lists).
+
+    Parameters
+    ----------
+    columns : sequence of str, optional
+        The columns (default: all).
+    predicate : str, optional
+        A DataFusion SQL predicate (files and rows that cannot match are skipped).
+    """
+    wanted = None if columns is None else list(columns)
+    data = pa.table(table.scan(columns=wanted, predicate=predicate).read_all())
+    declared = pa.schema(table.schema().to_arrow())
+    return pa.Table.from_arrays(
+        [data[n].cast(declared.field(n).type) for n in data.column_names],
+        schema=pa.schema([declared.field(n) for n in data.column_names]),
+    )
+
+
+def read_table(
+    table: DeltaTable,
+    columns: Sequence[str] | None = None,
+    where: pc.Expression | None = None,
+    predicate: str | None = None,
+) -> pa.Table:
+    """Read ``table`` (some ``columns``, rows matching ``where``) into memory; a table
+    with deletion vectors through delta-rs's engine (``predicate``: its SQL form of
+    ``where``, to skip files).
 
     Raises
     ------
@@ -80,6 +114,11 @@ def read_table(
         When a data file is missing or unreadable: the message names it. Nothing is changed.
     """
     try:
+        if has_deletion_vectors(table):
+            data = scan(table, None if where is not None else columns, predicate)
+            if where is not None:
+                data = data.filter(where)
+            return data if columns is None else data.select(list(columns))
         return table.to_pyarrow_dataset().to_table(
             columns=None if columns is None else list(columns), filter=where
         )
@@ -245,7 +284,7 @@ def commit_files(
                 version = committed_version(table, checkpoint_id, custom.get("barriered.epoch"))
                 log.info("%s already committed to %s; skipped", what, uri)
                 return Commit(version)
-        _add_columns(table, schema)
+        add_columns(table, schema)
         removes: list[RemoveAction] = []
         if replace_partitions:
             wanted = {tuple(p.get(c) for c in partition_by) for p in replace_partitions}
@@ -277,7 +316,7 @@ def commit_files(
         raise SnapshotStoreError(f"cannot commit {what} to {uri!r}: {exc}") from exc
 
 
-def _add_columns(table: DeltaTable, schema: pa.Schema) -> None:
+def add_columns(table: DeltaTable, schema: pa.Schema) -> None:
     """Add the columns of ``schema`` the table lacks (a new keyed operator's), in one
     metadata commit before the data commit (Delta reads them as null in older files)."""
     have = set(pa.schema(table.schema().to_arrow()).names)

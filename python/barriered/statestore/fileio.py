@@ -100,6 +100,54 @@ def write_atomic(uri: str, data: bytes, what: str = "") -> None:
         ) from exc
 
 
+def create_if_absent(uri: str, data: bytes, what: str = "") -> bool:
+    """Write ``data`` to ``uri`` only when nothing is there yet; True when it was written.
+
+    The one primitive a log entry needs (a Delta commit is the file of the next version,
+    and two writers must never both succeed): a local file is written to a temporary
+    name and hard-linked into place (``link`` fails when the name exists), an S3 object
+    is PUT with ``If-None-Match: *`` (the server refuses it when the key exists). Other
+    stores have no such request in the clients used here: the file is written after an
+    existence test and read back, so a writer that lost a race finds another's bytes
+    and reports False (a narrow window where both write remains; one run owns a
+    snapshot path, :mod:`barriered.coordinator.ownership`).
+
+    Raises
+    ------
+    SnapshotStoreError
+        When it cannot be written (the message names the file).
+    """
+    fs, path = filesystem(uri)
+    try:
+        if isinstance(fs, pafs.LocalFileSystem):
+            make_parent(fs, path)
+            parent, name = path.rsplit("/", 1)
+            tmp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
+            with open(tmp, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            finally:
+                os.remove(tmp)
+            return True
+        s3 = settings_for(uri).s3_client(uri)
+        if s3 is not None:
+            bucket, _, key = path.partition("/")
+            return bool(s3.put_if_absent(bucket, key, data))
+        if fs.get_file_info(path).type != pafs.FileType.NotFound:
+            return False
+        with fs.open_output_stream(path) as out:
+            out.write(data)
+        with fs.open_input_stream(path) as f:
+            return bool(f.read() == data)
+    except OSError as exc:
+        raise SnapshotStoreError(f"cannot write {what or 'file'} {uri!r}: {exc}") from exc
+
+
 def write_json(uri: str, payload: Any) -> None:
     """Write ``payload`` as compact JSON to ``uri`` atomically (:func:`write_atomic`)."""
     write_atomic(uri, json.dumps(payload, sort_keys=True, separators=(",", ":")).encode("utf-8"))

@@ -4,11 +4,11 @@ A keyed stream is split into ``maxParallelism`` *key groups*; a key belongs to k
 ``pmod(hash(key cols), maxParallelism)``, where ``hash`` is Spark's own SQL ``hash``
 (Murmur3_x86_32, seed 42). :func:`barriered.keyed` computes it in the JVM, where it
 stays: this module computes the same numbers in Python only to *tell* a user where a key
-lives, from the key column types recorded for the operator on the snapshot path. The
-keyed operator groups by the key group's *slot*, the ``int`` ``_key_group div width``
-(``width`` key groups per Python call, :func:`key_groups_per_call`), so Spark's shuffle
-puts key group ``g`` into partition ``pmod(hash(slot(g, width)), spark.sql.shuffle.partitions)``
-(``HashPartitioning``, the same hash of one ``int``).
+lives, from the key column types recorded for the operator on the snapshot path. With
+``N`` shuffle partitions, partition ``p`` owns the contiguous key groups
+``g * N div maxParallelism == p`` (:func:`partition_of`, Flink's key group ranges); the
+keyed operator groups by one ``int`` per partition whose Spark hash lands in ``p``
+(:func:`group_values`), so one Python call handles a partition's key groups.
 
 Hashing, in Spark's terms (``org.apache.spark.sql.catalyst.expressions.Murmur3Hash``):
 
@@ -43,31 +43,20 @@ from barriered import ddl
 from barriered.errors import KeyGroupError
 
 __all__ = [
-    "MAX_KEY_GROUPS_PER_CALL",
-    "SLOTS_PER_PARTITION",
     "SPARK_HASH_SEED",
     "SUPPORTED_TYPES",
     "epoch_micros",
+    "group_values",
     "hash_partition",
     "key_group_for_key",
-    "key_groups_per_call",
     "key_types",
     "parse_key",
+    "partition_key_groups",
+    "partition_of",
     "shuffle_partition",
-    "slot",
-    "slot_key_groups",
     "spark_hash",
     "store_key_types",
 ]
-
-#: The most key groups per slot ``auto`` chooses: the keyed operator's Python function
-#: runs once per slot and micro-batch, for the rows of its key groups (each still
-#: snapshots and restores on its own); past 8 the fixed cost per call is already small.
-MAX_KEY_GROUPS_PER_CALL = 8
-#: The least slots per shuffle partition ``auto`` keeps: slots land in partitions by
-#: ``pmod(hash(slot), N)``, so with ``S`` slots about ``N * exp(-S / N)`` partitions get
-#: none (37 % idle at ``S = N``, 2 % at ``S = 4 N``).
-SLOTS_PER_PARTITION = 4
 
 #: Seed of Spark's ``hash`` (``Murmur3Hash(children, seed = 42)``).
 SPARK_HASH_SEED = 42
@@ -374,52 +363,60 @@ def key_group_for_key(values: Sequence[object], types: Sequence[str], max_parall
     return spark_hash(values, types) % max_parallelism  # Python's % is Spark's pmod for n > 0
 
 
-def key_groups_per_call(max_parallelism: int, partitions: int, setting: int = 0) -> int:
-    """The width of the keyed operator's slots: how many key groups one Python call gets.
-
-    ``setting`` is ``keyedKeyGroupsPerCall``: a number >= 1 is taken as it is (at most
-    ``max_parallelism``); 0 (auto) takes the largest power of two up to
-    :data:`MAX_KEY_GROUPS_PER_CALL` that leaves at least :data:`SLOTS_PER_PARTITION`
-    slots per shuffle partition, else 1: wider slots cost fewer calls per batch but must
-    not cost parallelism (``max_parallelism // width`` slots keep at most that many
-    partitions busy). Powers of two divide the usual power-of-two ``maxParallelism``, so
-    every slot holds as many key groups.
+def partition_of(key_group: int, partitions: int, max_parallelism: int) -> int:
+    """The Spark partition that owns ``key_group`` with ``partitions`` shuffle partitions:
+    ``key_group * partitions div max_parallelism`` (Flink's operator index of a key group),
+    so each partition owns one contiguous range of key groups
+    (:func:`partition_key_groups`).
 
     Raises
     ------
     KeyGroupError
-        When ``max_parallelism`` or ``partitions`` is below 1, or ``setting`` below 0.
+        When ``partitions`` or ``max_parallelism`` is below 1.
     """
-    if max_parallelism < 1 or partitions < 1 or setting < 0:
+    if partitions < 1 or max_parallelism < 1:
         raise KeyGroupError(
-            "maxParallelism and partitions must be >= 1 and key groups per call >= 0, got "
-            f"{max_parallelism}, {partitions}, {setting}"
+            f"the number of partitions must be >= 1 and maxParallelism >= 1, got "
+            f"{partitions} and {max_parallelism}"
         )
-    if setting:
-        return min(setting, max_parallelism)
-    width = MAX_KEY_GROUPS_PER_CALL
-    while width > 1 and max_parallelism // width < SLOTS_PER_PARTITION * partitions:
-        width //= 2
-    return width
+    return key_group * partitions // max_parallelism
 
 
-def slot(key_group: int, width: int) -> int:
-    """The slot of a key group: ``key_group div width``, what the keyed operator groups
-    by (``width``: :func:`key_groups_per_call`)."""
-    return key_group // width
+def partition_key_groups(partition: int, partitions: int, max_parallelism: int) -> range:
+    """The key groups partition ``partition`` of ``partitions`` owns (Flink's
+    ``KeyGroupRange`` of an operator index): the inverse of :func:`partition_of`."""
+    first = (partition * max_parallelism + partitions - 1) // partitions
+    last = ((partition + 1) * max_parallelism - 1) // partitions
+    return range(first, last + 1)
 
 
-def slot_key_groups(slot_id: int, width: int, max_parallelism: int) -> range:
-    """The key groups of slot ``slot_id`` of ``width`` (of ``max_parallelism``)."""
-    first = slot_id * width
-    return range(first, min(first + width, max_parallelism))
+def group_values(partitions: int) -> tuple[int, ...]:
+    """The ``int`` the keyed operator groups the rows of each partition by: for
+    partition ``p``, the smallest ``v >= 0`` with ``pmod(hash(v), partitions) == p``, so
+    that Spark's ``HashPartitioning`` of the grouping column puts exactly one group, all
+    of a partition's key groups, into each partition (one Python call per partition and
+    micro-batch).
+
+    Raises
+    ------
+    KeyGroupError
+        When ``partitions`` is below 1.
+    """
+    if partitions < 1:
+        raise KeyGroupError(f"the number of partitions must be >= 1, got {partitions}")
+    found: dict[int, int] = {}
+    value = 0
+    while len(found) < partitions:
+        found.setdefault(hash_partition(_hash_int(value, SPARK_HASH_SEED), partitions), value)
+        value += 1
+    return tuple(found[p] for p in range(partitions))
 
 
-def shuffle_partition(key_group: int, partitions: int, width: int) -> int:
-    """The Spark partition of key group ``key_group`` with ``partitions`` shuffle
-    partitions and slots of ``width``: ``pmod(hash(slot), partitions)``
-    (``HashPartitioning`` of the ``int`` slot the keyed operator groups by)."""
-    return hash_partition(_hash_int(slot(key_group, width), SPARK_HASH_SEED), partitions)
+def shuffle_partition(key_group: int, partitions: int, max_parallelism: int) -> int:
+    """The Spark partition of key group ``key_group`` under the keyed operator with
+    ``partitions`` shuffle partitions (its grouping value hashes there by construction,
+    :func:`group_values`)."""
+    return partition_of(key_group, partitions, max_parallelism)
 
 
 def hash_partition(hash_value: int, partitions: int) -> int:

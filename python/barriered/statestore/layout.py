@@ -125,6 +125,12 @@ class SnapshotLayout:
         return join(self.root, "state")
 
     @property
+    def live_dir(self) -> str:
+        """Private files of the keyed operators' live state: changes spilled between two
+        cuts (``_live/<operator>/``), merged into the next checkpoint's state file."""
+        return join(self.root, "_live")
+
+    @property
     def inflight_table(self) -> str:
         """The ``inflight`` Delta table."""
         return join(self.root, "inflight")

@@ -158,8 +158,8 @@ def _stray_acks(
     for cid in stray:
         for ack in read_acks(layout, cid).values():
             table = ack_table(ack)
-            if not ack.files:
-                continue
+            if not ack.files or table == STATE:
+                continue  # a keyed partition's live state may read its files (kept)
             if table not in keep:
                 keep[table] = _referenced(layout, table, versions.get(table, {None}))
                 keep[table].update(str(e[1]) for e in stones.get(table, []))

@@ -1,18 +1,20 @@
-"""A keyed operator's state on restore: its files in the ``state`` table, per key group.
+"""A keyed operator's state on restore: its files in the ``state`` table.
 
 With ``restoreFrom`` the source puts the restored checkpoint (snapshot path, id, state
 table version) in the metadata of the ``_barrier`` column. ``barriered.keyed(...)
 .process(...)`` then checks that the processor matches the operator that wrote the
 snapshot (key columns and types; state fields may evolve:
-:mod:`barriered.statestore.evolution`) and that the snapshot is typed, and
-lists the operator's files at that version per key group (Delta metadata only; no data
-is read on the driver). The operator carries that list to the executors, where each key
-group reads its own Parquet file on its first call, in whichever Spark partition owns it
-now, so the number of partitions is free.
+:mod:`barriered.statestore.evolution`), and lists the operator's files at that version
+with the key groups each may hold and its deletion vector (the Delta log only; no data
+is read on the driver). The operator carries that list to the executors, where each
+partition reads the keys it needs from the files of its key groups, in whichever Spark
+partition owns them now, so the number of partitions is free. Files of the earlier
+layout (one file per key group, the key group a partition column) restore the same way.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any, cast
@@ -20,11 +22,12 @@ from typing import Any, cast
 from pyspark.sql.types import StructType, _parse_datatype_string
 
 from barriered.errors import RestoreError
-from barriered.statestore.delta_tables import current_files, open_table
 from barriered.statestore.evolution import check_defaults, compare
-from barriered.statestore.fileio import join, read_json
-from barriered.statestore.keyed import OperatorSpec, RestoredFiles
+from barriered.statestore.fileio import exists, join, read_json
+from barriered.statestore.keyed import OperatorSpec, Restored
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.live_state import KEY_GROUP, RestoredFile
+from barriered.statestore.state_log import StateFiles
 from barriered.statestore.state_schema import struct_schema
 
 log = logging.getLogger(__name__)
@@ -110,8 +113,8 @@ def restored_files(
     spec: OperatorSpec,
     defaults: Mapping[str, Any] | None = None,
     same_path: bool = False,
-) -> RestoredFiles:
-    """Return the operator's snapshot files per key group at the restored checkpoint.
+) -> Restored:
+    """Return the operator's files at the restored checkpoint.
 
     Parameters
     ----------
@@ -134,19 +137,29 @@ def restored_files(
     where = f"checkpoint {cid} of {origin.root!r}"
     registered = read_json(origin.operator_file(spec.operator), default=None)
     check_operator(spec, registered, where, defaults, same_path)
-    table = open_table(origin.state_table, version, origin.storage_options)
-    by_group: dict[int, list[str]] = {}
-    for f in current_files(table) if table is not None else []:
-        pv = f["partition_values"]
-        if pv.get("operator") == spec.operator:
-            by_group.setdefault(int(pv["key_group"]), []).append(
-                join(origin.state_table, f["path"])
+    files = []
+    if exists(join(origin.state_table, "_delta_log")):
+        for f in StateFiles(origin.state_table, version).files.values():
+            if f.partition_values.get("operator") != spec.operator:
+                continue
+            old = f.partition_values.get(KEY_GROUP)  # the earlier layout
+            stats = json.loads(f.stats) if f.stats else {}
+            lo = stats.get("minValues", {}).get(KEY_GROUP, 0 if old is None else old)
+            hi = stats.get("maxValues", {}).get(KEY_GROUP, spec.max_parallelism - 1)
+            files.append(
+                RestoredFile(
+                    join(origin.state_table, f.path),
+                    int(lo) if old is None else int(old),
+                    int(hi) if old is None else int(old),
+                    None if old is None else int(old),
+                    None if f.dv is None else f.dv.to_json(),
+                )
             )
     log.info(
-        "restore: operator %s loads %d key group(s) of %s (state version %d) on the executors",
+        "restore: operator %s reads %d file(s) of %s (state version %d) on the executors",
         spec.operator,
-        len(by_group),
+        len(files),
         where,
         version,
     )
-    return RestoredFiles(cid, {k: tuple(v) for k, v in by_group.items()}, dict(defaults or {}))
+    return Restored(cid, tuple(files), dict(defaults or {}))

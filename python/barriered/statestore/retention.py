@@ -6,7 +6,9 @@ remove action) at version ``r`` is read by exactly the versions ``a <= v < r``. 
 committer records every file it removes, with ``r``, in ``_coordinator/tombstones.json``;
 retention deletes a tombstoned file once every retained checkpoint's version of that
 table is ``>= r``. Files that were never committed (an aborted checkpoint's) are deleted
-with its acknowledgements. Nothing a retained checkpoint references is ever deleted.
+with its acknowledgements, but for keyed state files: a partition's live state reads
+them and commits them with a later checkpoint. Nothing a retained checkpoint references
+is ever deleted.
 
 In-flight records of a checkpoint that left the retention window are first removed from
 the ``inflight`` table in one commit (so later versions no longer reference them), then
@@ -238,10 +240,14 @@ def discard(layout: SnapshotLayout, checkpoint_id: int, delete_data: bool) -> No
     ----------
     delete_data : bool
         Also delete the data files its participants wrote: only for a checkpoint that was
-        aborted before any commit was attempted (its files were never committed).
+        aborted before any commit was attempted (its files were never committed). A keyed
+        partition's files stay: its live state reads them, and it reports them again at
+        its next cut (:mod:`barriered.statestore.live_state`).
     """
     if delete_data:
         for ack in read_acks(layout, checkpoint_id).values():
+            if ack_table(ack) == STATE:
+                continue
             for f in ack.files:
                 delete_file(join(table_uri(layout, ack_table(ack)), f.path))
     delete_tree(layout.acks_dir(checkpoint_id))

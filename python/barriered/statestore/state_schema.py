@@ -26,9 +26,6 @@ HEAD = pa.schema([("operator", pa.string()), ("key_group", pa.int32())])
 TAIL = pa.schema([("checkpoint_id", pa.int64())])
 _RESERVED = {"operator", "key_group", "checkpoint_id"}
 
-#: Schema of the ``state`` table in the JSON layout (before typed state).
-
-
 _PRIMITIVES: dict[str, pa.DataType] = {
     "string": pa.string(),
     "long": pa.int64(),
@@ -110,8 +107,9 @@ def columns_schema(registration: Mapping[str, Any]) -> pa.Schema:
 
 
 def file_schema(registration: Mapping[str, Any]) -> pa.Schema:
-    """Schema of the data files of one operator (partition columns are in the path)."""
-    return pa.schema([*columns_schema(registration), *TAIL])
+    """Schema of the data files of one operator: its columns, ``key_group`` and
+    ``checkpoint_id`` (``operator``, the partition column, is in the path)."""
+    return pa.schema([*columns_schema(registration), HEAD.field("key_group"), *TAIL])
 
 
 def table_schema(registrations: Iterable[Mapping[str, Any]]) -> pa.Schema:

@@ -205,8 +205,60 @@ class StorageSettings:
                 conf["google.cloud.auth.service.account.json.keyfile"] = keyfile
         return conf
 
+    def s3_client(self, uri: str) -> ConditionalS3 | None:
+        """A client that can PUT an object only when its key is absent, for ``s3://``
+        and ``s3a://`` URIs (None for other stores)."""
+        if urlsplit(uri).scheme.lower() not in _S3_SCHEMES:
+            return None
+        return _conditional_s3(self._frozen())
+
     def _frozen(self) -> tuple[tuple[str, str], ...]:
         return tuple(sorted(self.options.items()))
+
+
+class ConditionalS3:
+    """``PutObject`` with ``If-None-Match: *`` through boto3 (pyarrow's S3 client has no
+    conditional request), with the settings' endpoint, region, credentials and
+    addressing style."""
+
+    def __init__(self, settings: StorageSettings) -> None:
+        import boto3
+        from botocore.config import Config
+
+        kwargs: dict[str, Any] = {
+            "config": Config(
+                s3={"addressing_style": "path" if settings.path_style else "virtual"},
+                retries={"max_attempts": S3_ATTEMPTS, "mode": "standard"},
+            )
+        }
+        if settings.endpoint:
+            kwargs["endpoint_url"] = settings.endpoint
+        if settings.region:
+            kwargs["region_name"] = settings.region
+        if settings.access_key_id and settings.secret_access_key:
+            kwargs["aws_access_key_id"] = settings.access_key_id
+            kwargs["aws_secret_access_key"] = settings.secret_access_key
+            if settings.session_token:
+                kwargs["aws_session_token"] = settings.session_token
+        self._client = boto3.client("s3", **kwargs)
+
+    def put_if_absent(self, bucket: str, key: str, data: bytes) -> bool:
+        """PUT ``data`` unless ``key`` exists; True when this request created it."""
+        from botocore.exceptions import ClientError
+
+        try:
+            self._client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if code in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
+                return False
+            raise OSError(f"S3 PutObject of s3://{bucket}/{key}: {code or exc}") from exc
+        return True
+
+
+@functools.lru_cache(maxsize=16)
+def _conditional_s3(options: tuple[tuple[str, str], ...]) -> ConditionalS3:
+    return ConditionalS3(StorageSettings(dict(options)))
 
 
 @functools.lru_cache(maxsize=16)

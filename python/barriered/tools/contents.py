@@ -2,8 +2,8 @@
 
 The keyed state per operator and key group at the checkpoint's version of the ``state``
 table and, with the JVM provider, of each Spark operator's store table (rows, bytes, and
-which checkpoint last rewrote the key group: an incremental checkpoint leaves unchanged
-key groups alone), and per channel the barrier position ``B_n(c)`` with the in-flight
+the newest checkpoint that wrote a row of the key group: an incremental checkpoint writes
+only what changed), and per channel the barrier position ``B_n(c)`` with the in-flight
 range an unaligned cut overtook and the rows stored for it in the ``inflight`` table.
 """
 
@@ -15,15 +15,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import pyarrow as pa
+import numpy as np
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from barriered.errors import SnapshotStoreError
 from barriered.statestore import operators
 from barriered.statestore.delta_tables import current_files, open_table, read_table
+from barriered.statestore.fileio import filesystem, join
 from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.state_log import StateFiles
 from barriered.tools.history import (
     barrier_positions,
     channel_names,
@@ -85,35 +88,52 @@ def _table(layout: SnapshotLayout, uri: str, version: int | None) -> DeltaTable:
 
 
 def key_group_states(layout: SnapshotLayout, version: int) -> list[KeyGroupState]:
-    """The key groups stored in the ``state`` table at ``version``."""
-    table = _table(layout, layout.state_table, version)
-    actions = pa.table(table.get_add_actions(flatten=True))
-    data = read_table(table, ["operator", "key_group", "checkpoint_id"])
-    by_group = data.group_by(["operator", "key_group"]).aggregate(
-        [("checkpoint_id", "count"), ("checkpoint_id", "max")]
-    )
-    sizes: dict[tuple[str, int], list[int]] = {}
-    for a in actions.select(
-        ["partition.operator", "partition.key_group", "size_bytes"]
-    ).to_pylist():
-        size = sizes.setdefault((a["partition.operator"], int(a["partition.key_group"])), [0, 0])
-        size[0] += int(a["size_bytes"])
-        size[1] += 1
-    out = []
-    for g in by_group.to_pylist():
-        key = (g["operator"], int(g["key_group"]))
-        size_bytes, files = sizes.get(key, [0, 0])
-        out.append(
-            KeyGroupState(
-                operator=key[0],
-                key_group=key[1],
-                rows=int(g["checkpoint_id_count"]),
-                bytes=size_bytes,
-                files=files,
-                written_by=int(g["checkpoint_id_max"]),
-            )
-        )
-    return sorted(out, key=lambda k: (k.operator, k.key_group))
+    """The key groups stored in the ``state`` table at ``version``: their live rows (the
+    deletion vectors applied), the files holding them, those files' bytes shared out by
+    rows, and the newest checkpoint that wrote one of their rows."""
+    _table(layout, layout.state_table, version)  # a damaged log is named as everywhere
+    files = StateFiles(layout.state_table, version).files.values()
+    groups: dict[tuple[str, int], list[int]] = {}  # rows, bytes, files, written by
+    for f in files:
+        operator = str(f.partition_values.get("operator"))
+        fs, path = filesystem(join(layout.state_table, f.path))
+        with fs.open_input_file(path) as handle:
+            parquet = pq.ParquetFile(handle)
+            names = parquet.schema_arrow.names
+            data = parquet.read(columns=[c for c in ("key_group", "checkpoint_id") if c in names])
+        n = data.num_rows
+        keep = np.ones(n, bool)
+        if f.dv is not None:
+            keep[f.dv.rows()] = False
+        earlier = f.partition_values.get("key_group")  # the earlier layout: in the path
+        owned = (
+            np.full(n, int(earlier), np.int64)
+            if earlier is not None
+            else np.asarray(data["key_group"].to_numpy(), np.int64)
+        )[keep]
+        written = np.asarray(data["checkpoint_id"].to_numpy(), np.int64)[keep]
+        ids, counts = np.unique(owned, return_counts=True)
+        shares = _shares(f.size, counts)
+        for kg, count, share in zip(ids, counts, shares, strict=True):
+            g = groups.setdefault((operator, int(kg)), [0, 0, 0, 0])
+            g[0] += int(count)
+            g[1] += share
+            g[2] += 1
+            g[3] = max(g[3], int(written[owned == kg].max()))
+    return [
+        KeyGroupState(op, kg, rows, size, n_files, by)
+        for (op, kg), (rows, size, n_files, by) in sorted(groups.items())
+    ]
+
+
+def _shares(size: int, counts: np.ndarray) -> list[int]:
+    """``size`` bytes shared out in proportion to ``counts``, summing to ``size``."""
+    if not len(counts):
+        return []
+    exact = size * counts / counts.sum()
+    shares = np.floor(exact).astype(np.int64)
+    shares[np.argsort(shares - exact)[: size - int(shares.sum())]] += 1
+    return [int(x) for x in shares]
 
 
 def store_key_groups(layout: SnapshotLayout, checkpoint_id: int) -> list[KeyGroupState]:

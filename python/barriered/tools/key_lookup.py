@@ -3,8 +3,8 @@
 For a keyed operator: the key group of the key (``pmod(hash(key cols),
 maxParallelism)``, computed from the key column types the operator recorded on the
 snapshot path), with ``--partitions N`` the Spark shuffle partition that owns that key
-group (``pmod(hash(key group), N)``), and the key's rows in the ``state`` table at a
-completed checkpoint (the latest by default).
+group (``key_group * N div maxParallelism``: each partition owns a contiguous range), and
+the key's rows in the ``state`` table at a completed checkpoint (the latest by default).
 
 For a Spark operator's state store captured by the JVM provider (``--operator
 <op>-<store>``): the key is its partition key's leaf fields in order (a windowed
@@ -249,7 +249,8 @@ def locate_key(
             for (name, _), value in zip(types, values, strict=True):
                 where = where & (pc.field(name) == value)
             columns = ["key_group", *columns_schema(spec).names, "checkpoint_id"]
-            state = read_table(table, columns, where).to_pylist()
+            predicate = f"operator = '{spec['operator']}' AND key_group = {group}"
+            state = read_table(table, columns, where, predicate).to_pylist()
     log.debug("key %s of %s: key group %d", values, spec["operator"], group)
     return KeyLocation(
         operator=str(spec["operator"]),
@@ -260,7 +261,7 @@ def locate_key(
         partitions=partitions,
         partition=None
         if partitions is None
-        else shuffle_partition(group, partitions, int(spec.get("key_groups_per_call", 1))),
+        else shuffle_partition(group, partitions, max_parallelism),
         checkpoint_id=cid,
         state_rows=state,
     )

@@ -1,0 +1,251 @@
+"""Delta deletion vectors: which rows of a data file a table version no longer holds.
+
+The ``state`` table is merge-on-read (``statestore/README.md``): a checkpoint adds the
+keys that changed in new files and marks the rows they replace as deleted in the files
+that held them, with a deletion vector on that file's ``add`` action, so every version
+still reads as exactly its checkpoint's state (any Delta reader with deletion vectors:
+Spark, Databricks, delta-rs ``DeltaTable.scan``, DuckDB). delta-rs reads deletion vectors
+but does not write them, so they are written here, in the format of the Delta protocol
+("Deletion Vector Format"):
+
+* a ``RoaringBitmapArray`` in its portable form: the magic number ``1681511377``
+  (int32, little endian), the number of 32-bit bitmaps (int64), then per bitmap its key
+  (the high 32 bits of the row index, int32) and the bitmap in CRoaring's portable
+  serialization (array containers for up to 4,096 rows of a 65,536-row chunk, bitmap
+  containers above; run containers are read, not written);
+* stored inline in the log (storage type ``i``): the bytes in Z85, Base85 with the
+  ZeroMQ alphabet, padded to a multiple of 4 bytes. Descriptors of Spark's on-disk
+  deletion vectors (``u``, ``p``) are read as well.
+
+A deletion vector is handled here as a sorted ``numpy`` array of distinct row indices.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+import uuid
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from barriered.errors import SnapshotStoreError
+
+MAGIC = 1681511377
+_NO_RUNS = 12346
+_RUNS = 12347
+_ARRAY_MAX = 4096
+_B85 = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~"
+_Z85 = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+_TO_Z85 = bytes.maketrans(_B85, _Z85)
+_FROM_Z85 = bytes.maketrans(_Z85, _B85)
+
+#: No row deleted.
+EMPTY = np.empty(0, np.int64)
+
+
+def z85_encode(data: bytes) -> str:
+    """Z85 text of ``data`` (zero-padded to a multiple of 4 bytes first)."""
+    padded = data + b"\0" * (-len(data) % 4)
+    return base64.b85encode(padded).translate(_TO_Z85).decode("ascii")
+
+
+def z85_decode(text: str, size: int) -> bytes:
+    """The first ``size`` bytes encoded by ``text`` (Z85)."""
+    return base64.b85decode(text.encode("ascii").translate(_FROM_Z85))[:size]
+
+
+def _bitmap32(low: np.ndarray) -> bytes:
+    """CRoaring's portable serialization of sorted, distinct 32-bit values (no runs)."""
+    high = (low >> 16).astype(np.uint16)
+    keys, starts = np.unique(high, return_index=True)
+    ends = np.append(starts[1:], len(low))
+    bodies = []
+    for start, end in zip(starts, ends, strict=True):
+        chunk = (low[start:end] & 0xFFFF).astype(np.uint16)
+        if len(chunk) <= _ARRAY_MAX:
+            bodies.append(chunk.astype("<u2").tobytes())
+        else:
+            bits = np.zeros(1 << 16, dtype=bool)
+            bits[chunk] = True
+            bodies.append(np.packbits(bits, bitorder="little").tobytes())
+    count = len(keys)
+    header = struct.pack("<II", _NO_RUNS, count)
+    descriptive = np.empty(2 * count, "<u2")
+    descriptive[0::2] = keys
+    descriptive[1::2] = (ends - starts - 1).astype(np.uint16)
+    offset = len(header) + 4 * count + 4 * count
+    offsets = np.empty(count, "<u4")
+    for i, body in enumerate(bodies):
+        offsets[i] = offset
+        offset += len(body)
+    return header + descriptive.tobytes() + offsets.tobytes() + b"".join(bodies)
+
+
+def serialize(rows: np.ndarray) -> bytes:
+    """The ``RoaringBitmapArray`` bytes (portable form) of ``rows`` (sorted, distinct)."""
+    rows = np.asarray(rows, np.int64)
+    if len(rows) and rows[0] < 0:
+        raise ValueError(f"a deletion vector holds row indices >= 0, got {int(rows[0])}")
+    keys, starts = np.unique(rows >> 32, return_index=True)
+    ends = np.append(starts[1:], len(rows))[: len(keys)]
+    parts = [struct.pack("<iq", MAGIC, len(keys))]
+    for key, start, end in zip(keys, starts, ends, strict=True):
+        parts.append(struct.pack("<I", int(key)))
+        parts.append(_bitmap32((rows[start:end] & 0xFFFFFFFF).astype(np.uint32)))
+    return b"".join(parts)
+
+
+def _read_bitmap32(data: memoryview, at: int) -> tuple[np.ndarray, int]:
+    """Decode one portable 32-bit bitmap at ``at``; return its values and its end."""
+    (cookie,) = struct.unpack_from("<I", data, at)
+    pos = at + 4
+    runs = b""
+    if cookie & 0xFFFF == _RUNS:
+        count = (cookie >> 16) + 1
+        flags = (count + 7) // 8
+        runs = bytes(data[pos : pos + flags])
+        pos += flags
+    elif cookie == _NO_RUNS:
+        (count,) = struct.unpack_from("<I", data, pos)
+        pos += 4
+    else:
+        raise ValueError(f"not a portable roaring bitmap (cookie {cookie})")
+    keys = np.frombuffer(data, "<u2", 2 * count, pos)
+    pos += 4 * count
+    if not runs or count >= 4:  # the offset header
+        pos += 4 * count
+    values = []
+    for i in range(count):
+        key, cardinality = int(keys[2 * i]), int(keys[2 * i + 1]) + 1
+        if runs and runs[i // 8] >> (i % 8) & 1:
+            (n_runs,) = struct.unpack_from("<H", data, pos)
+            pairs = np.frombuffer(data, "<u2", 2 * n_runs, pos + 2).astype(np.int64)
+            pos += 2 + 4 * n_runs
+            spans = [
+                np.arange(s, s + length + 1)
+                for s, length in zip(pairs[0::2], pairs[1::2], strict=True)
+            ]
+            low = np.concatenate(spans) if spans else EMPTY
+        elif cardinality <= _ARRAY_MAX:
+            low = np.frombuffer(data, "<u2", cardinality, pos).astype(np.int64)
+            pos += 2 * cardinality
+        else:
+            bits = np.unpackbits(np.frombuffer(data, np.uint8, 8192, pos), bitorder="little")
+            low = np.flatnonzero(bits).astype(np.int64)
+            pos += 8192
+        values.append((key << 16) | low)
+    return (np.concatenate(values) if values else EMPTY), pos
+
+
+def deserialize(data: bytes) -> np.ndarray:
+    """The row indices of ``RoaringBitmapArray`` bytes (portable form), sorted."""
+    view = memoryview(data)
+    magic, count = struct.unpack_from("<iq", view, 0)
+    if magic != MAGIC:
+        raise ValueError(f"not a portable RoaringBitmapArray (magic number {magic})")
+    pos, parts = 12, []
+    for _ in range(count):
+        (key,) = struct.unpack_from("<I", view, pos)
+        values, pos = _read_bitmap32(view, pos + 4)
+        parts.append((np.int64(key) << 32) | values)
+    return np.concatenate(parts) if parts else EMPTY
+
+
+@dataclass(frozen=True)
+class DeletionVector:
+    """The deletion vector descriptor of one ``add`` action (Delta's JSON form)."""
+
+    storage_type: str
+    path_or_inline_dv: str
+    size_in_bytes: int
+    cardinality: int
+    offset: int | None = None
+
+    @classmethod
+    def inline(cls, rows: np.ndarray) -> DeletionVector:
+        """An inline deletion vector of ``rows`` (sorted, distinct)."""
+        data = serialize(rows)
+        return cls("i", z85_encode(data), len(data), len(rows))
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> DeletionVector:
+        """Parse the ``deletionVector`` object of an ``add`` action."""
+        return cls(
+            str(d["storageType"]),
+            str(d["pathOrInlineDv"]),
+            int(d["sizeInBytes"]),
+            int(d["cardinality"]),
+            None if d.get("offset") is None else int(d["offset"]),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``deletionVector`` object of an ``add`` action."""
+        out: dict[str, Any] = {
+            "storageType": self.storage_type,
+            "pathOrInlineDv": self.path_or_inline_dv,
+            "sizeInBytes": self.size_in_bytes,
+            "cardinality": self.cardinality,
+        }
+        if self.offset is not None:
+            out["offset"] = self.offset
+        return out
+
+    def file_path(self, table_uri: str) -> str:
+        """Where an on-disk deletion vector is (``u``: relative to the table, ``p``)."""
+        if self.storage_type == "p":
+            return self.path_or_inline_dv
+        encoded = self.path_or_inline_dv
+        prefix, z85 = encoded[:-20], encoded[-20:]
+        name = f"deletion_vector_{uuid.UUID(bytes=z85_decode(z85, 16))}.bin"
+        return "/".join(p.strip("/") for p in (table_uri, prefix, name) if p)
+
+    def rows(self, read: Any = None, table_uri: str = "") -> np.ndarray:
+        """The deleted row indices, sorted.
+
+        Parameters
+        ----------
+        read : callable, optional
+            ``read(path) -> bytes`` for an on-disk deletion vector (``u``, ``p``).
+        table_uri : str
+            The table the descriptor belongs to (for ``u``).
+
+        Raises
+        ------
+        SnapshotStoreError
+            When the deletion vector cannot be read or does not match its descriptor.
+        """
+        try:
+            if self.storage_type == "i":
+                rows = deserialize(z85_decode(self.path_or_inline_dv, self.size_in_bytes))
+            else:
+                if read is None:
+                    raise ValueError("an on-disk deletion vector needs a reader")
+                blob = read(self.file_path(table_uri))
+                at = self.offset or 1
+                (size,) = struct.unpack_from(">I", blob, at)
+                data = blob[at + 4 : at + 4 + size]
+                (checksum,) = struct.unpack_from(">I", blob, at + 4 + size)
+                if size != self.size_in_bytes or zlib.crc32(data) != checksum:
+                    raise ValueError("size or checksum does not match its descriptor")
+                rows = deserialize(data)
+        except (ValueError, struct.error, OSError) as exc:
+            raise SnapshotStoreError(
+                f"deletion vector {self.storage_type}:{self.path_or_inline_dv[:40]!r} of "
+                f"{table_uri or 'a state table file'} cannot be read: {exc}"
+            ) from exc
+        if len(rows) != self.cardinality:
+            raise SnapshotStoreError(
+                f"deletion vector of {table_uri or 'a state table file'} holds {len(rows)} "
+                f"rows, its descriptor says {self.cardinality}"
+            )
+        return rows
+
+
+def union(*parts: np.ndarray) -> np.ndarray:
+    """Sorted, distinct row indices of all ``parts``."""
+    arrays = [np.asarray(p, np.int64) for p in parts if len(p)]
+    return np.unique(np.concatenate(arrays)) if arrays else EMPTY

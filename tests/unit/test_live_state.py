@@ -1,0 +1,284 @@
+"""The keyed operator's live state without Spark: partitions that change keys batch after
+batch, spill, cut, commit (some checkpoints aborted), retry a batch, restore at another
+partition count; after every step each key's state equals a plain dict's, and every
+committed version of the ``state`` table reads (delta-rs) as exactly the state at its cut.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from deltalake import Schema as DeltaSchema
+from deltalake.transaction import create_table_with_add_actions
+
+from barriered.statestore.acks import DataFile
+from barriered.statestore.key_groups import partition_key_groups
+from barriered.statestore.live_state import (
+    LiveConfig,
+    LiveState,
+    RestoredFile,
+    new_manifest,
+)
+from barriered.statestore.state_cache import StateCache
+from barriered.statestore.state_commit import state_changes
+from barriered.statestore.state_log import STATE_CONFIGURATION, StateFiles, commit_state
+
+P = 8  # key groups
+SCHEMA = pa.schema([("k", pa.int64()), ("total", pa.int64()), ("name", pa.string())])
+
+
+def key_group(key: int) -> int:
+    return key % P
+
+
+@dataclass
+class Query:
+    """A keyed operator's partitions over one state table, as Spark would run them."""
+
+    root: Path
+    partitions: int
+    write_buffer: int = 1 << 20
+    max_runs: int = 4
+    values: dict[int, tuple[bytes, str]] = field(default_factory=dict)
+    restored: list[RestoredFile] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.cache = StateCache(str(self.root / "cache"), 1 << 30)
+        self.config = LiveConfig(
+            operator="op",
+            key_columns=("k",),
+            schema=SCHEMA,
+            max_parallelism=P,
+            table_uri=str(self.root / "snap" / "state"),
+            private_uri=str(self.root / "snap" / "_live" / "op"),
+            write_buffer=self.write_buffer,
+            max_runs=self.max_runs,
+        )
+
+    def live(self, partition: int) -> LiveState:
+        value = self.values.get(partition)
+        if value is None:
+            manifest = new_manifest(partition, self.partitions, P, self.restored)
+            return LiveState(
+                self.config, self.cache, self.config.buffer_schema.empty_table(), manifest
+            )
+        return LiveState.from_value(self.config, self.cache, *value)
+
+    def partition_of(self, key: int) -> int:
+        return next(
+            p
+            for p in range(self.partitions)
+            if key_group(key) in partition_key_groups(p, self.partitions, P)
+        )
+
+    def batch(self, changes: dict[int, dict[str, Any] | None]) -> None:
+        """One micro-batch: per partition, look the keys up, then set or delete them."""
+        by_partition: dict[int, dict[int, dict[str, Any] | None]] = {}
+        for key, value in changes.items():
+            by_partition.setdefault(self.partition_of(key), {})[key] = value
+        for partition, mine in by_partition.items():
+            live = self.live(partition)
+            keys = pa.table({"k": pa.array(sorted(mine), pa.int64())})
+            groups = np.array([key_group(k) for k in sorted(mine)], np.int32)
+            found = live.lookup(keys, groups)
+            rows = [mine[k] or {"total": None, "name": None} for k in sorted(mine)]
+            new = pa.table(
+                {
+                    "k": keys["k"],
+                    "total": [r["total"] for r in rows],
+                    "name": [r["name"] for r in rows],
+                },
+                schema=SCHEMA,
+            )
+            keep = np.array([mine[k] is not None for k in sorted(mine)])
+            live.apply(keys, groups, found, new, keep)
+            live.spill_if_full()
+            self.values[partition] = live.value()
+
+    def state(self, keys: list[int]) -> dict[int, dict[str, Any]]:
+        """What the live state holds for ``keys``."""
+        out = {}
+        for partition in range(self.partitions):
+            mine = sorted(k for k in keys if self.partition_of(k) == partition)
+            if not mine:
+                continue
+            live = self.live(partition)
+            groups = np.array([key_group(k) for k in mine], np.int32)
+            found = live.lookup(pa.table({"k": pa.array(mine, pa.int64())}), groups)
+            for i, row in zip(found.index, found.state.to_pylist(), strict=True):
+                out[mine[int(i)]] = {"total": row["total"], "name": row["name"]}
+        return out
+
+    def cut(self, checkpoint_id: int, base: int | None) -> list[DataFile]:
+        files: list[DataFile] = []
+        for partition in range(self.partitions):
+            live = self.live(partition)
+            flushed = live.flush(checkpoint_id, base)
+            self.values[partition] = live.value()
+            files += [
+                DataFile(
+                    p.rel,
+                    p.size,
+                    p.rows,
+                    {"operator": "op"},
+                    p.modification_time,
+                    p.stats,
+                    p.first_cut,
+                )
+                for p in flushed.files
+            ]
+        return files
+
+
+def new_table(uri: str) -> StateFiles:
+    schema = pa.schema(
+        [
+            ("operator", pa.string()),
+            *SCHEMA,
+            ("key_group", pa.int32()),
+            ("checkpoint_id", pa.int64()),
+        ]
+    )
+    create_table_with_add_actions(
+        uri,
+        DeltaSchema.from_arrow(schema),
+        [],
+        partition_by=["operator"],
+        configuration=STATE_CONFIGURATION,
+    )
+    return StateFiles(uri)
+
+
+def commit(files: StateFiles, checkpoint_id: int, acked: list[DataFile]) -> int:
+    adds, deleted, removable = state_changes(files.uri, files.refresh().files, acked, ["op"])
+    return commit_state(
+        files, checkpoint_id, adds, deleted, {}, "barriered.state", removable=removable
+    ).version
+
+
+def table_state(uri: str, version: int) -> dict[int, dict[str, Any]]:
+    table = pa.table(DeltaTable(uri, version=version).scan().read_all())
+    rows = table.to_pylist()
+    keys = [r["k"] for r in rows]
+    assert len(keys) == len(set(keys)), "a key twice in one version"
+    assert all(r["key_group"] == key_group(r["k"]) for r in rows)
+    return {r["k"]: {"total": r["total"], "name": r["name"]} for r in rows}
+
+
+def restored_files(uri: str, version: int) -> list[RestoredFile]:
+    files = StateFiles(uri, version)
+    out = []
+    for f in files.files.values():
+        import json
+
+        stats = json.loads(f.stats or "{}")
+        out.append(
+            RestoredFile(
+                f"{uri}/{f.path}",
+                int(stats["minValues"]["key_group"]),
+                int(stats["maxValues"]["key_group"]),
+                dv=None if f.dv is None else f.dv.to_json(),
+            )
+        )
+    return out
+
+
+def test_a_batch_reads_and_writes_only_the_keys_it_touches(tmp_path: Path) -> None:
+    query = Query(tmp_path, partitions=2)
+    files = new_table(query.config.table_uri)
+    query.batch({k: {"total": k, "name": f"n{k}"} for k in range(1000)})
+    query.batch({5: {"total": 50, "name": "x"}, 6: None})
+    v1 = commit(files, 1, query.cut(1, None))
+    expected = {k: {"total": k, "name": f"n{k}"} for k in range(1000) if k != 6}
+    expected[5] = {"total": 50, "name": "x"}
+    assert table_state(files.uri, v1) == expected
+    assert query.state(list(range(1000))) == expected
+    query.batch({7: {"total": 70, "name": "y"}, 8: None, 5000: {"total": 1, "name": "new"}})
+    # the cut writes the three changed keys, one file per partition, and deletes their
+    # previous rows with deletion vectors
+    acked = query.cut(2, 1)
+    written = [f for f in acked if f.cut == 2]
+    assert sorted(f.rows for f in written) == [1, 2]  # 8 is a deleted key's marker row
+    v2 = commit(files, 2, acked)
+    expected[7] = {"total": 70, "name": "y"}
+    del expected[8]
+    expected[5000] = {"total": 1, "name": "new"}
+    assert table_state(files.uri, v2) == expected
+    assert table_state(files.uri, v1)[8] == {"total": 8, "name": "n8"}
+    # one row deleted in each partition's first file (7's, 8's previous rows), and the
+    # marker of 8 hidden in partition 0's new file
+    dvs = [f.dv for f in files.files.values() if f.dv is not None]
+    assert [dv.cardinality for dv in dvs] == [1, 1, 1]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_changes_cuts_aborts_retries_and_restores(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    query = Query(
+        tmp_path,
+        partitions=rng.choice([1, 2, 3]),
+        write_buffer=rng.choice([1 << 20, 3000]),
+        max_runs=rng.choice([2, 4]),
+    )
+    files = new_table(query.config.table_uri)
+    model: dict[int, dict[str, Any]] = {}
+    committed: dict[int, tuple[int, dict[int, dict[str, Any]]]] = {}
+    base = None
+    universe = list(range(300))
+    for checkpoint_id in range(1, 13):
+        for _ in range(rng.randint(1, 3)):
+            before = dict(query.values)
+            changes: dict[int, dict[str, Any] | None] = {}
+            for key in rng.sample(universe, rng.randint(1, 60)):
+                if rng.random() < 0.25:
+                    changes[key] = None
+                else:
+                    changes[key] = {"total": rng.randint(0, 9), "name": f"v{rng.randint(0, 3)}"}
+            if rng.random() < 0.2:  # a failed attempt of the batch, then its retry
+                query.batch(changes)
+                query.values = dict(before)
+            query.batch(changes)
+            for key, value in changes.items():
+                if value is None:
+                    model.pop(key, None)
+                else:
+                    model[key] = value
+            assert query.state(universe) == model
+        acked = query.cut(checkpoint_id, base)
+        if rng.random() < 0.25:
+            continue  # aborted: nothing committed, base stays
+        version = commit(files, checkpoint_id, acked)
+        committed[checkpoint_id] = (version, dict(model))
+        base = checkpoint_id
+        assert table_state(files.uri, version) == model
+        assert query.state(universe) == model
+    for cid, (version, expected) in committed.items():
+        assert table_state(files.uri, version) == expected, f"checkpoint {cid}"
+    if not committed:
+        return
+    # restore the newest and an older checkpoint into other partition counts
+    for cid in (max(committed), min(committed)):
+        version, expected = committed[cid]
+        restored = Query(
+            tmp_path / f"r{cid}",
+            partitions=rng.choice([1, 2, 4]),
+            max_runs=3,
+            restored=restored_files(files.uri, version),
+        )
+        restored.config = query.config.__class__(**{**query.config.__dict__, "max_runs": 3})
+        restored.cache = query.cache
+        assert restored.state(universe) == expected
+        restored.batch({1: {"total": 100, "name": "after"}, 2: None})
+        expected = {**expected, 1: {"total": 100, "name": "after"}}
+        expected.pop(2, None)
+        assert restored.state(universe) == expected
+        # its first cut writes the whole state and replaces every older row
+        v = commit(files, 100 + cid, restored.cut(100 + cid, cid))
+        assert table_state(files.uri, v) == expected
