@@ -147,9 +147,6 @@ def session(request: pytest.FixtureRequest) -> Iterator[Any]:
     barriered.install(spark)
     spark.conf.set(PREFIX + "checkpointInterval", "10ms")
     spark.conf.set(PREFIX + "maxParallelism", "8")
-    # Slots of 2 key groups (auto would take 1 with 8 key groups and 2 partitions): the
-    # keyed tests run Python calls of several key groups, 2 slots per partition.
-    spark.conf.set(PREFIX + "keyedKeyGroupsPerCall", "2")
     spark.conf.set(PREFIX + "bufferPerChannel", "100")
     spark.conf.set(PREFIX + "retainedCheckpoints", "100")  # every version stays readable
     yield spark

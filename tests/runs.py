@@ -28,6 +28,7 @@ from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams.rate import RateUpstream
 from barriered.examples import RecordNumbers, RunningTotals
 from barriered.statestore import checkpoints_table
+from barriered.statestore.delta_tables import scan
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.storage import delta_options
 from barriered.testing.expected import running_totals
@@ -206,9 +207,11 @@ def run(
 
 def state_at(layout: SnapshotLayout, version: int) -> dict[str, int]:
     """The ``total`` per user in the state table at ``version`` (each key once)."""
-    table = DeltaTable(
-        layout.state_table, version=version, storage_options=dict(layout.storage_options)
-    ).to_pyarrow_table()
+    table = scan(  # the deletion vectors applied, as any Delta reader does
+        DeltaTable(
+            layout.state_table, version=version, storage_options=dict(layout.storage_options)
+        )
+    )
     keys = table["user_id"].to_pylist()
     assert len(keys) == len(set(keys)), "a key appears twice in one snapshot"
     return dict(zip(keys, table["total"].to_pylist(), strict=True))
@@ -346,7 +349,7 @@ def kill_driver_when(
 
 def state_counts(layout: SnapshotLayout, version: int) -> dict[str, int]:
     """``RecordNumbers``' count per user in the state table at ``version``."""
-    table = DeltaTable(layout.state_table, version=version).to_pyarrow_table()
+    table = scan(DeltaTable(layout.state_table, version=version))
     return dict(zip(table["user_id"].to_pylist(), table["count"].to_pylist(), strict=True))
 
 
@@ -354,7 +357,6 @@ def state_counts(layout: SnapshotLayout, version: int) -> dict[str, int]:
 DRIVER_KEYS = {
     "checkpointInterval": "10ms",
     "maxParallelism": "8",
-    "keyedKeyGroupsPerCall": "2",  # as the session fixture: slots of 2 key groups
     "bufferPerChannel": "100",
     "retainedCheckpoints": "100",
 }

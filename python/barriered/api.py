@@ -92,8 +92,8 @@ class KeyedStream:
         ----------
         processor : object
             An object with ``state_schema``, ``output_schema`` (DDL strings) and either
-            ``process_batch(rows, state) -> (output, new_state)`` (one call per slot
-            of key groups, ``keyedKeyGroupsPerCall``, and micro-batch, all DataFrames: see
+            ``process_batch(rows, state) -> (output, new_state)`` (one call per Spark
+            partition's key groups and micro-batch, all DataFrames: see
             :mod:`barriered.statestore.vectorized`) or ``process(key, rows, state)``
             (one call per key; ``state`` has ``get``/``update``/``clear``). State fields
             may be of any type Delta stores (arrays, maps, structs included). What they

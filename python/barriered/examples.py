@@ -15,8 +15,8 @@ import pandas as pd
 class RunningTotals:
     """Running sum and count of ``amount`` per key; emits the new total per key.
 
-    Vectorized: one call per slot of key groups and micro-batch (``process_batch``), a groupby
-    and a merge, whatever the number of keys.
+    Vectorized: one call per partition's key groups and micro-batch (``process_batch``), a
+    groupby and a merge, whatever the number of keys.
     """
 
     state_schema = "total long, count long"

@@ -22,6 +22,7 @@ from pyspark.sql.types import StructType
 from barriered.api import snapshot_path
 from barriered.errors import CheckpointError, SnapshotStoreError
 from barriered.statestore import checkpoints_table, operators
+from barriered.statestore.delta_tables import scan
 from barriered.statestore.fileio import read_json
 from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
@@ -188,9 +189,10 @@ def state_table(
     df = _read_with_spark_delta(spark, layout.state_table, version)
     if df is None:
         try:
-            table = DeltaTable(
+            opened = DeltaTable(
                 layout.state_table, version=version, storage_options=dict(layout.storage_options)
-            ).to_pyarrow_table()
+            )
+            table = scan(opened)  # the deletion vectors applied
         except Exception as exc:  # delta-rs raises several types for missing/corrupt tables
             raise SnapshotStoreError(
                 f"cannot read {layout.state_table!r} at version {version}: {exc}"

@@ -87,10 +87,10 @@ def assert_one_value_per_key(layout: SnapshotLayout, versions: dict[int, Any]) -
 
 def of(file: dict[str, Any], point: str, participant: str, checkpoint_id: int) -> bool:
     """Whether a committed ``file`` is ``participant``'s part of ``checkpoint_id``."""
-    name = participant.rsplit("/", 1)[1]  # the key group, or the in-flight channel
+    name = participant.rsplit("/", 1)[-1]  # the keyed partition (p<n>), or the channel
     values = file["partition_values"]
-    if point == faults.STATE_SNAPSHOT:
-        return bool(values["key_group"] == name)
+    if point == faults.STATE_SNAPSHOT:  # p<partition>-c<checkpoint>-<uuid>.parquet
+        return bool(file["path"].rsplit("/", 1)[1].startswith(f"{name}-c{checkpoint_id}-"))
     in_checkpoint = values["checkpoint_id"] == str(checkpoint_id)
     return in_checkpoint and file["path"].rsplit("/", 1)[1].startswith(f"ch{name}-")
 
@@ -144,7 +144,7 @@ def test_executor_killed_mid_write_loses_nothing(
         assert os.path.exists(os.path.join(table_uri, orphan))
         assert all(orphan not in {f["path"] for f in fs} for fs in versions.values())
     assert retried[0] not in orphans
-    assert point != faults.STATE_SNAPSHOT or f"/ckpt-{killed_at}-" in retried[0]
+    assert point != faults.STATE_SNAPSHOT or f"-c{killed_at}-" in retried[0]
 
     for uri in (layout.state_table, layout.inflight_table):
         assert_whole(uri, referenced(uri))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from barriered import cli
-from barriered.api import slot_column
+from barriered.api import group_column
 from barriered.statestore.key_groups import key_group_for_key, shuffle_partition, spark_hash
 from runs import MODES, run, totals_before, upstream
 
@@ -162,15 +162,16 @@ def test_the_shuffle_partition_of_a_key_group_agrees_with_the_jvm(spark: Any) ->
     from pyspark.sql import functions as F
 
     groups = spark.range(0, 300).select(F.col("id").cast("int").alias("_key_group"))
-    for n, width in ((2, 1), (3, 8), (5, 4)):
-        # Placed as the keyed operator's shuffle places them: by their slot.
-        placed = groups.repartition(n, slot_column(width)).select(
+    for n in (1, 2, 3, 5, 64):
+        # Placed as the keyed operator's shuffle places them: by their partition's group.
+        placed = groups.repartition(n, group_column(n, 300)).select(
             "_key_group", F.spark_partition_id().alias("p")
         )
         rows = placed.collect()
         assert len(rows) == 300
-        expected = {g: shuffle_partition(g, n, width) for g in range(300)}
+        expected = {g: shuffle_partition(g, n, 300) for g in range(300)}
         assert {r._key_group: r.p for r in rows} == expected
+        assert expected == {g: g * n // 300 for g in range(300)}  # contiguous ranges
 
 
 def test_inspect_key_finds_the_key_group_partition_and_state_of_a_key(
@@ -181,16 +182,14 @@ def test_inspect_key_finds_the_key_group_partition_and_state_of_a_key(
     _query, layout = run(session, tmp_path, MODES["aligned"])
     totals = totals_before(dict(enumerate(upstream().available())))
     users = sorted(totals)[:5]
-    width = layout.registrations()["running_totals"]["key_groups_per_call"]
-    assert width == 2  # keyedKeyGroupsPerCall of the session fixture
     expected = {
         r.user_id: (r.kg, r.p)
         for r in session.createDataFrame([(u,) for u in users], "user_id string")
         .withColumn("_key_group", F.pmod(F.hash("user_id"), F.lit(8)))
-        .select(  # the partition of the slot the keyed operator groups by
+        .select(  # the partition of the group the keyed operator groups by, with 3
             "user_id",
             F.col("_key_group").alias("kg"),
-            F.pmod(F.hash(slot_column(width)), F.lit(3)).alias("p"),
+            F.pmod(F.hash(group_column(3, 8)), F.lit(3)).alias("p"),
         )
         .collect()
     }

@@ -43,7 +43,10 @@ NON_DEFAULT = {
     "retention.historySize": "77",
     "retention.maintenanceInterval": "3",
     "provider.changeDetection": "digest",
-    "keyedKeyGroupsPerCall": "4",
+    "keyed.writeBufferSize": "16m",
+    "keyed.maxRuns": "5",
+    "keyed.localCacheSize": "2g",
+    "keyed.localCacheDir": "<set per test>",
 }
 RATE = {"upstream": "rate", "channels": "2", "rowsPerSecond": "0", "rowsPerChannel": "30"}
 
@@ -51,7 +54,11 @@ RATE = {"upstream": "rate", "channels": "2", "rowsPerSecond": "0", "rowsPerChann
 @BOTH
 def test_every_session_key_reaches_the_source(session: Any, tmp_path: Path) -> None:
     assert {*NON_DEFAULT, "unaligned.enabled"} == {k.name for k in KEYS}
-    keys = {**NON_DEFAULT, "snapshotPath": str(tmp_path / "snap")}
+    keys = {
+        **NON_DEFAULT,
+        "snapshotPath": str(tmp_path / "snap"),
+        "keyed.localCacheDir": str(tmp_path / "cache"),
+    }
     for name, value in keys.items():  # only in the session: the source gets no such option
         session.conf.set(PREFIX + name, value)
     events = session.readStream.format("barriered").options(**RATE).load()

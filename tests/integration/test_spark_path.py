@@ -203,19 +203,22 @@ def test_at_least_once_never_blocks(session: Any, tmp_path: Path) -> None:
         assert all(state.get(k, 0) >= v for k, v in floor.items())
 
 
-def test_unchanged_key_groups_are_not_rewritten(session: Any, tmp_path: Path) -> None:
+def test_a_cut_writes_the_changed_keys_in_one_file_per_partition(
+    session: Any, tmp_path: Path
+) -> None:
     _query, layout = run(session, tmp_path, MODES["aligned"])
-    table = DeltaTable(layout.state_table)
-    files = table.file_uris()
-    per_group: dict[str, int] = defaultdict(int)
-    for uri in files:
-        per_group[uri.split("key_group=")[1].split("/")[0]] += 1
-    assert all(n == 1 for n in per_group.values()), "a key group has two live files"
     done = checkpoints_table.completed(layout)
-    # The final checkpoint of the run sees no new data after the previous cut only if
-    # both share positions; otherwise every key group changed. Either way bytes are
-    # reported per checkpoint and the table never holds stale duplicates.
-    assert all(r["state_bytes"] >= 0 for r in done)
+    # every file the operator wrote is named after its partition and cut: one per pair
+    written: dict[tuple[str, str], int] = defaultdict(int)
+    for path in Path(layout.state_table, "operator=running_totals").glob("*.parquet"):
+        partition, cut, _ = path.name.split("-", 2)
+        written[(partition, cut)] += 1
+    assert written and set(written.values()) == {1}
+    assert {p for p, _ in written} <= {"p0", "p1"}
+    keys = len(state_at(layout, done[-1]["state_table_version"]))
+    assert all(r["state_rows"] <= keys for r in done)  # (every key changes in every batch)
+    for row in done:  # each version reads as the state: every key once (state_at)
+        state_at(layout, row["state_table_version"])
 
 
 def test_retention_keeps_what_the_retained_checkpoints_read(session: Any, tmp_path: Path) -> None:

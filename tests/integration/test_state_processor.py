@@ -22,6 +22,7 @@ from barriered.errors import SnapshotStoreError, StateProcessorError
 from barriered.examples import RunningTotals
 from barriered.state_processor import KeyedState, SparkState
 from barriered.statestore import checkpoints_table
+from barriered.statestore.delta_tables import scan
 from barriered.statestore.layout import SnapshotLayout
 from file_tree import tree
 from flights import ORIGINS, SOURCE, STATS, CarrierStats, expected_stats, flights, write_months
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.spark
 
 def keyed_state(layout: SnapshotLayout, version: int, columns: list[str]) -> dict[Any, tuple]:
     """Key -> state fields of the ``state`` table at ``version`` (each key once)."""
-    table = DeltaTable(layout.state_table, version=version).to_pyarrow_table()
+    table = scan(DeltaTable(layout.state_table, version=version))
     keys = table[columns[0]].to_pylist()
     assert len(keys) == len(set(keys)), "a key appears twice in one snapshot"
     values = zip(*(table[c].to_pylist() for c in columns[1:]), strict=True)

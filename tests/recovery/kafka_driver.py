@@ -40,7 +40,6 @@ def main() -> int:
         "snapshotPath": snap,
         "checkpointInterval": "10ms",
         "maxParallelism": "8",
-        "keyedKeyGroupsPerCall": "2",  # as the session fixture, which may resume the query
         "bufferPerChannel": "100",
         "retainedCheckpoints": "100",
         **KAFKA_MODES[mode],

@@ -27,6 +27,7 @@ from deltalake import DeltaTable
 from test_sink_recovery import crash_driver
 
 from barriered.statestore import checkpoints_table, storage
+from barriered.statestore.delta_tables import scan
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import resolve
 from barriered.testing import faults
@@ -170,7 +171,7 @@ def _state_rows(layout: SnapshotLayout, version: int) -> dict[str, tuple[int, in
     """``RunningTotals``' (total, count) per user in the state table at ``version``."""
     options = dict(layout.storage_options)
     table = DeltaTable(layout.state_table, version=version, storage_options=options)
-    rows = table.to_pyarrow_table().to_pylist()
+    rows = scan(table).to_pylist()
     return {r["user_id"]: (r["total"], r["count"]) for r in rows}
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from barriered.coordinator import deferred_registrations
 from barriered.statestore.fileio import read_json
 
-SPEC = {"operator": "totals", "key_groups_per_call": 4}
+SPEC = {"operator": "totals", "partitions": 4}
 RESTORE = {"root": "/snaps/a", "checkpoint_id": 7, "state_version": 3}
 
 

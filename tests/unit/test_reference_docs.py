@@ -77,6 +77,7 @@ def test_checkpoints_table_columns_are_documented() -> None:
 def cited_documents(text: str) -> set[str]:
     """Markdown files a text cites by a path with a folder (``docs/design.md``,
     ``statestore/README.md``, ``../docs/design.md`` in a link), as written."""
+    text = re.sub(r"https?://\S+", "", text)  # a web page is not the repository's
     return set(re.findall(r"(?<![\w/.])((?:\.\./)*(?:[\w-]+/)+[\w-]+\.md)\b", text))
 
 

@@ -1,20 +1,20 @@
 """Keyed operators' registrations that a restore writes once its run has started.
 
 Declaring a keyed operator (``barriered.keyed(...).process``) registers it on the snapshot
-path, ``_coordinator/operators/<operator>.json``, when it is new or changed. The slot
-width recorded there (``key_groups_per_call``) is the one a later resume must use, as
-Spark's checkpoint location keeps the live state per slot. A restore may choose another
-width (the live state starts afresh in a new checkpoint location), but the source can
-still refuse the restore when the query starts (a checkpoint location that already holds
-offsets, for one): a refused restore must write nothing, and the path's recorded width
-must stay that of the checkpoint location the query can still resume. So a restored
+path, ``_coordinator/operators/<operator>.json``, when it is new or changed. The
+partitions recorded there (``partitions``) are those a later resume must use, as Spark's
+checkpoint location keeps the live state per partition. A restore may choose others
+(the live state starts afresh in a new checkpoint location), but the source can still
+refuse the restore when the query starts (a checkpoint location that already holds
+offsets, for one): a refused restore must write nothing, and the path's recorded
+partitions must stay those of the checkpoint location the query can still resume. So a restored
 declaration's registration waits here, in the driver, until the coordinator sees the
 restored run's first progress (:meth:`BarrieredListener.onQueryProgress`), before any
 checkpoint of that run completes.
 
 A crash between the restored run's first micro-batch and its first progress report
-leaves the old width recorded; the resumed query's first call then finds live state of
-another width and fails with :class:`~barriered.errors.KeyedWidthError` (nothing
+leaves the old partitions recorded; the resumed query's first call then finds live state
+of other partitions and fails with :class:`~barriered.errors.KeyedStateError` (nothing
 silently wrong): restore again.
 """
 
@@ -73,11 +73,11 @@ def write(root: str, restore: dict[str, Any] | None) -> None:
     for (_, operator), (_, path, spec) in due:
         write_json(path, spec)
         log.info(
-            "keyed operator %s registered on %s (%d key groups per call), as restored from "
+            "keyed operator %s registered on %s (%s partitions), as restored from "
             "checkpoint %s of %s",
             operator,
             root,
-            spec.get("key_groups_per_call"),
+            spec.get("partitions"),
             restored[1],
             restored[0],
         )

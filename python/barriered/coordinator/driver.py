@@ -487,6 +487,7 @@ class QueryCoordinator:
                     state_rows=ack.rows if state else 0,
                     inflight_rows=ack.rows if participant.startswith("inflight/") else 0,
                     inflight_bytes=ack.bytes if participant.startswith("inflight/") else 0,
+                    write_ms=int(ack.extra.get("write_ms", 0)) if state else 0,
                     files=tuple(f.path for f in ack.files),
                     payload=ack,
                 )

@@ -55,6 +55,9 @@ class AckStats:
         In-flight records persisted (unaligned checkpoints).
     inflight_bytes : int, default 0
         Bytes of in-flight records persisted.
+    write_ms : int, default 0
+        How long the participant's task took to write its state at the cut (a keyed
+        partition's file); the checkpoint records the longest.
     files : tuple of str, default ()
         Data files written (relative to the snapshot path), for the committer.
     payload : Any, default None
@@ -70,11 +73,12 @@ class AckStats:
     state_rows: int = 0
     inflight_rows: int = 0
     inflight_bytes: int = 0
+    write_ms: int = 0
     files: tuple[str, ...] = ()
     payload: Any = None
 
     def __post_init__(self) -> None:
-        for name in ("state_bytes", "state_rows", "inflight_rows", "inflight_bytes"):
+        for name in ("state_bytes", "state_rows", "inflight_rows", "inflight_bytes", "write_ms"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise CheckpointError(f"AckStats.{name} must be an integer >= 0, got {value!r}")

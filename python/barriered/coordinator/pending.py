@@ -75,6 +75,7 @@ class PendingCheckpoint:
         self._state_rows = 0
         self._inflight_rows = 0
         self._inflight_bytes = 0
+        self._write_ms = 0
 
     @property
     def sealed(self) -> bool:
@@ -138,6 +139,7 @@ class PendingCheckpoint:
         self._state_rows += stats.state_rows
         self._inflight_rows += stats.inflight_rows
         self._inflight_bytes += stats.inflight_bytes
+        self._write_ms = max(self._write_ms, stats.write_ms)
         return "success"
 
     def to_stats(
@@ -165,6 +167,7 @@ class PendingCheckpoint:
             state_rows=self._state_rows,
             inflight_rows=self._inflight_rows,
             inflight_bytes=self._inflight_bytes,
+            state_write_ms=self._write_ms,
             num_acknowledged=len(self.acks),
             num_expected=len(self.expected),
             trigger_batch_id=self.trigger_batch_id,

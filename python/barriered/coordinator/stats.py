@@ -41,6 +41,7 @@ STATS_COLUMNS: dict[str, str] = {
     "state_rows": "bigint",
     "inflight_rows": "bigint",
     "inflight_bytes": "bigint",
+    "state_write_ms": "bigint",
     "num_acknowledged": "int",
     "num_expected": "int",
     "trigger_batch_id": "bigint",
@@ -76,6 +77,8 @@ class CheckpointStats:
         See the module docstring; ``None`` while unknown.
     state_bytes, state_rows, inflight_rows, inflight_bytes : int
         Summed over the acknowledgements received.
+    state_write_ms : int
+        The longest a task took to write its keyed state at the cut (0: nothing written).
     num_acknowledged, num_expected : int
         Acknowledgements received / participants expected (``n/N``).
     trigger_batch_id, cut_batch_id : int or None
@@ -104,6 +107,7 @@ class CheckpointStats:
     state_rows: int = 0
     inflight_rows: int = 0
     inflight_bytes: int = 0
+    state_write_ms: int = 0
     num_acknowledged: int = 0
     num_expected: int = 0
     trigger_batch_id: int | None = None
@@ -174,6 +178,7 @@ class CheckpointStats:
                 state_rows=_opt_int(row.get("state_rows")) or 0,
                 inflight_rows=_opt_int(row.get("inflight_rows")) or 0,
                 inflight_bytes=_opt_int(row.get("inflight_bytes")) or 0,
+                state_write_ms=_opt_int(row.get("state_write_ms")) or 0,
                 num_acknowledged=_opt_int(row.get("num_acknowledged")) or 0,
                 num_expected=_opt_int(row.get("num_expected")) or 0,
                 trigger_batch_id=_opt_int(row.get("trigger_batch_id")),

@@ -20,7 +20,8 @@ SEQ = "_seq"
 BARRIER = "_barrier"
 BARRIER_META = "_barrier_meta"
 KEY_GROUP = "_key_group"
-#: What the keyed operator groups by: the slot of the key group (barriered.api.slot_column).
+#: What the keyed operator groups by: one value per Spark partition, for the partition
+#: that owns the key group (barriered.api.group_column).
 SLOT = "_slot"
 
 META_FIELDS = [

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
@@ -46,12 +47,13 @@ from barriered.state_processor.target import Target
 from barriered.state_processor.writer import KeyGroupWriter, write_state
 from barriered.statestore import checkpoints_table, operators
 from barriered.statestore.acks import DataFile
-from barriered.statestore.delta_tables import STATE_PARTITIONS, as_json, commit_files
+from barriered.statestore.delta_tables import as_json
 from barriered.statestore.evolution import widens
 from barriered.statestore.fileio import copy_tree, write_json
 from barriered.statestore.keyed import OperatorSpec
 from barriered.statestore.savepoints import Savepoint
-from barriered.statestore.state_schema import TYPED_DESCRIPTION, struct_schema, table_schema
+from barriered.statestore.state_commit import commit_copies
+from barriered.statestore.state_schema import struct_schema, table_schema
 
 log = logging.getLogger(__name__)
 
@@ -247,11 +249,8 @@ def _write(
     }
     if versions:
         metadata[operators.VERSIONS_KEY] = as_json(versions)
-    version = commit_files(
-        out.state_table, schema, STATE_PARTITIONS, BOOTSTRAP_ID, files,
-        metadata=metadata, storage_options=out.storage_options,
-        description=TYPED_DESCRIPTION,
-    ).version  # fmt: skip
+    copies = [(f, np.empty(0, np.int64)) for f in files]
+    version = commit_copies(out, BOOTSTRAP_ID, schema, copies, metadata).version
     now = wall_time.now_ms()
     state_bytes = sum(f.size for f in files)
     checkpoints_table.append(

@@ -19,7 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from barriered.api import key_group_column
@@ -64,10 +67,29 @@ def read_state(spark: SparkSession, point: RestorePoint, operator: str) -> DataF
             "fields": [*registration["key_type"]["fields"], *registration["state_type"]["fields"]],
         }
     )
-    paths = [join(point.origin.state_table, f.path) for f in point.state_files(operator)]
-    if not paths:
+    files = [f for f in point.state_files(operator) if f.live_rows > 0]
+    if not files:
         return spark.createDataFrame([], schema)
-    return spark.read.schema(schema).parquet(*paths)
+    df = spark.read.schema(schema).parquet(*[join(point.origin.state_table, f.path) for f in files])
+    deleted = [(f.path.rsplit("/", 1)[-1], f.dv.rows()) for f in files if f.dv is not None]
+    if not deleted:
+        return df
+    # rows a file's deletion vector deleted are not the checkpoint's state (Spark reads
+    # Parquet files without Delta: the rows are dropped by their file and row index)
+    gone = pd.DataFrame(
+        {
+            "__file": np.concatenate([np.full(len(rows), name, object) for name, rows in deleted]),
+            "__row": np.concatenate([rows for _, rows in deleted]),
+        }
+    )
+    rows = df.select(
+        "*",
+        F.col("_metadata.file_name").alias("__file"),
+        F.col("_metadata.row_index").alias("__row"),
+    )
+    return rows.join(spark.createDataFrame(gone), ["__file", "__row"], "left_anti").drop(
+        "__file", "__row"
+    )
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,15 @@
 
 The rows are grouped by ``_key_group`` (:func:`barriered.api.key_group_column`, the
 expression the streaming operator groups by) and each key group's state is written on
-the executor that holds it, by :func:`~barriered.statestore.acks.write_data_file`, the
-writer of the keyed operator's own snapshots: the same Parquet layout, compression and
-partition folders (``operator=<op>/key_group=<g>``). The driver only collects the list of
-files (one row per key group) and commits them.
+the executor that holds it, by :func:`~barriered.statestore.acks.write_data_file`: the
+columns of the ``state`` table's files (the key columns and state fields, ``key_group``,
+``checkpoint_id``) in the operator's partition folder (``operator=<op>``). The driver
+only collects the list of files (one row per key group) and commits them.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -102,13 +103,17 @@ class KeyGroupWriter:
         state = self.state(rows)
         written: list[DataFile] = []
         if state.num_rows:
-            ids = pa.array([self.checkpoint_id] * state.num_rows, pa.int64())
+            n = state.num_rows
+            state = state.append_column("key_group", pa.array([key_group] * n, pa.int32()))
+            state = state.append_column(
+                "checkpoint_id", pa.array([self.checkpoint_id] * n, pa.int64())
+            )
             written.append(
                 write_data_file(
                     self.table_uri,
-                    {"operator": self.spec.operator, "key_group": str(key_group)},
-                    f"ckpt-{self.checkpoint_id}",
-                    state.append_column("checkpoint_id", ids),
+                    {"operator": self.spec.operator},
+                    f"key-group-{key_group}-ckpt-{self.checkpoint_id}",
+                    state,
                     distinct=self.spec.key_columns,
                 )
             )
@@ -157,8 +162,15 @@ def write_state(df: DataFrame, writer: KeyGroupWriter) -> list[DataFile]:
             path=r["path"],
             size=int(r["size"]),
             rows=int(r["rows"]),
-            partition_values={"operator": writer.spec.operator, "key_group": str(r["key_group"])},
+            partition_values={"operator": writer.spec.operator},
             modification_time=int(r["modification_time"]),
+            stats=json.dumps(
+                {
+                    "numRecords": int(r["rows"]),
+                    "minValues": {"key_group": int(r["key_group"])},
+                    "maxValues": {"key_group": int(r["key_group"])},
+                }
+            ),
         )
         for r in written
     ]
@@ -169,4 +181,4 @@ def write_state(df: DataFrame, writer: KeyGroupWriter) -> list[DataFile]:
         sum(f.rows for f in files),
         writer.table_uri,
     )
-    return sorted(files, key=lambda f: int(str(f.partition_values["key_group"])))
+    return sorted(files, key=lambda f: f.path)

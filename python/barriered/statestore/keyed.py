@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -177,16 +178,22 @@ class KeyedOperator:
     ) -> Iterator[pd.DataFrame]:
         if self.storage is not None:
             register(*self.storage)
-        parts = list(frames)
-        batch = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
-        batch.columns = list(self.spec.input_columns)
+        data_parts, marker_parts = [], []
+        for part in frames:
+            part.columns = list(self.spec.input_columns)
+            is_marker = part[BARRIER].notna().to_numpy()
+            if (~is_marker).any():
+                data_parts.append(part[~is_marker] if is_marker.any() else part)
+            if is_marker.any():  # only the marker columns: the rest is null
+                marker_parts.append(part.loc[is_marker, [BARRIER, BARRIER_META, KEY_GROUP]])
         state = self._live_state(int(key[0]), live)
-        is_marker = batch[BARRIER].notna().to_numpy()
-        data = batch[~is_marker] if is_marker.any() else batch
-        output = self._process(state, data) if len(data) else None
+        output = None
+        if data_parts:
+            data = data_parts[0] if len(data_parts) == 1 else pd.concat(data_parts)
+            output = self._process(state, data.reset_index(drop=True))
         state.spill_if_full()
-        if is_marker.any():
-            self._snapshot(state, batch[is_marker])
+        if marker_parts:
+            self._snapshot(state, pd.concat(marker_parts, ignore_index=True))
         live.update(state.value())
         if output is not None and len(output):
             yield output
@@ -307,16 +314,21 @@ class KeyedOperator:
         metas = [json.loads(m) for m in markers[BARRIER_META]]
         ids = [int(c) for c in markers[BARRIER]]
         bases = [m.get("base") for m in metas if m.get("base") is not None]
+        began = time.perf_counter()
         flushed = state.flush(min(ids), max(bases) if bases else None)
+        write_ms = round((time.perf_counter() - began) * 1000)
         if flushed.written is not None:
             layout = SnapshotLayout.at(metas[0]["path"])
-            detail = {"partition": state.manifest.partition, "file": flushed.written.rel}
+            partition = state.manifest.partition
+            detail = {"participant": f"p{partition}", "files": [flushed.written.rel]}
             crash_points.hit(layout, crash_points.STATE_SNAPSHOT, min(ids), detail=detail)
         acks: dict[tuple[str, int], list[Ack]] = {}
         for checkpoint_id, meta, group in zip(ids, metas, markers[KEY_GROUP], strict=True):
             ack = self._ack(
                 int(group), checkpoint_id, meta.get("epoch"), flushed.files, flushed.changed
             )
+            if flushed.written is not None:
+                ack = replace(ack, extra={"write_ms": write_ms})
             acks.setdefault((meta["path"], checkpoint_id), []).append(ack)
         for (path, _), written in acks.items():
             write_acks(SnapshotLayout.at(path), written)

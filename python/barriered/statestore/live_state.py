@@ -440,33 +440,47 @@ class LiveState:
 
     # -- reads ---------------------------------------------------------------------------
 
-    def _units(self, run: Run, key_group: int | None = None) -> list[Unit]:
-        """The cached row groups of ``run`` that may hold ``key_group`` (None: any of
-        this partition's)."""
-        if run.groups:
-            groups = [(i, g, g) for i, g in enumerate(run.groups)]
-        else:
-            groups = [(i, lo, hi) for i, _, lo, hi in footer_groups(run.uri, run.key_group)]
+    def _row_groups(self, run: Run) -> list[int]:
+        """The row groups of ``run`` that may hold this partition's key groups."""
         mine = self.key_groups
+        if run.groups:  # a file written here: one row group per key group, in order
+            return [i for i, g in enumerate(run.groups) if g in mine]
         return [
-            self.cache.unit(run.uri, index, lambda i=index: self._load(run, i))  # type: ignore[misc]
-            for index, lo, hi in groups
-            if (
-                lo <= key_group <= hi if key_group is not None else lo <= mine[-1] and hi >= mine[0]
-            )
+            i
+            for i, _, lo, hi in footer_groups(run.uri, run.key_group)
+            if lo <= mine[-1] and hi >= mine[0]
         ]
 
-    def _load(self, run: Run, row_group: int) -> pa.Table:
+    def _unit(self, run: Run) -> Unit:
+        """The cached rows of ``run`` that may hold this partition's keys (one unit)."""
+        row_groups = self._row_groups(run)
+        whole = bool(run.groups) and len(row_groups) == len(run.groups)
+        part = "all" if whole else "rg:" + ",".join(map(str, row_groups))
+        return self.cache.unit(run.uri, part, lambda: self._load(run, row_groups))
+
+    def _load(self, run: Run, row_groups: list[int]) -> pa.Table:
         fs, path = filesystem(run.uri)
         with fs.open_input_file(path) as f:
             parquet = pq.ParquetFile(f)
-            table = parquet.read_row_group(row_group)
-            notes = FileNotes.read(parquet.metadata.metadata)
+            meta = parquet.metadata
+            notes = FileNotes.read(meta.metadata)
+            table = (
+                parquet.read_row_groups(row_groups)
+                if row_groups
+                else parquet.schema_arrow.empty_table()
+            )
+        sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        starts = np.cumsum([0, *sizes])
+        positions = [np.arange(starts[i], starts[i + 1], dtype=np.int64) for i in row_groups]
         if KEY_GROUP not in table.column_names and run.key_group is not None:
             groups = np.full(table.num_rows, run.key_group, np.int32)
             table = table.append_column(KEY_GROUP, pa.array(groups))
-        first = next(r for i, r, _, _ in footer_groups(run.uri, run.key_group) if i == row_group)
-        return build_unit(table, self.config.key_columns, first, notes.hidden)
+        return build_unit(
+            table,
+            self.config.key_columns,
+            np.concatenate(positions) if positions else np.empty(0, np.int64),
+            notes.hidden,
+        )
 
     def _not_state(self, run: Run) -> np.ndarray | None:
         """A restored run's deleted rows (the restored version's deletion vector)."""
@@ -506,24 +520,20 @@ class LiveState:
             todo = np.flatnonzero(~known)
             if not len(todo):
                 break
+            unit = self._unit(run)
+            query, here = unit.find(hashes[todo], keys.take(pa.array(todo)), cols)
+            rows = unit.table.take(pa.array(here))
+            positions = rows[POS].to_numpy()
             not_state = self._not_state(run)
-            for group in np.unique(key_groups[todo]):
-                for unit in self._units(run, int(group)):
-                    ask = todo[(key_groups[todo] == group) & ~known[todo]]
-                    if not len(ask):
-                        break
-                    query, here = unit.find(hashes[ask], keys.take(pa.array(ask)), cols)
-                    rows = unit.table.take(pa.array(here))
-                    positions = rows[POS].to_numpy()
-                    if not_state is not None and len(positions):
-                        current = ~np.isin(positions, not_state)
-                        query, positions = query[current], positions[current]
-                        rows = rows.filter(pa.array(current))
-                    asked = ask[query]
-                    known[asked] = True
-                    origin_run[asked] = SPILLED if run.private else run.id
-                    origin_row[asked] = positions
-                    take(asked, rows)
+            if not_state is not None and len(positions):
+                current = ~np.isin(positions, not_state)
+                query, positions = query[current], positions[current]
+                rows = rows.filter(pa.array(current))
+            asked = todo[query]
+            known[asked] = True
+            origin_run[asked] = SPILLED if run.private else run.id
+            origin_row[asked] = positions
+            take(asked, rows)
         index = np.concatenate([p[0] for p in pieces]) if pieces else np.empty(0, np.int64)
         state = (
             pa.concat_tables([self._conformed(t) for _, t in pieces])
@@ -658,25 +668,14 @@ class LiveState:
         """Every entry of this partition's key groups in ``run`` (merge schema)."""
         mine = self.key_groups
         not_state = self._not_state(run)
-        parts = []
-        for unit in self._units(run):
-            rows = unit.table
-            groups = rows[KEY_GROUP].to_numpy()
-            keep = (groups >= mine.start) & (groups < mine.stop)
-            if not_state is not None:
-                keep &= ~np.isin(rows[POS].to_numpy(), not_state)
-            rows = rows.filter(pa.array(keep))
-            parts.append(
-                _with_columns(
-                    self._conformed(rows),
-                    {
-                        KEY_GROUP: rows[KEY_GROUP].cast(pa.int32()),
-                        HASH: rows[HASH],
-                        GONE: rows[GONE],
-                    },
-                )
-            )
-        return pa.concat_tables(parts) if parts else self.config.merge_schema.empty_table()
+        rows = self._unit(run).table
+        groups = rows[KEY_GROUP].to_numpy()
+        keep = (groups >= mine.start) & (groups < mine.stop)
+        if not_state is not None:
+            keep &= ~np.isin(rows[POS].to_numpy(), not_state)
+        rows = rows.filter(pa.array(keep))
+        extra = {KEY_GROUP: rows[KEY_GROUP].cast(pa.int32()), HASH: rows[HASH], GONE: rows[GONE]}
+        return _with_columns(self._conformed(rows), extra)
 
     def _write(
         self, uri: str, entries: pa.Table, notes: FileNotes, checkpoint_id: int | None
@@ -710,17 +709,16 @@ class LiveState:
         make_parent(fs, path)
         with fs.open_output_stream(path) as out:
             out.write(data)
-        for index, (start, end) in enumerate(zip(starts, ends, strict=True)):
-            unit = _with_columns(
-                table.slice(start, end - start),
-                {
-                    HASH: entries[HASH].slice(start, end - start),
-                    POS: pa.array(np.arange(start, end), pa.int64()),
-                    GONE: entries[GONE].slice(start, end - start),
-                },
-            )
-            sort = np.argsort(unit[HASH].to_numpy(), kind="stable")
-            self.cache.put(uri, index, unit.take(pa.array(sort)))
+        unit = _with_columns(
+            table,
+            {
+                HASH: entries[HASH],
+                POS: pa.array(np.arange(entries.num_rows), pa.int64()),
+                GONE: entries[GONE],
+            },
+        )
+        sort = np.argsort(unit[HASH].to_numpy(), kind="stable")
+        self.cache.put(uri, "all", unit.take(pa.array(sort)))
         return [int(g) for g in groups], int(data.size)
 
     def flush(self, checkpoint_id: int, base: int | None) -> Flushed:

@@ -29,10 +29,12 @@ from barriered.datasource.schedule import Schedule
 from barriered.datasource.triggers import TriggerLog
 from barriered.errors import RestoreError
 from barriered.statestore import checkpoints_table, integrity
-from barriered.statestore.delta_tables import current_files, open_table
+from barriered.statestore.deletion_vectors import DeletionVector
+from barriered.statestore.delta_tables import open_table
 from barriered.statestore.fileio import exists, filesystem, join, list_names, read_json
 from barriered.statestore.integrity import PathIntegrity, committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.state_log import StateFiles
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +48,15 @@ class TableFile:
 
     path: str
     size: int
-    rows: int
+    rows: int  # physical rows
     partition_values: Mapping[str, str | None]
+    stats: str | None = None
+    dv: DeletionVector | None = None  # the rows of it the version does not hold
+
+    @property
+    def live_rows(self) -> int:
+        """The rows of it the version holds."""
+        return self.rows - (self.dv.cardinality if self.dv else 0)
 
 
 @dataclass(frozen=True)
@@ -229,6 +238,7 @@ class RestorePoint:
 def _files(layout: SnapshotLayout, uri: str, version: int, point: RestorePoint) -> list[TableFile]:
     try:
         table = open_table(uri, version, layout.storage_options)
+        files = StateFiles(uri, version).files.values() if table is not None else ()
     except Exception as exc:
         raise RestoreError(
             f"cannot restore {point.describe()}: table {uri!r} cannot be read at version "
@@ -239,8 +249,8 @@ def _files(layout: SnapshotLayout, uri: str, version: int, point: RestorePoint) 
             f"cannot restore {point.describe()}: table {uri!r} is missing. Nothing was changed"
         )
     return [
-        TableFile(f["path"], int(f["size"]), int(f["rows"] or 0), f["partition_values"])
-        for f in current_files(table)
+        TableFile(f.path, f.size, max(f.rows, 0), dict(f.partition_values), f.stats, f.dv)
+        for f in files
     ]
 
 

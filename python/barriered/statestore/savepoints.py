@@ -9,29 +9,33 @@ referenced, so the savepoint survives retention (and deletion) of the original s
 path and can be moved to another machine. Restore it with
 ``.option("restoreFrom", "<savepoint folder>")`` into a new snapshot path.
 
+The ``state`` files holding rows of the checkpoint are copied with their deletion
+vectors (a file none of whose rows the checkpoint holds is left out). A snapshot path of
+the earlier layout (one file per key group, the key group a partition column) is
+converted on the way: each key group's file is written again with its ``key_group``
+column, so the savepoint has this version's layout (``barriered savepoint`` is the
+migration of such a path).
+
 Files are written in dependency order and ``_savepoint.json`` last; the target must not
 exist or be empty, and nothing is ever overwritten.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from barriered import wall_time
 from barriered.errors import SnapshotStoreError
 from barriered.statestore import checkpoints_table, operators
-from barriered.statestore.acks import DataFile
-from barriered.statestore.delta_tables import (
-    INFLIGHT_PARTITIONS,
-    STATE_PARTITIONS,
-    commit_files,
-    open_table,
-)
+from barriered.statestore.acks import DataFile, write_data_file
+from barriered.statestore.delta_tables import INFLIGHT_PARTITIONS, commit_files, open_table
 from barriered.statestore.fileio import (
     copy_file,
     copy_tree,
@@ -42,11 +46,13 @@ from barriered.statestore.fileio import (
     write_json,
 )
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.live_state import CHECKPOINT_ID, KEY_GROUP
 from barriered.statestore.restore_point import (
     TableFile,
     resolve,
 )
-from barriered.statestore.state_schema import TYPED_DESCRIPTION, table_schema
+from barriered.statestore.state_commit import commit_copies
+from barriered.statestore.state_schema import table_schema
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +86,43 @@ def _copy(files: list[TableFile], source: str, target: str) -> list[DataFile]:
     out = []
     for f in files:
         copy_file(join(source, f.path), join(target, f.path))
-        out.append(DataFile(f.path, f.size, f.rows, dict(f.partition_values), now))
+        out.append(DataFile(f.path, f.size, f.rows, dict(f.partition_values), now, f.stats))
+    return out
+
+
+def _copy_state(
+    files: list[TableFile], source: str, target: str
+) -> list[tuple[DataFile, np.ndarray]]:
+    """Copy the state files holding rows of the version, each with the rows it does not
+    hold; convert a file of the earlier layout (its key group in the path)."""
+    out = []
+    for f in files:
+        if f.live_rows <= 0:
+            continue
+        group = f.partition_values.get(KEY_GROUP)
+        if group is None:
+            (copied,) = _copy([f], source, target)
+            out.append((copied, f.dv.rows() if f.dv else np.empty(0, np.int64)))
+            continue
+        fs, path = filesystem(join(source, f.path))
+        with fs.open_input_file(path) as handle:
+            rows = pq.read_table(handle)
+        groups = pa.array(np.full(rows.num_rows, int(group), np.int32))
+        index = rows.schema.get_field_index(CHECKPOINT_ID)
+        rows = rows.add_column(index if index >= 0 else rows.num_columns, KEY_GROUP, groups)
+        operator: dict[str, str | None] = {"operator": str(f.partition_values.get("operator"))}
+        written = write_data_file(target, operator, f"key-group-{group}", rows)
+        bounds = {KEY_GROUP: int(group)}
+        stats = {"numRecords": rows.num_rows, "minValues": bounds, "maxValues": bounds}
+        converted = DataFile(
+            written.path,
+            written.size,
+            written.rows,
+            operator,
+            written.modification_time,
+            json.dumps(stats),
+        )
+        out.append((converted, f.dv.rows() if f.dv else np.empty(0, np.int64)))
     return out
 
 
@@ -171,14 +213,11 @@ def export(
         for f in point.state_files()
         if rewrite is None or f.partition_values.get("operator") != rewrite.operator
     ]
-    state = _copy(kept, origin.state_table, out.state_table)
+    copies = _copy_state(kept, origin.state_table, out.state_table)
     if rewrite is not None:
-        state.extend(rewrite.write(out, cid))
-    state_version = commit_files(
-        out.state_table, state_schema, STATE_PARTITIONS, cid,
-        state, metadata=metadata, storage_options=out.storage_options,
-        description=TYPED_DESCRIPTION,
-    ).version  # fmt: skip
+        copies.extend((f, np.empty(0, np.int64)) for f in rewrite.write(out, cid))
+    state = [f for f, _ in copies]
+    state_version = commit_copies(out, cid, state_schema, copies, metadata).version
     rows = [r for r in checkpoints_table.read_rows(origin) if r["checkpoint_id"] == cid]
     row = dict(rows[-1]) if rows else {"checkpoint_id": cid, "kind": point.kind}
     row.update(

@@ -3,10 +3,11 @@
 The files of the ``state`` table (and a live run's private files) are the keyed state;
 local disk only caches them, as in Flink's disaggregated state (ForSt): a file never
 changes once written, so a cached copy named after it is valid on any executor and needs
-no invalidation. A file is cached per row group (one key group per row group in the
-files written here), as one *unit*: an Arrow IPC file sorted by a 64-bit hash of the key
-(:func:`key_hashes`), with each row's position in the source file (``__pos``, what a
-deletion vector names) and whether the row is a deleted key's marker (``__gone``).
+no invalidation. The row groups of a file that hold a partition's key groups (one key
+group per row group in the files written here) are cached as one *unit*: an Arrow IPC
+file sorted by a 64-bit hash of the key (:func:`key_hashes`), with each row's position
+in the source file (``__pos``, what a deletion vector names) and whether the row is a
+deleted key's marker (``__gone``).
 Units are memory-mapped: a lookup of the keys of a batch is a binary search over the
 sorted hashes and a ``take`` of the rows found, so it reads the pages it touches, not
 the file, and the page cache (not the Python worker's heap) holds what is hot. State
@@ -153,14 +154,15 @@ _EMPTY_I64 = np.empty(0, np.int64)
 def build_unit(
     table: pa.Table,
     columns: Sequence[str],
-    first_row: int = 0,
+    positions: np.ndarray | None = None,
     gone: np.ndarray | None = None,
 ) -> pa.Table:
-    """The unit table of ``table`` (one row group, whose first row is ``first_row`` of
-    its file; ``gone``: positions in the file of deleted keys' marker rows)."""
+    """The unit table of ``table`` (rows of a file at ``positions`` in it, default from
+    0; ``gone``: positions of deleted keys' marker rows)."""
     hashes = key_hashes(table, columns)
     order = np.argsort(hashes, kind="stable")
-    positions = np.arange(first_row, first_row + table.num_rows, dtype=np.int64)
+    if positions is None:
+        positions = np.arange(table.num_rows, dtype=np.int64)
     marked = np.isin(positions, gone) if gone is not None and len(gone) else None
     out = table.take(pa.array(order))
     out = out.append_column(HASH, pa.array(hashes[order], pa.uint64()))
@@ -193,14 +195,14 @@ class StateCache:
         self._open: OrderedDict[str, Unit] = OrderedDict()
         self._bytes_written = 0
 
-    def _path(self, source: str, row_group: int) -> str:
-        digest = hashlib.sha1(f"{FORMAT}|{source}|{row_group}".encode()).hexdigest()
+    def _path(self, source: str, part: str) -> str:
+        digest = hashlib.sha1(f"{FORMAT}|{source}|{part}".encode()).hexdigest()
         return os.path.join(self.folder, digest[:2], f"{digest}.arrow")
 
-    def unit(self, source: str, row_group: int, load: Callable[[], pa.Table]) -> Unit:
-        """The unit of ``source``'s row group, built from ``load()`` (a unit table,
-        :func:`build_unit`) when this machine has none yet."""
-        path = self._path(source, row_group)
+    def unit(self, source: str, part: str, load: Callable[[], pa.Table]) -> Unit:
+        """The unit of ``part`` of file ``source`` (its row groups, named), built from
+        ``load()`` (a unit table, :func:`build_unit`) when this machine has none yet."""
+        path = self._path(source, part)
         unit = self._open.get(path)
         if unit is not None:
             self._open.move_to_end(path)
@@ -212,9 +214,9 @@ class StateCache:
             self._write(path, load())
             unit = self._map(path)
             log.debug(
-                "state cache: %s row group %d cached (%d rows, %.0f ms)",
+                "state cache: %s (%s) cached (%d rows, %.0f ms)",
                 source,
-                row_group,
+                part,
                 unit.table.num_rows,
                 (time.perf_counter() - began) * 1000,
             )
@@ -223,9 +225,9 @@ class StateCache:
             self._open.popitem(last=False)
         return unit
 
-    def put(self, source: str, row_group: int, unit_table: pa.Table) -> None:
-        """Cache a row group of a file this process just wrote (write-through)."""
-        self._write(self._path(source, row_group), unit_table)
+    def put(self, source: str, part: str, unit_table: pa.Table) -> None:
+        """Cache ``part`` of a file this process just wrote (write-through)."""
+        self._write(self._path(source, part), unit_table)
 
     def _map(self, path: str) -> Unit:
         source = pa.memory_map(path, "r")

@@ -242,3 +242,42 @@ def commit_state_table(
         is_committed,
         removable,
     )
+
+
+def commit_copies(
+    layout: SnapshotLayout,
+    checkpoint_id: int,
+    schema: pa.Schema,
+    files: Sequence[tuple[DataFile, np.ndarray]],
+    metadata: Mapping[str, Any],
+) -> StateCommit:
+    """Commit state files copied from another table's version as they were there: each
+    with the rows its deletion vector deleted (a savepoint of a checkpoint).
+
+    Parameters
+    ----------
+    layout : SnapshotLayout
+        The snapshot path (or savepoint) the copies are in.
+    checkpoint_id : int
+        The checkpoint they hold.
+    schema : pyarrow.Schema
+        The table's schema.
+    files : sequence of (DataFile, numpy.ndarray)
+        Each copy and the rows of it the checkpoint does not hold.
+    metadata : mapping
+        The commit metadata.
+    """
+    table_files = state_files(layout, schema)
+    adds = [
+        NewFile(
+            f.path,
+            f.size,
+            f.rows,
+            dict(f.partition_values),
+            f.modification_time,
+            f.stats_json(),
+            hidden,
+        )
+        for f, hidden in files
+    ]
+    return commit_state(table_files, checkpoint_id, adds, {}, metadata, STATE_APP_ID)

@@ -1,9 +1,8 @@
 """The merge of one call's rows into the keyed state, vectorized.
 
 The state is one Arrow table: the key columns and the state fields, one row per key.
-The keyed operator runs once per slot of key groups and micro-batch
-(:func:`~barriered.statestore.key_groups.key_groups_per_call` key groups) and hands the
-slot's rows and the state of the keys present in them to the processor in one call,
+The keyed operator runs once per Spark partition's key groups and micro-batch and hands
+the partition's rows and the state of the keys present in them to the processor in one call,
 :meth:`BatchProcessor.process_batch`, and
 merges what it returns back into the table with a few pandas operations (no per-key
 work outside the processor). A processor that implements only the per-key
@@ -11,7 +10,7 @@ work outside the processor). A processor that implements only the per-key
 
 The contract of ``process_batch(rows, state) -> (output, new_state)``:
 
-* ``rows``: every data row of the slot's key groups in this micro-batch, in
+* ``rows``: every data row of the partition's key groups in this micro-batch, in
   ``(_channel, _seq)`` order, with the stream's own columns (no ``_channel``/``_seq``/
   ``_barrier`` columns);
 * ``state``: one row per key of ``rows`` that has state (key columns and state fields;
@@ -54,7 +53,7 @@ log = logging.getLogger(__name__)
 
 
 class BatchProcessor(Protocol):
-    """A keyed processor called once per slot of key groups and micro-batch.
+    """A keyed processor called once per Spark partition's key groups and micro-batch.
 
     Attributes
     ----------
