@@ -18,8 +18,8 @@ from barriered.statestore.acks import DataFile, write_data_file
 from barriered.statestore.delta_tables import INFLIGHT_PARTITIONS, as_json, commit_files
 from barriered.statestore.fileio import filesystem, make_parent, write_json
 from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.live_state import FileNotes
 from barriered.statestore.state_commit import commit_state_table
+from barriered.statestore.state_files import FileNotes
 from barriered.statestore.state_schema import file_schema, table_schema
 
 #: The column types a keyed operator registers: ``user_id string`` -> ``total long``.
@@ -208,3 +208,46 @@ def snapshot_path(root: Path, barriers: list[list[int]]) -> SnapshotLayout:
         }
         checkpoints_table.append(layout, row)
     return layout
+
+
+def to_earlier_layout(source: SnapshotLayout, target: Path) -> SnapshotLayout:
+    """``source``'s latest completed checkpoint as a snapshot path of the earlier layout
+    (an aligned checkpoint of one keyed operator): its configuration, registrations and
+    upstream manifest copied, its state written as one file per key group in a table
+    partitioned by ``operator`` and ``key_group``, its commit metadata and its
+    ``_checkpoints`` row the same."""
+    import shutil
+
+    from deltalake import DeltaTable
+
+    from barriered.statestore.delta_tables import scan
+    from barriered.statestore.integrity import committed_checkpoints
+    from barriered.statestore.state_schema import TYPED_DESCRIPTION, columns_schema
+
+    out = SnapshotLayout.at(str(target))
+    row = checkpoints_table.completed(source)[-1]
+    version, metadata = committed_checkpoints(source)[int(row["checkpoint_id"])]
+    Path(out.root).mkdir(parents=True)
+    shutil.copytree(Path(source.root, "_coordinator"), Path(out.root, "_coordinator"))
+    shutil.copytree(Path(source.root, "_source"), Path(out.root, "_source"))
+    for tree_name in ("leases", "restore"):
+        shutil.rmtree(Path(out.root, "_coordinator", tree_name), ignore_errors=True)
+    registrations = source.registrations()
+    state = scan(DeltaTable(source.state_table, version=version))
+    files = []
+    for name, registration in registrations.items():
+        write_json(out.operator_file(name), {**registration, "key_groups_per_call": 1})
+        mine = state.filter(pa.compute.equal(state["operator"], name))
+        columns = [*columns_schema(registration).names, "checkpoint_id"]
+        for group in sorted(set(mine["key_group"].to_pylist())):
+            rows = mine.filter(pa.compute.equal(mine["key_group"], group)).select(columns)
+            partition = {"operator": name, "key_group": str(group)}
+            files.append(write_data_file(out.state_table, partition, "ckpt", rows))
+    keep = {k: v for k, v in metadata.items() if k.startswith("barriered.") and v is not None}
+    keep.pop("barriered.checkpoint_id", None)
+    new_version = commit_files(
+        out.state_table, table_schema(registrations.values()), EARLIER_PARTITIONS,
+        int(row["checkpoint_id"]), files, metadata=keep, description=TYPED_DESCRIPTION,
+    ).version  # fmt: skip
+    checkpoints_table.append(out, {**row, "state_table_version": new_version})
+    return out

@@ -1,31 +1,44 @@
-"""Snapshot cost: bytes and time per checkpoint when 1%, 10% or 100% of key groups changed.
+"""Keyed state at scale: what a batch, a cut, a checkpoint's write and a restore cost as
+the state grows (100k, 1M, 10M keys and the largest size this machine holds).
 
-A ``files`` upstream (one channel, Parquet files) first delivers one record for each of
-``keys`` distinct users, so the keyed running count holds ``keys`` keys in 128 key
-groups. Then, for each level, a file with one record per chosen key group is dropped in
-(the users are picked with the pure-Python port of Spark's ``hash`` in
-:mod:`barriered.statestore.key_groups`, so exactly those key groups change) and the
-suite waits for the checkpoint that covers it. A changed key group rewrites all its keys
-(one Parquet file); an unchanged one acknowledges without writing (incremental
-snapshots). The write throughput of a checkpoint (state bytes / end-to-end duration) is
-compared with a sequential write of the same bytes to the same folder, flushed with
-``fsync``, measured in the same run.
+For each size a ``files`` upstream (one channel, Parquet files) first delivers one record
+for each of ``keys`` distinct users, at most :data:`SEED_BATCH` per micro-batch, so the
+keyed running count holds ``keys`` keys in 128 key groups. Then, for each level, files
+are dropped in and the suite waits for the checkpoint that covers them:
+
+* ``1%``, ``10%``, ``100%``: one record for each of 1, 13 and 128 key groups (users
+  picked with the pure-Python port of Spark's ``hash``, so exactly those key groups
+  change): a batch touches every key group's partition at 100%, with the same input at
+  every size. Its ordinary batches (records, no cut) against the cut batches, and the
+  ordinary batches of one size against another's, are the figures: a batch must cost
+  what it touches, not the state;
+* ``bulk``: one record for each of a tenth of the keys (at most 1M): the checkpoint's
+  changed bytes over the longest time a task took to write them (``state_write_ms``)
+  against a sequential write (and ``fsync``) of the same bytes to the same disk.
+
+After the levels, a restore of the latest checkpoint into a new checkpoint location, with
+the seeding run's shuffle partitions (``same``) and with others (``other``), after one
+more record per key group: its first micro-batch, against the same first batch of the
+largest size. The files the operator wrote are counted per partition and checkpoint, and
+the Python workers' largest resident memory is sampled while the size runs.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import DeltaTable
 
-from barriered.statestore.acks import write_data_file
 from barriered.statestore.key_groups import key_group_for_key
 from barriered.statestore.layout import SnapshotLayout
 from benchmarks.harness import (
@@ -35,54 +48,59 @@ from benchmarks.harness import (
     percentile,
     progress,
     ratio,
+    run_until,
     source_offsets,
     start,
     target,
 )
-from benchmarks.jobs import running_count
+from benchmarks.jobs import OPERATOR, running_count
 from benchmarks.markdown import table
 
 MAX_PARALLELISM = 128
 LEVELS = (1, 10, 100)  # percent of key groups changed
 SIZES = {
-    "full": {"keys": (100_000, 1_000_000, 10_000_000), "repeats": 3},
-    "quick": {"keys": (10_000,), "repeats": 2},
+    "full": {"keys": (100_000, 1_000_000, 10_000_000, 100_000_000), "repeats": 3},
+    "quick": {"keys": (10_000, 100_000), "repeats": 2},
 }
-#: Targets (issue 14): snapshot write speed against a sequential write of the same bytes,
-#: and the cut batch against an ordinary batch, when 100% of the key groups changed.
-TARGET_WRITE, TARGET_CUT_BATCH = 0.1, 1.5
+#: Records per micro-batch while the state is seeded (and rows per seed file).
+SEED_BATCH = 2_000_000
+SEED_PARTITIONS, RESTORE_PARTITIONS = 2, 3
+#: Targets (issue 37), on the 10M-key and the largest size.
+TARGET_SIZE_10M, TARGET_SIZE_LARGEST = 1.3, 1.5
+TARGET_CUT_1, TARGET_CUT_100 = 1.2, 1.5
+TARGET_WRITE, TARGET_FILES, TARGET_RESTORE = 0.25, 3, 1.5
 #: Why a target is missed and what would close it (by target label prefix; RESULTS.md).
-WHY_MISSED = {
-    "snapshot write / sequential write": "at 10M keys the checkpoint's end-to-end time is "
-    "mostly its micro-batch, not its writes: a call keeps its slot's live state as one Arrow "
-    "table (8 key groups, ~625k keys here) that goes from Spark's state store to Python and "
-    "back at every call, so a batch that touches every slot costs O(state) with or without "
-    "a snapshot (see the ordinary batch of the 100% row). The writes alone (zstd Parquet, "
-    "one file per key group, on the executor's cores) reach the writer ratio above the "
-    "table, against a page-cache write plus fsync. Live state per key (Spark's "
-    "transformWithState value or map state) would make the ordinary batch O(changed keys) "
-    "and leave the writes.",
-    "cut batch / ordinary batch": "the cut batch also writes the changed key groups' "
-    "snapshot files inside the keyed operator.",
-}
+WHY_MISSED: dict[str, str] = {}
 SCHEMA = pa.schema([("user_id", pa.string()), ("amount", pa.int64())])
 
 
-def users_by_group(keys: int) -> dict[int, list[str]]:
-    """``user-0 .. user-{keys-1}`` by key group (Spark's ``hash``, computed in Python)."""
+def users_by_group(users: int = 20_000) -> dict[int, list[str]]:
+    """``user-0 .. user-{users-1}`` by key group (Spark's ``hash``, computed in Python):
+    enough users for every level, and in the state at every size."""
     groups: dict[int, list[str]] = {}
-    for i in range(keys):
+    for i in range(users):
         user = f"user-{i}"
         groups.setdefault(key_group_for_key((user,), ("string",), MAX_PARALLELISM), []).append(user)
     return groups
 
 
-def drop_file(folder: Path, name: str, users: list[str]) -> None:
+def user_names(first: int, end: int, step: int = 1) -> pa.Array:
+    """``user-<i>`` for ``i`` in ``range(first, end, step)`` (vectorized)."""
+    numbers = pc.cast(pa.array(np.arange(first, end, step, dtype=np.int64)), pa.string())
+    return pc.binary_join_element_wise("user-", numbers, "")
+
+
+def drop_table(folder: Path, name: str, users: pa.Array) -> None:
     """Write one record per user as a Parquet file, atomically (rename into place)."""
     folder.mkdir(parents=True, exist_ok=True)
-    table = pa.table({"user_id": users, "amount": [1] * len(users)}, schema=SCHEMA)
-    pq.write_table(table, folder / f".{name}.tmp")
+    table = pa.table({"user_id": users, "amount": pa.array(np.ones(len(users), np.int64))})
+    pq.write_table(table.cast(SCHEMA), folder / f".{name}.tmp")
     os.replace(folder / f".{name}.tmp", folder / f"{name}.parquet")
+
+
+def drop_file(folder: Path, name: str, users: list[str]) -> None:
+    """Write one record per user in ``users`` as a Parquet file, atomically."""
+    drop_table(folder, name, pa.array(users, pa.string()))
 
 
 def wait_for_checkpoint(
@@ -98,30 +116,6 @@ def wait_for_checkpoint(
                 return row
         time.sleep(poll)
     raise TimeoutError(f"no checkpoint covered position {position} within {timeout:.0f} s")
-
-
-def writer_speed(snap: str, scratch: str) -> dict[str, Any]:
-    """MB/s of the keyed operator's snapshot writer alone on the full state.
-
-    Every key group's state (its Arrow table, as the operator holds it) is written with
-    :func:`barriered.statestore.acks.write_data_file`, the call a changed key group makes
-    at a cut, into a scratch table: the bytes over the time of those writes.
-    """
-    table = DeltaTable(SnapshotLayout.configured(snap).state_table)
-    data = table.to_pyarrow_table()
-    groups = [
-        data.filter(pc.equal(data["key_group"], kg)).drop_columns(["operator", "key_group"])
-        for kg in sorted(set(data["key_group"].to_pylist()))
-    ]
-    began = time.perf_counter()
-    written = [
-        write_data_file(scratch, {"operator": "o", "key_group": str(i)}, "bench", g, ("user_id",))
-        for i, g in enumerate(groups)
-    ]
-    seconds = time.perf_counter() - began
-    size = sum(f.size for f in written)
-    return {"bytes": size, "files": len(written), "ms": round(seconds * 1000, 1),
-            "mb_s": round(size / 1e6 / seconds, 1)}  # fmt: skip
 
 
 def sequential_write(folder: str, size: int, repeats: int = 3) -> float:
@@ -140,15 +134,58 @@ def sequential_write(folder: str, size: int, repeats: int = 3) -> float:
     return len(data) / 1e6 / (percentile(times, 50) or 1e-9)
 
 
-def state_size(snap: str) -> dict[str, int]:
-    """Files, bytes and rows of the state table's latest version."""
-    table = DeltaTable(SnapshotLayout.configured(snap).state_table)
-    files = [uri.removeprefix("file://") for uri in table.file_uris()]
+def state_files(snap: str) -> dict[str, Any]:
+    """The operator's state files on disk: how many, their bytes, and the most any
+    partition wrote for one checkpoint (names ``p<partition>-c<checkpoint>-<uuid>``)."""
+    folder = Path(SnapshotLayout.configured(snap).state_table, f"operator={OPERATOR}")
+    per_cut: dict[tuple[str, str], int] = {}
+    size = 0
+    for path in folder.glob("*.parquet"):
+        partition, cut, _ = path.name.split("-", 2)
+        per_cut[(partition, cut)] = per_cut.get((partition, cut), 0) + 1
+        size += path.stat().st_size
     return {
-        "files": len(files),
-        "bytes": sum(os.path.getsize(f) for f in files),
-        "rows": table.to_pyarrow_table(columns=["checkpoint_id"]).num_rows,
+        "files": sum(per_cut.values()),
+        "bytes": size,
+        "max_per_partition_and_checkpoint": max(per_cut.values(), default=0),
     }
+
+
+def _python_rss() -> int:
+    """The largest resident memory (bytes) of this machine's PySpark Python workers."""
+    largest = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = Path("/proc", pid, "cmdline").read_bytes()
+            if b"pyspark.daemon" not in cmdline and b"pyspark.worker" not in cmdline:
+                continue
+            for line in Path("/proc", pid, "status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    largest = max(largest, int(line.split()[1]) * 1024)
+        except OSError:
+            continue
+    return largest
+
+
+@contextmanager
+def peak_worker_memory() -> Iterator[dict[str, int]]:
+    """Sample the Python workers' resident memory every 0.5 s while inside."""
+    peak = {"bytes": 0}
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.5):
+            peak["bytes"] = max(peak["bytes"], _python_rss())
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield peak
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _measure(row: dict[str, Any], cut_ms: dict[int, int]) -> dict[str, Any]:
@@ -156,102 +193,9 @@ def _measure(row: dict[str, Any], cut_ms: dict[int, int]) -> dict[str, Any]:
         "checkpoint_id": row["checkpoint_id"],
         "state_bytes": row["state_bytes"],
         "state_rows": row["state_rows"],
+        "state_write_ms": row.get("state_write_ms"),
         "end_to_end_ms": row["end_to_end_duration_ms"],
         "cut_batch_ms": cut_ms.get(row["cut_batch_id"]),
-    }
-
-
-def _one_size(ctx: Context, keys: int, repeats: int) -> dict[str, Any]:
-    """Load ``keys`` keys, then change 1%, 10% and 100% of the key groups; the costs."""
-    groups = users_by_group(keys)
-    snap, data = ctx.path(f"snap-{keys}"), ctx.workdir / f"data-{keys}" / "c0"
-    drop_file(data, "00-load", [u for users in groups.values() for u in users])
-    position = keys
-    options = {
-        "upstream": "files",
-        "path": str(data.parent),
-        "format": "parquet",
-        "channelBy": "folder",
-        "schema": "user_id string, amount long",
-    }
-    query = start(running_count(ctx.spark, snap, options), ctx.path(f"ck-{keys}"))
-    try:
-        load = wait_for_checkpoint(snap, position, timeout=900)
-        ctx.emit(f"  loaded {keys} keys: checkpoint {load['checkpoint_id']}")
-        levels: dict[str, Any] = {}
-        seen_before = {p["batchId"] for p in progress(query)}
-        for pct in LEVELS:
-            chosen = sorted(groups)[: max(1, round(MAX_PARALLELISM * pct / 100))]
-            rows = []
-            for r in range(repeats):
-                drop_file(data, f"{pct:03d}-{r}", [groups[g][r % len(groups[g])] for g in chosen])
-                position += len(chosen)
-                rows.append(wait_for_checkpoint(snap, position, timeout=300))
-            batches = progress(query)
-            cut_ms = {p["batchId"]: p["batchDuration"] for p in batches}
-            seen = {p["batchId"] for p in batches}
-            levels[f"{pct}%"] = {
-                "key_groups_changed": len(chosen),
-                "checkpoints": [_measure(row, cut_ms) for row in rows],
-                "ordinary_batch_ms": _ordinary_batches(batches, seen_before),
-            }
-            seen_before = seen
-            ctx.emit(f"  {keys} keys, {pct}%: {[row['state_bytes'] for row in rows]} bytes")
-    finally:
-        query.stop()
-    full = state_size(snap)
-    writer = writer_speed(snap, ctx.path(f"writer-{keys}"))
-    writer["sequential_mb_s"] = round(sequential_write(snap, writer["bytes"]), 1)
-    writer["ratio"] = ratio(writer["mb_s"], writer["sequential_mb_s"])
-    for level in levels.values():
-        points = level["checkpoints"]
-        level["state_bytes_p50"] = percentile([c["state_bytes"] for c in points], 50)
-        level["end_to_end_ms_p50"] = percentile([c["end_to_end_ms"] for c in points], 50)
-        level["cut_batch_ms_p50"] = percentile(
-            [c["cut_batch_ms"] for c in points if c["cut_batch_ms"] is not None], 50
-        )
-        level["snapshot_mb_s"] = round(
-            level["state_bytes_p50"] / 1e6 / (level["end_to_end_ms_p50"] / 1000), 3
-        )
-        level["sequential_mb_s"] = round(sequential_write(snap, level["state_bytes_p50"]), 1)
-        level["throughput_ratio"] = ratio(
-            level["snapshot_mb_s"], level["sequential_mb_s"], digits=5
-        )
-        level["ordinary_batch_ms_p50"] = percentile(level["ordinary_batch_ms"], 50)
-        level["cut_over_ordinary"] = ratio(
-            level["cut_batch_ms_p50"], level["ordinary_batch_ms_p50"], digits=2
-        )
-    return {"full_state": full, "levels": levels, "writer": writer}
-
-
-def run(ctx: Context) -> dict[str, Any]:
-    """Each size in turn; the targets on the largest."""
-    size = SIZES["quick" if ctx.quick else "full"]
-    configure(
-        ctx.spark,
-        {"checkpointInterval": "1s", "maxParallelism": str(MAX_PARALLELISM)},
-    )
-    sizes = {str(keys): _one_size(ctx, keys, size["repeats"]) for keys in size["keys"]}
-    largest = max(size["keys"])
-    whole = sizes[str(largest)]["levels"]["100%"]
-    targets = {
-        **target(
-            f"snapshot write / sequential write (100%, {largest:,} keys) >= {TARGET_WRITE}",
-            whole["throughput_ratio"],
-            TARGET_WRITE,
-            at_least=True,
-        ),
-        **target(
-            f"cut batch / ordinary batch (100%, {largest:,} keys) <= {TARGET_CUT_BATCH}",
-            whole["cut_over_ordinary"],
-            TARGET_CUT_BATCH,
-            at_least=False,
-        ),
-    }
-    return {
-        "params": {"keys": list(size["keys"]), "max_parallelism": MAX_PARALLELISM, **size},
-        "results": {"sizes": sizes},
-        "targets": targets,
     }
 
 
@@ -268,57 +212,274 @@ def _ordinary_batches(batches: list[dict[str, Any]], before: set[int]) -> list[i
     return out
 
 
+def files_options(data: Path) -> dict[str, str]:
+    """The ``files`` upstream over the Parquet files of ``data`` (one channel)."""
+    return {
+        "upstream": "files",
+        "path": str(data.parent),
+        "format": "parquet",
+        "channelBy": "folder",
+        "schema": "user_id string, amount long",
+        "maxRowsPerChannel": str(SEED_BATCH),
+    }
+
+
+def _seed(ctx: Context, keys: int, data: Path) -> None:
+    for i, first in enumerate(range(0, keys, SEED_BATCH)):
+        drop_table(data, f"00-load-{i:04d}", user_names(first, min(keys, first + SEED_BATCH)))
+
+
+def _levels(
+    ctx: Context, snap: str, data: Path, query: Any, keys: int, repeats: int
+) -> dict[str, Any]:
+    groups = users_by_group()
+    position = keys
+    levels: dict[str, Any] = {}
+    seen_before = {p["batchId"] for p in progress(query)}
+    bulk_every = max(1, keys // min(keys // 10, 1_000_000))
+    plan: list[tuple[str, int, Any]] = [(f"{pct}%", pct, None) for pct in LEVELS]
+    plan.append(("bulk", 0, bulk_every))
+    for name, pct, step in plan:
+        rows = []
+        for r in range(repeats):
+            if step is None:
+                chosen = sorted(groups)[: max(1, round(MAX_PARALLELISM * pct / 100))]
+                users = [groups[g][r % len(groups[g])] for g in chosen]
+                drop_file(data, f"{pct:03d}-{r}", users)
+                position += len(users)
+            else:
+                users_array = user_names(r, keys, step)
+                drop_table(data, f"bulk-{r}", users_array)
+                position += len(users_array)
+            rows.append(wait_for_checkpoint(snap, position, timeout=1800))
+        batches = progress(query)
+        cut_ms = {p["batchId"]: p["batchDuration"] for p in batches}
+        levels[name] = {
+            "key_groups_changed": MAX_PARALLELISM if step else max(1, round(128 * pct / 100)),
+            "keys_changed": (keys // step) if step else None,
+            "checkpoints": [_measure(row, cut_ms) for row in rows],
+            "ordinary_batch_ms": _ordinary_batches(batches, seen_before),
+        }
+        seen_before = {p["batchId"] for p in batches}
+        ctx.emit(f"  {keys:,} keys, {name}: {[row['state_bytes'] for row in rows]} bytes")
+    return levels
+
+
+def _restore(ctx: Context, snap: str, data: Path, keys: int) -> dict[str, Any]:
+    """The first batch of a restore of the latest checkpoint into a new checkpoint
+    location, with the seeding run's partitions and with others."""
+    groups = users_by_group()
+    out = {}
+    for name, partitions in (("same", SEED_PARTITIONS), ("other", RESTORE_PARTITIONS)):
+        drop_file(data, f"restore-{name}", [users[0] for _, users in sorted(groups.items())])
+        ctx.spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+        began = time.time()
+        options = {**files_options(data), "restoreFrom": "latest"}
+        query = start(running_count(ctx.spark, snap, options), ctx.path(f"ck-{keys}-{name}"))
+        try:
+            first = run_until(query, lambda seen: bool(seen), timeout=1800)[0]
+        finally:
+            query.stop()
+            ctx.spark.conf.set("spark.sql.shuffle.partitions", str(SEED_PARTITIONS))
+        out[name] = {
+            "first_batch_ms": first["batchDuration"],
+            "seconds_to_first_batch": round(time.time() - began, 2),
+        }
+    return out
+
+
+def _one_size(ctx: Context, keys: int, repeats: int) -> dict[str, Any]:
+    """Seed ``keys`` keys, run the levels, restore; the costs."""
+    snap, data = ctx.path(f"snap-{keys}"), ctx.workdir / f"data-{keys}" / "c0"
+    ctx.spark.conf.set("spark.sql.shuffle.partitions", str(SEED_PARTITIONS))
+    with peak_worker_memory() as memory:
+        began = time.time()
+        _seed(ctx, keys, data)
+        query = start(running_count(ctx.spark, snap, files_options(data)), ctx.path(f"ck-{keys}"))
+        try:
+            load = wait_for_checkpoint(snap, keys, timeout=7200)
+            seed_s = round(time.time() - began, 1)
+            ctx.emit(f"  seeded {keys:,} keys in {seed_s} s: checkpoint {load['checkpoint_id']}")
+            levels = _levels(ctx, snap, data, query, keys, repeats)
+        finally:
+            query.stop()
+        restore = _restore(ctx, snap, data, keys)
+    files = state_files(snap)
+    for level in levels.values():
+        points = level["checkpoints"]
+        level["state_bytes_p50"] = percentile([c["state_bytes"] for c in points], 50)
+        level["state_write_ms_p50"] = percentile(
+            [c["state_write_ms"] for c in points if c["state_write_ms"]], 50
+        )
+        level["end_to_end_ms_p50"] = percentile([c["end_to_end_ms"] for c in points], 50)
+        level["cut_batch_ms_p50"] = percentile(
+            [c["cut_batch_ms"] for c in points if c["cut_batch_ms"] is not None], 50
+        )
+        level["ordinary_batch_ms_p50"] = percentile(level["ordinary_batch_ms"], 50)
+        level["cut_over_ordinary"] = ratio(
+            level["cut_batch_ms_p50"], level["ordinary_batch_ms_p50"], digits=2
+        )
+    bulk = levels["bulk"]
+    write_mb_s = ratio(bulk["state_bytes_p50"] / 1e6, (bulk["state_write_ms_p50"] or 0) / 1000)
+    sequential = round(sequential_write(snap, int(bulk["state_bytes_p50"] or 1)), 1)
+    return {
+        "seed_seconds": seed_s,
+        "state_files": files,
+        "levels": levels,
+        "write": {
+            "bytes": bulk["state_bytes_p50"],
+            "ms": bulk["state_write_ms_p50"],
+            "mb_s": write_mb_s,
+            "sequential_mb_s": sequential,
+            "ratio": ratio(write_mb_s, sequential),
+        },
+        "restore": restore,
+        "peak_python_worker_bytes": memory["bytes"],
+    }
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    """Each size in turn; the targets on the 10M-key and the largest size."""
+    size = SIZES["quick" if ctx.quick else "full"]
+    configure(ctx.spark, {"checkpointInterval": "1s", "maxParallelism": str(MAX_PARALLELISM)})
+    sizes = {str(keys): _one_size(ctx, keys, size["repeats"]) for keys in size["keys"]}
+    keys = sorted(size["keys"])
+    largest = keys[-1]
+    small, mid, ten = (keys[0], keys[0], largest) if ctx.quick else (100_000, 1_000_000, 10_000_000)
+
+    def ordinary(k: int) -> Any:
+        return sizes[str(k)]["levels"]["100%"]["ordinary_batch_ms_p50"]
+
+    def cut(k: int, level: str) -> Any:
+        return sizes[str(k)]["levels"][level]["cut_over_ordinary"]
+
+    restore = {k: sizes[str(k)]["restore"]["same"]["first_batch_ms"] for k in (mid, largest)}
+    targets = {
+        **target(
+            f"ordinary batch p50, 100% of key groups: {ten:,} / {small:,} keys "
+            f"<= {TARGET_SIZE_10M}",
+            ratio(ordinary(ten), ordinary(small), digits=2),
+            TARGET_SIZE_10M,
+            at_least=False,
+        ),
+        **target(
+            f"ordinary batch p50, 100% of key groups: {largest:,} / {mid:,} keys "
+            f"<= {TARGET_SIZE_LARGEST}",
+            ratio(ordinary(largest), ordinary(mid), digits=2),
+            TARGET_SIZE_LARGEST,
+            at_least=False,
+        ),
+        **target(
+            f"cut batch / ordinary batch, 1% of key groups, {ten:,} keys <= {TARGET_CUT_1}",
+            cut(ten, "1%"),
+            TARGET_CUT_1,
+            at_least=False,
+        ),
+        **target(
+            f"cut batch / ordinary batch, 100% of key groups, {ten:,} keys <= {TARGET_CUT_100}",
+            cut(ten, "100%"),
+            TARGET_CUT_100,
+            at_least=False,
+        ),
+        **target(
+            f"changed bytes written per second at a cut / sequential write ({ten:,} keys) "
+            f">= {TARGET_WRITE}",
+            sizes[str(ten)]["write"]["ratio"],
+            TARGET_WRITE,
+            at_least=True,
+        ),
+        **target(
+            f"state files written per checkpoint per task <= {TARGET_FILES}",
+            max(s["state_files"]["max_per_partition_and_checkpoint"] for s in sizes.values()),
+            TARGET_FILES,
+            at_least=False,
+        ),
+        **target(
+            f"restore, first batch: {largest:,} / {mid:,} keys <= {TARGET_RESTORE}",
+            ratio(restore[largest], restore[mid], digits=2),
+            TARGET_RESTORE,
+            at_least=False,
+        ),
+    }
+    return {
+        "params": {"keys": list(size["keys"]), "max_parallelism": MAX_PARALLELISM, **size},
+        "results": {"sizes": sizes},
+        "targets": targets,
+    }
+
+
 def markdown(record: dict[str, Any]) -> str:
-    """The snapshot-cost section of RESULTS.md."""
+    """The keyed-state-at-scale section of RESULTS.md."""
     sizes = record["results"]["sizes"]
     rows = [
         [
             f"{int(keys):,}",
-            f"{pct} ({level['key_groups_changed']})",
-            level["state_bytes_p50"],
-            level["end_to_end_ms_p50"],
-            level["cut_batch_ms_p50"],
-            level["snapshot_mb_s"],
-            level["sequential_mb_s"],
-            level["throughput_ratio"],
+            name,
+            level.get("keys_changed") or level["key_groups_changed"],
             level.get("ordinary_batch_ms_p50"),
+            level["cut_batch_ms_p50"],
             level.get("cut_over_ordinary"),
+            level["state_bytes_p50"],
+            level.get("state_write_ms_p50"),
+            level["end_to_end_ms_p50"],
         ]
         for keys, one in sizes.items()
-        for pct, level in one["levels"].items()
+        for name, level in one["levels"].items()
     ]
-    states = "; ".join(
-        f"{int(keys):,} keys: {one['full_state']['bytes']:,} bytes in "
-        f"{one['full_state']['files']} files"
+    per_size = [
+        [
+            f"{int(keys):,}",
+            one["seed_seconds"],
+            one["state_files"]["files"],
+            one["state_files"]["bytes"],
+            one["state_files"]["max_per_partition_and_checkpoint"],
+            one["write"]["mb_s"],
+            one["write"]["sequential_mb_s"],
+            one["write"]["ratio"],
+            one["restore"]["same"]["first_batch_ms"],
+            one["restore"]["other"]["first_batch_ms"],
+            round(one["peak_python_worker_bytes"] / 2**20),
+        ]
         for keys, one in sizes.items()
-    )
-    writers = "; ".join(
-        f"{int(keys):,} keys: {one['writer']['mb_s']} MB/s against "
-        f"{one['writer']['sequential_mb_s']} MB/s sequential, ratio {one['writer']['ratio']}"
-        for keys, one in sizes.items()
-    )
+    ]
     return "\n".join(
         [
-            f"{record['params']['max_parallelism']} key groups; full state: {states}.",
-            "",
-            "The snapshot writer alone (every key group's Arrow table through the operator's "
-            f"Parquet writer): {writers}. The table's ratio divides by the end-to-end "
-            "duration, which includes the whole cut micro-batch.",
+            f"{record['params']['max_parallelism']} key groups, {SEED_PARTITIONS} shuffle "
+            "partitions (the restore's `other`: "
+            f"{RESTORE_PARTITIONS}). `1%`/`10%`/`100%`: one record per changed key group; "
+            "`bulk`: one record for a tenth of the keys (at most 1M). The ordinary batch of "
+            "a level delivers records and cuts no checkpoint.",
             "",
             table(
                 [
                     "keys",
-                    "key groups changed",
-                    "state bytes written p50",
-                    "end-to-end ms p50",
-                    "cut batch ms p50",
-                    "snapshot MB/s",
-                    "sequential MB/s (fsync)",
-                    "ratio",
+                    "level",
+                    "keys (or key groups) changed",
                     "ordinary batch ms p50",
-                    "cut / ordinary batch",
+                    "cut batch ms p50",
+                    "cut / ordinary",
+                    "state bytes written p50",
+                    "state write ms p50",
+                    "end-to-end ms p50",
                 ],
                 rows,
+            ),
+            "",
+            table(
+                [
+                    "keys",
+                    "seeding s",
+                    "state files",
+                    "state bytes",
+                    "files per task and checkpoint (max)",
+                    "bulk write MB/s",
+                    "sequential MB/s (fsync)",
+                    "write ratio",
+                    "restore first batch ms (same)",
+                    "restore first batch ms (other)",
+                    "peak Python worker MB",
+                ],
+                per_size,
             ),
         ]
     )

@@ -226,6 +226,7 @@ class KeyedStream:
             max_runs=int(read(KEYED_MAX_RUNS)),
             cache_size=int(read(KEYED_LOCAL_CACHE_SIZE)),
             cache_dir=read(KEYED_LOCAL_CACHE_DIR),
+            cache_size_setting=KEYED_LOCAL_CACHE_SIZE.key,
         )
 
 

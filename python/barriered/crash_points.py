@@ -13,8 +13,12 @@ Python workers, executors and drivers inherit it); then a fault armed by
     An executor capturing a channel's in-flight records, after it wrote the data file
     and before it acknowledged.
 ``state_snapshot``
-    An executor writing a key group's state snapshot, after it wrote the Parquet file
-    and before it acknowledged.
+    An executor writing a keyed partition's changed state at a cut, after it wrote the
+    Parquet file and before it acknowledged.
+``state_compaction``
+    An executor writing a keyed partition's whole state at a cut (after a restore, or
+    past ``keyed.maxRuns`` files), after it wrote the Parquet file and before it
+    acknowledged.
 ``before_commit``
     The coordinator, once every participant acknowledged, before it commits anything.
 ``after_commit``
@@ -41,6 +45,7 @@ if TYPE_CHECKING:
 ALIGNING = "aligning"
 INFLIGHT_CAPTURE = "inflight_capture"
 STATE_SNAPSHOT = "state_snapshot"
+STATE_COMPACTION = "state_compaction"
 BEFORE_COMMIT = "before_commit"
 AFTER_COMMIT = "after_commit"
 AFTER_SINK_COMMIT = "after_sink_commit"
@@ -49,6 +54,7 @@ POINTS = (
     ALIGNING,
     INFLIGHT_CAPTURE,
     STATE_SNAPSHOT,
+    STATE_COMPACTION,
     BEFORE_COMMIT,
     AFTER_COMMIT,
     MID_PUBLISH,

@@ -157,3 +157,52 @@ def test_executor_killed_mid_write_loses_nothing(
         f"{len(query.recentProgress)} batches; test {time.monotonic() - begin:.1f} s; "
         f"batch ms: {[p.durationMs.get('triggerExecution') for p in query.recentProgress]}"
     )
+
+
+def test_an_executor_killed_while_a_partition_compacts_loses_nothing_and_restores_exactly(
+    cluster: tuple[Cluster, Any], cluster_session: Any, tmp_path: Path
+) -> None:
+    """With ``keyed.maxRuns=1`` every cut after the first writes each partition's whole
+    state and replaces its older files (a compaction). The executor writing one is
+    killed: Spark retries, the query ends exactly, and a restore of that very checkpoint
+    into 3 partitions ends exactly too."""
+    nodes, _ = cluster
+    snap = str(tmp_path / "snap")
+    conf = {**MODES["aligned"], "keyed.maxRuns": "1"}
+    faults.inject(snap, faults.STATE_COMPACTION, checkpoint_id=2, action=faults.BLOCK)
+    source = SOURCES[faults.STATE_SNAPSHOT]
+    query = start(cluster_session, tmp_path, conf, source, snap)
+    record, jvm = kill_at(nodes, query, snap, faults.STATE_COMPACTION)
+    killed_at, orphans = record["checkpoint_id"], record["detail"]["files"]
+    query.awaitTermination(600)
+    assert not query.isActive and query.exception() is None  # Spark retried, no restore
+    layout = SnapshotLayout.configured(snap)
+    final = wait_final(layout, tuple(upstream().available()), query)
+    assert killed_at in {r["checkpoint_id"] for r in checkpoints_table.completed(layout)}
+    versions = referenced(layout.state_table)
+    for orphan in orphans:  # the killed attempt's whole-state file: never committed
+        assert all(orphan not in {f["path"] for f in fs} for fs in versions.values())
+    assert_whole(layout.state_table, versions)
+    assert_one_value_per_key(layout, versions)
+    everything = dict(enumerate(upstream().available()))
+    assert state_at(layout, final["state_table_version"]) == totals_before(everything)
+    # a compaction removed the files it replaced: the last version holds one file per
+    # partition that wrote its whole state, and the files of the cuts after it
+    last = versions[max(versions)]
+    assert len(last) <= 2 * (1 + 1), [f["path"] for f in last]
+
+    cluster_session.conf.set("spark.sql.shuffle.partitions", "3")
+    try:
+        restored = start(
+            cluster_session, tmp_path, conf, {**source, "restoreFrom": str(killed_at)}, snap, "ck2"
+        )
+        restored.awaitTermination(600)
+        assert restored.exception() is None
+        after = wait_final(
+            layout, tuple(upstream().available()), restored, after_id=final["checkpoint_id"]
+        )
+    finally:
+        cluster_session.conf.set("spark.sql.shuffle.partitions", "2")
+    assert state_at(layout, after["state_table_version"]) == totals_before(everything)
+    assert_one_value_per_key(layout, referenced(layout.state_table))
+    print(f"\nkilled executor {jvm} compacting checkpoint {killed_at}; restored on 3 partitions")

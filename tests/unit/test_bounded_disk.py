@@ -218,3 +218,28 @@ def test_maintenance_removes_stray_acks_and_only_the_files_nothing_reads(
     assert Path(layout.state_table, pending.path).exists()
     assert DeltaTable(layout.state_table).file_uris() == committed
     assert values(layout, v1) == ["1"]
+
+
+def test_maintenance_deletes_keyed_files_nothing_reads_once_settled(
+    layout: SnapshotLayout,
+) -> None:
+    """A failed attempt's file and a spilled file older than the newest completed
+    checkpoint's trigger (by retention.minAge) go; what a version reads, what retention
+    tracks, and anything younger stay."""
+    v1 = commit_checkpoint(layout, 1)
+    (live,) = [f["path"] for f in current_files(DeltaTable(layout.state_table))]
+    orphan = state_file(layout, state_rows(["k1"], [9], 2, 0), 2, replaces=[0])
+    spill = Path(layout.live_dir, "op", "p0-spill.parquet")
+    spill.parent.mkdir(parents=True)
+    spill.write_bytes(Path(layout.state_table, orphan.path).read_bytes())
+    settled = int(time.time() * 1000) - 1000
+    young = state_file(layout, state_rows(["k2"], [9], 3, 0), 3, replaces=[0])
+    past = time.time() - 3600
+    for old in (Path(layout.state_table, orphan.path), spill):
+        os.utime(old, (past, past))
+    retained = [retention.Retained(1, v1, None)]
+    maintenance.run(layout, retained, 10, 0, finished_below=2, settled_before_ms=settled)
+    assert not Path(layout.state_table, orphan.path).exists() and not spill.exists()
+    assert Path(layout.state_table, live).exists()  # read by version 1
+    assert Path(layout.state_table, young.path).exists()  # written after the trigger
+    assert values(layout, v1) == ["1"]

@@ -20,12 +20,8 @@ from deltalake.transaction import create_table_with_add_actions
 
 from barriered.statestore.acks import DataFile
 from barriered.statestore.key_groups import partition_key_groups
-from barriered.statestore.live_state import (
-    LiveConfig,
-    LiveState,
-    RestoredFile,
-    new_manifest,
-)
+from barriered.statestore.live_manifest import RestoredFile, new_manifest
+from barriered.statestore.live_state import LiveConfig, LiveState
 from barriered.statestore.state_cache import StateCache
 from barriered.statestore.state_commit import state_changes
 from barriered.statestore.state_log import STATE_CONFIGURATION, StateFiles, commit_state

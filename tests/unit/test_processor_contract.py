@@ -21,7 +21,7 @@ from barriered.statestore.acks import read_acks
 from barriered.statestore.contract import Contract
 from barriered.statestore.keyed import KeyedOperator, LiveSettings, OperatorSpec, Restored
 from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.live_state import RestoredFile
+from barriered.statestore.live_manifest import RestoredFile
 from barriered.statestore.state_schema import columns_schema, struct_schema
 from file_tree import tree
 from typed_processors import (

@@ -20,7 +20,7 @@ from barriered.statestore.contract import Contract
 from barriered.statestore.key_groups import key_group_for_key
 from barriered.statestore.keyed import KeyedOperator, LiveSettings, OperatorSpec, Restored
 from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.live_state import RestoredFile
+from barriered.statestore.live_manifest import RestoredFile
 from barriered.statestore.vectorized import PerKey, merge
 from file_tree import tree
 

@@ -306,6 +306,7 @@ class QueryCoordinator:
                     default=self.core.next_id,
                 ),
                 pending=pending,
+                settled_before_ms=done.trigger_timestamp_ms,
             )
         starts = [self._needs_upstream_from[c] for c in keep if c in self._needs_upstream_from]
         # A checkpoint taken before channels joined (new Kafka partitions) reads them

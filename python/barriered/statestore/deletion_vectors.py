@@ -58,10 +58,24 @@ def z85_decode(text: str, size: int) -> bytes:
     return base64.b85decode(text.encode("ascii").translate(_FROM_Z85))[:size]
 
 
+def runs_of(sorted_values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of a sorted array and where each first appears (a sort-free
+    ``numpy.unique(..., return_index=True)``, which hashes in numpy 2 and is slow)."""
+    if not len(sorted_values):
+        return sorted_values[:0], np.empty(0, np.int64)
+    first = np.flatnonzero(np.concatenate(([True], sorted_values[1:] != sorted_values[:-1])))
+    return sorted_values[first], first
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of ``values`` (by sorting)."""
+    return runs_of(np.sort(values))[0]
+
+
 def _bitmap32(low: np.ndarray) -> bytes:
     """CRoaring's portable serialization of sorted, distinct 32-bit values (no runs)."""
     high = (low >> 16).astype(np.uint16)
-    keys, starts = np.unique(high, return_index=True)
+    keys, starts = runs_of(high)
     ends = np.append(starts[1:], len(low))
     bodies = []
     for start, end in zip(starts, ends, strict=True):
@@ -90,7 +104,7 @@ def serialize(rows: np.ndarray) -> bytes:
     rows = np.asarray(rows, np.int64)
     if len(rows) and rows[0] < 0:
         raise ValueError(f"a deletion vector holds row indices >= 0, got {int(rows[0])}")
-    keys, starts = np.unique(rows >> 32, return_index=True)
+    keys, starts = runs_of(rows >> 32)
     ends = np.append(starts[1:], len(rows))[: len(keys)]
     parts = [struct.pack("<iq", MAGIC, len(keys))]
     for key, start, end in zip(keys, starts, ends, strict=True):
@@ -248,4 +262,4 @@ class DeletionVector:
 def union(*parts: np.ndarray) -> np.ndarray:
     """Sorted, distinct row indices of all ``parts``."""
     arrays = [np.asarray(p, np.int64) for p in parts if len(p)]
-    return np.unique(np.concatenate(arrays)) if arrays else EMPTY
+    return distinct(np.concatenate(arrays)) if arrays else EMPTY

@@ -43,14 +43,8 @@ from barriered.statestore.contract import Contract
 from barriered.statestore.fileio import join
 from barriered.statestore.key_groups import group_values, key_group_for_key, key_types
 from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.live_state import (
-    Found,
-    LiveConfig,
-    LiveState,
-    Pending,
-    RestoredFile,
-    new_manifest,
-)
+from barriered.statestore.live_manifest import RestoredFile, new_manifest
+from barriered.statestore.live_state import Flushed, Found, LiveConfig, LiveState
 from barriered.statestore.state_cache import Unit, build_unit, cache
 from barriered.statestore.state_schema import columns_schema
 from barriered.statestore.storage import register
@@ -61,7 +55,7 @@ log = logging.getLogger(__name__)
 _META = (CHANNEL, SEQ, BARRIER, BARRIER_META, KEY_GROUP, SLOT)
 
 #: The live state of a partition in Spark's state store: its buffered changes (Arrow
-#: IPC) and its manifest (JSON, :class:`~barriered.statestore.live_state.Manifest`).
+#: IPC) and its manifest (JSON, :class:`~barriered.statestore.live_manifest.Manifest`).
 LIVE_STATE_DDL = "changes binary, manifest string"
 
 
@@ -115,6 +109,8 @@ class LiveSettings:
     max_runs: int
     cache_size: int
     cache_dir: str | None = None
+    #: How errors name the cache's bound (the session key of ``cache_size``).
+    cache_size_setting: str = "the local cache's size"
 
 
 def bound_processor(spec: OperatorSpec, processor: Any) -> tuple[BatchProcessor, Contract]:
@@ -209,7 +205,8 @@ class KeyedOperator:
                 "nothing was written. Restore the latest checkpoint into a new checkpoint "
                 f'location (.option("{RESTORE_FROM.name}", "latest"))'
             )
-        store = cache(self.settings.cache_dir, self.settings.cache_size)
+        settings = self.settings
+        store = cache(settings.cache_dir, settings.cache_size, settings.cache_size_setting)
         if not live.exists:
             restored = self.restored.files if self.restored else ()
             manifest = new_manifest(
@@ -321,32 +318,28 @@ class KeyedOperator:
             layout = SnapshotLayout.at(metas[0]["path"])
             partition = state.manifest.partition
             detail = {"participant": f"p{partition}", "files": [flushed.written.rel]}
-            crash_points.hit(layout, crash_points.STATE_SNAPSHOT, min(ids), detail=detail)
+            point = crash_points.STATE_COMPACTION if flushed.whole else crash_points.STATE_SNAPSHOT
+            crash_points.hit(layout, point, min(ids), detail=detail)
         acks: dict[tuple[str, int], list[Ack]] = {}
         for checkpoint_id, meta, group in zip(ids, metas, markers[KEY_GROUP], strict=True):
-            ack = self._ack(
-                int(group), checkpoint_id, meta.get("epoch"), flushed.files, flushed.changed
-            )
+            ack = self._ack(int(group), checkpoint_id, meta.get("epoch"), flushed)
             if flushed.written is not None:
                 ack = replace(ack, extra={"write_ms": write_ms})
             acks.setdefault((meta["path"], checkpoint_id), []).append(ack)
         for (path, _), written in acks.items():
             write_acks(SnapshotLayout.at(path), written)
 
-    def _ack(
-        self,
-        key_group: int,
-        checkpoint_id: int,
-        epoch: int | None,
-        files: list[Pending],
-        changed: set[int],
-    ) -> Ack:
+    def _ack(self, key_group: int, checkpoint_id: int, epoch: int | None, flushed: Flushed) -> Ack:
+        """One key group's acknowledgement: the pending files holding its rows (files of
+        earlier cuts no completed checkpoint holds yet are reported again); its rows and
+        a share of the bytes of the file this cut wrote (what this checkpoint wrote)."""
         participant = state_participant(self.spec.operator, key_group)
-        if key_group not in changed:
+        if key_group not in flushed.changed:
             return Ack(checkpoint_id, participant, changed=False, epoch=epoch)
-        mine = [p for p in files if key_group in p.groups]
-        rows = sum(p.rows_by_group.get(str(key_group), 0) for p in mine)
-        size = sum(p.size * p.rows_by_group.get(str(key_group), 0) // max(p.rows, 1) for p in mine)
+        mine = [p for p in flushed.files if key_group in p.groups]
+        new = flushed.written
+        rows = new.rows_by_group.get(str(key_group), 0) if new is not None else 0
+        size = new.size * rows // max(new.rows, 1) if new is not None else 0
         log.debug(
             "checkpoint %d: key group %d of %s acknowledged (%d pending file(s), rows=%d)",
             checkpoint_id,

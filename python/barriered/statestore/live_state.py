@@ -33,168 +33,47 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from barriered import wall_time
 from barriered.datasource.options import RESTORE_FROM
 from barriered.errors import KeyedStateError
-from barriered.statestore.deletion_vectors import (
-    DeletionVector,
-    deserialize,
-    serialize,
-    union,
-    z85_decode,
-    z85_encode,
-)
+from barriered.statestore.deletion_vectors import DeletionVector, distinct, union
+from barriered.statestore.entries import in_groups, newest_first, unchanged, with_columns
 from barriered.statestore.evolution import conform
-from barriered.statestore.fileio import filesystem, join, make_parent
+from barriered.statestore.fileio import join
 from barriered.statestore.key_groups import partition_key_groups
+from barriered.statestore.live_manifest import FORMAT, Manifest, Pending, Run
 from barriered.statestore.state_cache import (
     GONE,
     HASH,
     POS,
     StateCache,
     Unit,
-    build_unit,
     key_hashes,
-    keys_equal,
+)
+from barriered.statestore.state_files import (
+    CHECKPOINT_ID,
+    CHUNK_ROWS,
+    KEY_GROUP,
+    Chunk,
+    FileWriter,
+    file_info,
+    load_chunk,
+    read_notes,
 )
 
 log = logging.getLogger(__name__)
 
-KEY_GROUP = "key_group"
-CHECKPOINT_ID = "checkpoint_id"
 #: Columns of the buffered changes beyond the state's: the run and row the key's
 #: previous entry is in (-1: none).
 ORIGIN_RUN, ORIGIN_ROW = "__origin_run", "__origin_row"
-#: Footer metadata of a file written here.
-META_HIDDEN = b"barriered.hidden"
-META_DELETES = b"barriered.deletes"
-META_REPLACES = b"barriered.replaces"
-META_GROUPS = b"barriered.groups"
-#: The format of the value in Spark's state store.
-FORMAT = 2
-
-
-def encode_rows(rows: np.ndarray) -> list[Any]:
-    """Row indices as ``[size, z85]`` (the bytes of a deletion vector)."""
-    data = serialize(np.asarray(rows, np.int64))
-    return [len(data), z85_encode(data)]
-
-
-def decode_rows(encoded: Sequence[Any]) -> np.ndarray:
-    """The row indices of :func:`encode_rows`."""
-    return deserialize(z85_decode(str(encoded[1]), int(encoded[0])))
-
-
-@dataclass(frozen=True)
-class FileNotes:
-    """What a file written here says in its footer."""
-
-    hidden: np.ndarray  # its own rows no version holds (deleted keys' markers)
-    deletes: dict[str, np.ndarray]  # rows of older table files it replaces, by path
-    replaces: tuple[int, ...]  # key groups whose every older row it replaces
-    groups: tuple[int, ...]  # the key group of each row group
-
-    def metadata(self) -> dict[bytes, bytes]:
-        """The footer's key-value metadata."""
-        return {
-            META_HIDDEN: json.dumps(encode_rows(self.hidden)).encode(),
-            META_DELETES: json.dumps({p: encode_rows(r) for p, r in self.deletes.items()}).encode(),
-            META_REPLACES: json.dumps(list(self.replaces)).encode(),
-            META_GROUPS: json.dumps(list(self.groups)).encode(),
-        }
-
-    @classmethod
-    def read(cls, metadata: Mapping[bytes, bytes] | None) -> FileNotes:
-        """Parse a footer's metadata (a file of another writer says nothing)."""
-        meta = metadata or {}
-
-        def get(key: bytes, default: Any) -> Any:
-            return json.loads(meta[key]) if key in meta else default
-
-        hidden = get(META_HIDDEN, None)
-        return cls(
-            decode_rows(hidden) if hidden else np.empty(0, np.int64),
-            {p: decode_rows(r) for p, r in get(META_DELETES, {}).items()},
-            tuple(int(g) for g in get(META_REPLACES, [])),
-            tuple(int(g) for g in get(META_GROUPS, [])),
-        )
-
-
-@dataclass
-class Run:
-    """One immutable file of the live state (an entry of the manifest)."""
-
-    id: int
-    uri: str  # absolute
-    rel: str | None  # path in this snapshot path's state table; None: private or restored
-    groups: list[int]  # the key group of each row group; [] to read from its footer
-    key_group: int | None = None  # an earlier layout's file: one key group, no column
-    dv: dict[str, Any] | None = None  # restored: the version's deletion vector
-    private: bool = False  # spilled buffered changes, not in the table
-
-
-@dataclass
-class Pending:
-    """A table file written at a cut that no completed checkpoint holds yet."""
-
-    rel: str
-    size: int
-    rows: int
-    modification_time: int
-    stats: str
-    rows_by_group: dict[str, int]
-    first_cut: int
-
-    @property
-    def groups(self) -> set[int]:
-        """The key groups it holds rows of."""
-        return {int(g) for g in self.rows_by_group}
-
-
-@dataclass
-class Manifest:
-    """The JSON part of the value in Spark's state store."""
-
-    partition: int
-    partitions: int
-    runs: list[Run] = field(default_factory=list)  # newest first
-    pending: list[Pending] = field(default_factory=list)
-    next_run: int = 1
-    full_next: bool = False  # the next cut writes the whole state (after a restore)
-    format: int = FORMAT
-
-    def to_json(self) -> str:
-        """Serialize (compact JSON)."""
-        return json.dumps(asdict(self), separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str) -> Manifest:
-        """Parse :meth:`to_json`."""
-        d = json.loads(text)
-        return cls(
-            partition=int(d["partition"]),
-            partitions=int(d["partitions"]),
-            runs=[Run(**r) for r in d["runs"]],
-            pending=[Pending(**p) for p in d["pending"]],
-            next_run=int(d["next_run"]),
-            full_next=bool(d["full_next"]),
-            format=int(d["format"]),
-        )
-
-    def add_run(self, **kwargs: Any) -> Run:
-        """A new run with the next id (not yet placed in :attr:`runs`)."""
-        run = Run(id=self.next_run, **kwargs)
-        self.next_run += 1
-        return run
 
 
 @dataclass(frozen=True)
@@ -254,126 +133,20 @@ class Found:
 @dataclass(frozen=True)
 class Flushed:
     """What a cut leaves for the checkpoint: every pending file, the key groups they
-    hold, and the file this cut wrote (None: nothing changed)."""
+    hold, the file this cut wrote (None: nothing changed) and whether it holds the whole
+    state of the partition (a compaction)."""
 
     files: list[Pending]
     changed: set[int]
     written: Pending | None
+    whole: bool = False
 
 
 #: Origins of a buffered change (``__origin_run``): no file holds the key; a spilled file
 #: holds it.
 NO_FILE, SPILLED = -1, -2
 
-_FOOTERS: dict[str, list[tuple[int, int, int, int]]] = {}
 _DVS: dict[tuple[str, str], np.ndarray] = {}
-
-
-def footer_groups(uri: str, key_group: int | None = None) -> list[tuple[int, int, int, int]]:
-    """Per row group of a state file: (index, first row, key group min, max), from its
-    footer (an earlier layout's file: ``key_group`` for all); cached per process."""
-    found = _FOOTERS.get(uri)
-    if found is None:
-        fs, path = filesystem(uri)
-        with fs.open_input_file(path) as f:
-            meta = pq.ParquetFile(f).metadata
-        leaves = [meta.schema.column(j).path for j in range(meta.num_columns)]
-        column = leaves.index(KEY_GROUP) if KEY_GROUP in leaves else None
-        found, first = [], 0
-        for i in range(meta.num_row_groups):
-            rg = meta.row_group(i)
-            stats = rg.column(column).statistics if column is not None else None
-            if key_group is not None:
-                lo = hi = key_group
-            elif stats is not None and stats.has_min_max:
-                lo, hi = int(stats.min), int(stats.max)
-            else:
-                lo, hi = 0, 1 << 30
-            found.append((i, first, lo, hi))
-            first += rg.num_rows
-        _FOOTERS[uri] = found
-    return found
-
-
-def read_notes(uri: str) -> tuple[FileNotes, int]:
-    """The footer notes of a state file and its row count."""
-    fs, path = filesystem(uri)
-    with fs.open_input_file(path) as f:
-        meta = pq.ParquetFile(f).metadata
-    return FileNotes.read(meta.metadata), meta.num_rows
-
-
-def newest_first(tables: Sequence[pa.Table], columns: Sequence[str]) -> pa.Table:
-    """One row per key of ``tables`` (each with :data:`HASH`, one schema): the row of
-    the earliest table holding it (tables are given newest first)."""
-    table = pa.concat_tables(tables).combine_chunks()
-    rank = np.concatenate([np.full(t.num_rows, i, np.int32) for i, t in enumerate(tables)])
-    hashes = table[HASH].to_numpy()
-    order = np.lexsort((rank, hashes))
-    ordered = hashes[order]
-    later = np.flatnonzero(ordered[1:] == ordered[:-1]) + 1
-    drop = np.zeros(len(order), bool)
-    if len(later):
-        same = keys_equal(
-            table.take(pa.array(order[later])), table.take(pa.array(order[later - 1])), columns
-        )
-        drop[later[same]] = True
-        for h in np.unique(ordered[later[~same]]):  # a hash collision: compare by value
-            seen: set[tuple[Any, ...]] = set()
-            for i in np.flatnonzero(ordered == h):
-                key = tuple(table[c][int(order[i])].as_py() for c in columns)
-                drop[i] = key in seen
-                seen.add(key)
-    return table.take(pa.array(order[~drop]))
-
-
-def _unchanged(new: pa.Table, old: pa.Table, fields: Sequence[str]) -> np.ndarray:
-    """Per row, whether ``new`` holds the same state as ``old`` (rows compared pairwise;
-    a nested field counts as changed)."""
-    same = np.ones(new.num_rows, bool)
-    for name in fields:
-        a, b = new[name], old[name]
-        if pa.types.is_nested(a.type) or a.type != b.type:
-            return np.zeros(new.num_rows, bool)
-        equal = pc.fill_null(pc.equal(a, b), False).to_numpy(zero_copy_only=False)
-        both_null = pc.and_(pc.is_null(a), pc.is_null(b)).to_numpy(zero_copy_only=False)
-        same &= equal | both_null
-    return same
-
-
-def _with_columns(table: pa.Table, columns: Mapping[str, pa.Array]) -> pa.Table:
-    for name, values in columns.items():
-        table = table.append_column(name, values)
-    return table
-
-
-@dataclass(frozen=True)
-class RestoredFile:
-    """A file of a restored checkpoint's ``state`` table, for the partitions that own
-    some of its key groups."""
-
-    uri: str
-    first_group: int  # the key groups it holds rows of, at most (its statistics)
-    last_group: int
-    key_group: int | None = None  # an earlier layout's file (one key group, no column)
-    dv: dict[str, Any] | None = None  # the restored version's deletion vector
-
-
-def new_manifest(
-    partition: int, partitions: int, max_parallelism: int, restored: Sequence[RestoredFile] = ()
-) -> Manifest:
-    """The manifest of a partition's first call: empty, or after a restore the restored
-    files that may hold its key groups (their deletion vectors name what is not state),
-    and a first cut that writes the whole state (Flink's first checkpoint after a restore
-    in ``NO_CLAIM`` mode: the restored files belong to the snapshot)."""
-    mine = partition_key_groups(partition, partitions, max_parallelism)
-    manifest = Manifest(partition, partitions, full_next=bool(restored))
-    for f in restored:
-        if f.first_group <= mine[-1] and f.last_group >= mine[0] if len(mine) else False:
-            manifest.runs.append(
-                manifest.add_run(uri=f.uri, rel=None, groups=[], key_group=f.key_group, dv=f.dv)
-            )
-    return manifest
 
 
 class LiveState:
@@ -428,7 +201,7 @@ class LiveState:
         if buffer.schema != config.buffer_schema:  # the state fields evolved on resume
             state = conform(buffer, config.schema, config.defaults)
             rest = {n: buffer[n] for n in config.buffer_schema.names if n not in state.column_names}
-            buffer = _with_columns(state, rest).cast(config.buffer_schema)
+            buffer = with_columns(state, rest).cast(config.buffer_schema)
         return cls(config, cache, buffer.combine_chunks(), manifest)
 
     def value(self) -> tuple[bytes, str]:
@@ -440,47 +213,20 @@ class LiveState:
 
     # -- reads ---------------------------------------------------------------------------
 
-    def _row_groups(self, run: Run) -> list[int]:
-        """The row groups of ``run`` that may hold this partition's key groups."""
-        mine = self.key_groups
-        if run.groups:  # a file written here: one row group per key group, in order
-            return [i for i, g in enumerate(run.groups) if g in mine]
+    def _chunks(self, run: Run, low: int, high: int) -> list[tuple[Chunk, Unit]]:
+        """The chunks of ``run`` that may hold key groups ``low..high``, each with its
+        cached unit (built from the file on this machine's first use)."""
+        info = file_info(run.uri, run.key_group)
+        cols = self.config.key_columns
+
+        def load(chunk: Chunk) -> Callable[[], pa.Table]:
+            return lambda: load_chunk(run.uri, info, chunk, cols)
+
         return [
-            i
-            for i, _, lo, hi in footer_groups(run.uri, run.key_group)
-            if lo <= mine[-1] and hi >= mine[0]
+            (chunk, self.cache.unit(run.uri, chunk.part, load(chunk)))
+            for chunk in info.chunks
+            if chunk.low <= high and chunk.high >= low
         ]
-
-    def _unit(self, run: Run) -> Unit:
-        """The cached rows of ``run`` that may hold this partition's keys (one unit)."""
-        row_groups = self._row_groups(run)
-        whole = bool(run.groups) and len(row_groups) == len(run.groups)
-        part = "all" if whole else "rg:" + ",".join(map(str, row_groups))
-        return self.cache.unit(run.uri, part, lambda: self._load(run, row_groups))
-
-    def _load(self, run: Run, row_groups: list[int]) -> pa.Table:
-        fs, path = filesystem(run.uri)
-        with fs.open_input_file(path) as f:
-            parquet = pq.ParquetFile(f)
-            meta = parquet.metadata
-            notes = FileNotes.read(meta.metadata)
-            table = (
-                parquet.read_row_groups(row_groups)
-                if row_groups
-                else parquet.schema_arrow.empty_table()
-            )
-        sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-        starts = np.cumsum([0, *sizes])
-        positions = [np.arange(starts[i], starts[i + 1], dtype=np.int64) for i in row_groups]
-        if KEY_GROUP not in table.column_names and run.key_group is not None:
-            groups = np.full(table.num_rows, run.key_group, np.int32)
-            table = table.append_column(KEY_GROUP, pa.array(groups))
-        return build_unit(
-            table,
-            self.config.key_columns,
-            np.concatenate(positions) if positions else np.empty(0, np.int64),
-            notes.hidden,
-        )
 
     def _not_state(self, run: Run) -> np.ndarray | None:
         """A restored run's deleted rows (the restored version's deletion vector)."""
@@ -520,27 +266,31 @@ class LiveState:
             todo = np.flatnonzero(~known)
             if not len(todo):
                 break
-            unit = self._unit(run)
-            query, here = unit.find(hashes[todo], keys.take(pa.array(todo)), cols)
-            rows = unit.table.take(pa.array(here))
-            positions = rows[POS].to_numpy()
+            groups = key_groups[todo]
             not_state = self._not_state(run)
-            if not_state is not None and len(positions):
-                current = ~np.isin(positions, not_state)
-                query, positions = query[current], positions[current]
-                rows = rows.filter(pa.array(current))
-            asked = todo[query]
-            known[asked] = True
-            origin_run[asked] = SPILLED if run.private else run.id
-            origin_row[asked] = positions
-            take(asked, rows)
+            for chunk, unit in self._chunks(run, int(groups.min()), int(groups.max())):
+                ask = todo[(groups >= chunk.low) & (groups <= chunk.high)]
+                if not len(ask):
+                    continue
+                query, here = unit.find(hashes[ask], keys.take(pa.array(ask)), cols)
+                rows = unit.table.take(pa.array(here))
+                positions = rows[POS].to_numpy()
+                if not_state is not None and len(positions):
+                    current = ~np.isin(positions, not_state)
+                    query, positions = query[current], positions[current]
+                    rows = rows.filter(pa.array(current))
+                asked = ask[query]
+                known[asked] = True
+                origin_run[asked] = SPILLED if run.private else run.id
+                origin_row[asked] = positions
+                take(asked, rows)
         index = np.concatenate([p[0] for p in pieces]) if pieces else np.empty(0, np.int64)
         state = (
             pa.concat_tables([self._conformed(t) for _, t in pieces])
             if pieces
             else self.config.schema.empty_table()
         )
-        order = np.argsort(index, kind="stable")
+        order = np.argsort(index)
         return Found(
             hashes,
             index[order].astype(np.int64),
@@ -576,15 +326,15 @@ class LiveState:
         """
         had = np.zeros(keys.num_rows, bool)
         had[found.index] = True
-        unchanged = np.zeros(keys.num_rows, bool)
+        rewritten = np.zeros(keys.num_rows, bool)
         both = np.flatnonzero(keep[found.index])
         if len(both):  # a state rewritten as it was is no change
             at = found.index[both]
-            same = _unchanged(
+            same = unchanged(
                 new.take(pa.array(at)), found.state.take(pa.array(both)), new.column_names
             )
-            unchanged[at[same]] = True
-        upsert = keep & ~unchanged
+            rewritten[at[same]] = True
+        upsert = keep & ~rewritten
         only_buffered = found.in_buffer & (found.origin_run == NO_FILE)
         marker = ~keep & had & ~only_buffered  # a file holds it: mark it deleted
         touched = np.flatnonzero(upsert | (~keep & had))
@@ -611,7 +361,7 @@ class LiveState:
                 ],
                 schema=rows.schema,
             )
-        added = _with_columns(
+        added = with_columns(
             rows,
             {
                 KEY_GROUP: pa.array(key_groups[entries], pa.int32()),
@@ -622,27 +372,29 @@ class LiveState:
             },
         )
         merged = pa.concat_tables([kept, added.cast(self.config.buffer_schema)])
-        order = np.argsort(merged[HASH].to_numpy(), kind="stable")
+        order = np.argsort(merged[HASH].to_numpy())
         self.buffer = merged.take(pa.array(order)).combine_chunks()
-        return {int(g) for g in np.unique(key_groups[touched])}
+        return {int(g) for g in distinct(key_groups[touched])}
 
     def spill_if_full(self) -> bool:
         """Write the buffered changes to a private file when they pass
         ``keyed.writeBufferSize``; True when it did."""
         if self.buffer.nbytes <= self.config.write_buffer:
             return False
-        rows, notes = self._changes()
+        entries, deletes = self._changes()
         name = f"p{self.manifest.partition}-{uuid.uuid4().hex}.parquet"
         uri = join(self.config.private_uri, name)
-        groups, _ = self._write(uri, rows, notes, None)
-        run = self.manifest.add_run(uri=uri, rel=None, groups=groups, private=True)
-        self.manifest.runs.insert(0, run)
+        writer = FileWriter(uri, self.config.file_schema, self.config.key_columns, 0, self.cache)
+        for low, high in self._ranges(entries, []):
+            writer.add(in_groups(entries, low, high))
+        writer.close(deletes, ())
+        self.manifest.runs.insert(0, self.manifest.add_run(uri=uri, rel=None, private=True))
         log.info(
             "keyed operator %s: partition %d spilled %d buffered change(s) (%d bytes, "
             "keyed.writeBufferSize %d) to %s",
             self.config.operator,
             self.manifest.partition,
-            rows.num_rows,
+            entries.num_rows,
             self.buffer.nbytes,
             self.config.write_buffer,
             uri,
@@ -650,76 +402,72 @@ class LiveState:
         self.buffer = self.config.buffer_schema.empty_table()
         return True
 
-    def _changes(self) -> tuple[pa.Table, FileNotes]:
-        """The buffered changes as entries (:attr:`LiveConfig.merge_schema`) and the
-        rows of table files they replace."""
+    def _changes(self) -> tuple[pa.Table, dict[str, np.ndarray]]:
+        """The buffered changes as entries (:attr:`LiveConfig.merge_schema`, by hash)
+        and the rows of table files they replace, by path."""
         by_id = {r.id: r for r in self.manifest.runs}
         runs = self.buffer[ORIGIN_RUN].to_numpy()
         rows = self.buffer[ORIGIN_ROW].to_numpy()
         deletes = {}
-        for run_id in np.unique(runs[runs >= 0]):
+        for run_id in distinct(runs[runs >= 0]):
             run = by_id.get(int(run_id))
             if run is not None and run.rel is not None:
-                deletes[run.rel] = np.unique(rows[runs == run_id])
-        entries = self.buffer.drop_columns([ORIGIN_RUN, ORIGIN_ROW])
-        return entries, FileNotes(np.empty(0, np.int64), deletes, (), ())
+                deletes[run.rel] = distinct(rows[runs == run_id])
+        return self.buffer.drop_columns([ORIGIN_RUN, ORIGIN_ROW]), deletes
 
-    def _run_entries(self, run: Run) -> pa.Table:
-        """Every entry of this partition's key groups in ``run`` (merge schema)."""
-        mine = self.key_groups
+    def _entries(self, run: Run, low: int, high: int) -> pa.Table:
+        """The entries of ``run`` in key groups ``low..high`` (merge schema, by hash)."""
         not_state = self._not_state(run)
-        rows = self._unit(run).table
-        groups = rows[KEY_GROUP].to_numpy()
-        keep = (groups >= mine.start) & (groups < mine.stop)
-        if not_state is not None:
-            keep &= ~np.isin(rows[POS].to_numpy(), not_state)
-        rows = rows.filter(pa.array(keep))
-        extra = {KEY_GROUP: rows[KEY_GROUP].cast(pa.int32()), HASH: rows[HASH], GONE: rows[GONE]}
-        return _with_columns(self._conformed(rows), extra)
+        parts = []
+        for _, unit in self._chunks(run, low, high):
+            rows = unit.table
+            groups = rows[KEY_GROUP].to_numpy()
+            keep = (groups >= low) & (groups <= high)
+            if not_state is not None:
+                keep &= ~np.isin(rows[POS].to_numpy(), not_state)
+            rows = rows.filter(pa.array(keep))
+            extra = {KEY_GROUP: rows[KEY_GROUP].cast(pa.int32()), HASH: rows[HASH]}
+            parts.append(with_columns(self._conformed(rows), {**extra, GONE: rows[GONE]}))
+        if not parts:
+            return self.config.merge_schema.empty_table()
+        return parts[0] if len(parts) == 1 else newest_first(parts, self.config.key_columns)
 
-    def _write(
-        self, uri: str, entries: pa.Table, notes: FileNotes, checkpoint_id: int | None
-    ) -> tuple[list[int], int]:
-        """Write ``entries`` (merge schema) as a state file sorted by key group, one row
-        group per key group, ``notes`` and its marker rows in its footer, and cache each
-        row group (write-through); return the key group of each row group and the size."""
-        order = np.lexsort((entries[HASH].to_numpy(), entries[KEY_GROUP].to_numpy()))
-        entries = entries.take(pa.array(order))
-        gone = entries[GONE].to_numpy(zero_copy_only=False)
-        table = _with_columns(
-            entries.select([*self.config.schema.names, KEY_GROUP]),
-            {CHECKPOINT_ID: pa.array(np.full(entries.num_rows, checkpoint_id or 0), pa.int64())},
-        ).cast(self.config.file_schema)
-        groups, starts = np.unique(entries[KEY_GROUP].to_numpy(), return_index=True)
-        ends = np.append(starts[1:], entries.num_rows)[: len(groups)]
-        notes = FileNotes(
-            np.flatnonzero(gone).astype(np.int64),
-            notes.deletes,
-            notes.replaces,
-            tuple(int(g) for g in groups),
-        )
-        dictionary = [n for n in table.column_names if n not in self.config.key_columns]
-        sink = pa.BufferOutputStream()
-        schema = table.schema.with_metadata(notes.metadata())
-        with pq.ParquetWriter(sink, schema, compression="zstd", use_dictionary=dictionary) as w:
-            for start, end in zip(starts, ends, strict=True):
-                w.write_table(table.slice(start, end - start), row_group_size=int(end - start))
-        data = sink.getvalue()
-        fs, path = filesystem(uri)
-        make_parent(fs, path)
-        with fs.open_output_stream(path) as out:
-            out.write(data)
-        unit = _with_columns(
-            table,
-            {
-                HASH: entries[HASH],
-                POS: pa.array(np.arange(entries.num_rows), pa.int64()),
-                GONE: entries[GONE],
-            },
-        )
-        sort = np.argsort(unit[HASH].to_numpy(), kind="stable")
-        self.cache.put(uri, "all", unit.take(pa.array(sort)))
-        return [int(g) for g in groups], int(data.size)
+    def _ranges(self, buffered: pa.Table, runs: Sequence[Run]) -> list[tuple[int, int]]:
+        """This partition's key groups in consecutive ranges of about
+        :data:`~barriered.statestore.state_files.CHUNK_ROWS` entries of ``buffered`` and
+        ``runs`` (a run's chunk counted evenly over its key groups): a merge holds one
+        range at a time."""
+        mine = self.key_groups
+        if not len(mine):
+            return []
+        rows = np.zeros(len(mine), np.float64)
+        groups = buffered[KEY_GROUP].to_numpy() - mine.start
+        rows += np.bincount(groups[(groups >= 0) & (groups < len(mine))], minlength=len(mine))
+        for run in runs:
+            info = file_info(run.uri, run.key_group)
+            for chunk in info.chunks:
+                low, high = max(chunk.low, mine.start), min(chunk.high, mine[-1])
+                if low <= high:
+                    n = info.starts[chunk.end] - info.starts[chunk.first]
+                    rows[low - mine.start : high - mine.start + 1] += n / (
+                        chunk.high - chunk.low + 1
+                    )
+        ranges, first, total = [], 0, 0.0
+        for i, n in enumerate(rows):
+            if i > first and total + n > CHUNK_ROWS:
+                ranges.append((mine.start + first, mine.start + i - 1))
+                first, total = i, 0.0
+            total += n
+        ranges.append((mine.start + first, mine[-1]))
+        return ranges
+
+    def _merged(self, buffered: pa.Table, runs: Sequence[Run], low: int, high: int) -> pa.Table:
+        """One entry per key of key groups ``low..high``: the buffered one, else the one
+        of the newest of ``runs`` holding it (by hash)."""
+        mine = in_groups(buffered, low, high)
+        older = [self._entries(run, low, high) for run in runs]
+        older = [t for t in older if t.num_rows]
+        return newest_first([mine, *older], self.config.key_columns) if older else mine
 
     def flush(self, checkpoint_id: int, base: int | None) -> Flushed:
         """Write what changed since the last cut as one file of the ``state`` table
@@ -740,62 +488,62 @@ class LiveState:
         table_runs = [r for r in manifest.runs if not r.private]
         full = manifest.full_next or len(table_runs) >= self.config.max_runs
         written = None
-        if full:
-            entries = newest_first(
-                [self._changes()[0], *(self._run_entries(r) for r in manifest.runs)],
-                self.config.key_columns,
-            )
-            entries = entries.filter(pc.invert(entries[GONE]))
-            notes = FileNotes(np.empty(0, np.int64), {}, tuple(self.key_groups), ())
-            written, run = self._table_file(entries, notes, checkpoint_id)
-            manifest.runs = [run]
-        elif self.buffer.num_rows or private:
-            entries, notes = self._changes()
-            deletes = [notes.deletes]
-            for spilled in private:
-                deletes.append(read_notes(spilled.uri)[0].deletes)
-            entries = newest_first(
-                [entries, *(self._run_entries(r) for r in private)], self.config.key_columns
-            )
-            paths = {p for d in deletes for p in d}
-            merged = {p: union(*(d[p] for d in deletes if p in d)) for p in paths}
-            written, run = self._table_file(
-                entries, FileNotes(notes.hidden, merged, (), ()), checkpoint_id
-            )
-            manifest.runs = [run, *table_runs]
-        if written is not None:
+        if full or self.buffer.num_rows or private:
+            buffered, deletes = self._changes()
+            sources = manifest.runs if full else private
+            if full:  # the whole state: it replaces every older row of its key groups
+                deletes, replaces = {}, tuple(self.key_groups)
+            else:  # the changes: they replace the rows the spilled ones replaced too
+                for spilled in private:
+                    for path, rows in read_notes(spilled.uri).deletes.items():
+                        deletes[path] = union(deletes.get(path, rows[:0]), rows)
+                replaces = ()
+            written, run = self._table_file(buffered, sources, full, deletes, replaces,
+                                            checkpoint_id)  # fmt: skip
+            manifest.runs = [run] if full else [run, *table_runs]
             manifest.pending.append(written)
         manifest.full_next = False
         self.buffer = self.config.buffer_schema.empty_table()
         changed = {g for p in manifest.pending for g in p.groups}
-        return Flushed(list(manifest.pending), changed, written)
+        return Flushed(list(manifest.pending), changed, written, full)
 
     def _table_file(
-        self, entries: pa.Table, notes: FileNotes, checkpoint_id: int
+        self,
+        buffered: pa.Table,
+        sources: Sequence[Run],
+        drop_deleted: bool,
+        deletes: Mapping[str, np.ndarray],
+        replaces: Sequence[int],
+        checkpoint_id: int,
     ) -> tuple[Pending, Run]:
-        """Write ``entries`` as a new file of the ``state`` table, written at the cut
-        of ``checkpoint_id``."""
-        partition = self.manifest.partition
-        name = f"p{partition}-c{checkpoint_id}-{uuid.uuid4().hex}.parquet"
+        """Write the buffered changes over ``sources`` (without deleted keys' markers
+        when ``drop_deleted``) as a new file of the ``state`` table, written at the cut
+        of ``checkpoint_id``, one key-group range at a time."""
+        name = f"p{self.manifest.partition}-c{checkpoint_id}-{uuid.uuid4().hex}.parquet"
         rel = f"operator={self.config.operator}/{name}"
         uri = join(self.config.table_uri, rel)
-        groups, size = self._write(uri, entries, notes, checkpoint_id)
-        counts = np.bincount(entries[KEY_GROUP].to_numpy(), minlength=1)
-        lo, hi = (min(groups), max(groups)) if groups else (0, 0)
+        writer = FileWriter(uri, self.config.file_schema, self.config.key_columns,
+                            checkpoint_id, self.cache)  # fmt: skip
+        for low, high in self._ranges(buffered, sources):
+            entries = self._merged(buffered, sources, low, high)
+            if drop_deleted:
+                entries = entries.filter(pc.invert(entries[GONE]))
+            writer.add(entries)
+        size, notes = writer.close(deletes, replaces)
+        groups = list(notes.groups)
         stats = {
-            "numRecords": entries.num_rows,
-            "minValues": {KEY_GROUP: lo, CHECKPOINT_ID: checkpoint_id},
-            "maxValues": {KEY_GROUP: hi, CHECKPOINT_ID: checkpoint_id},
+            "numRecords": writer.rows,
+            "minValues": {KEY_GROUP: min(groups, default=0), CHECKPOINT_ID: checkpoint_id},
+            "maxValues": {KEY_GROUP: max(groups, default=0), CHECKPOINT_ID: checkpoint_id},
             "nullCount": {KEY_GROUP: 0, CHECKPOINT_ID: 0},
         }
         pending = Pending(
             rel=rel,
             size=size,
-            rows=entries.num_rows,
+            rows=writer.rows,
             modification_time=wall_time.now_ms(),
             stats=json.dumps(stats, separators=(",", ":")),
-            rows_by_group={str(g): int(counts[g]) for g in groups},
+            rows_by_group={str(g): n for g, n in writer.rows_by_group.items()},
             first_cut=checkpoint_id,
         )
-        run = self.manifest.add_run(uri=uri, rel=rel, groups=groups)
-        return pending, run
+        return pending, self.manifest.add_run(uri=uri, rel=rel)

@@ -16,7 +16,15 @@ coordinator also bounds what is left, without touching what a retained checkpoin
 * Acknowledgement folders ``_acks/<id>/`` left behind (a task that acknowledged after its
   checkpoint was aborted, a crashed coordinator) are deleted once older than
   ``retention.minAge``, with the data files they list that no table version a retained
-  checkpoint reads, nor the current one, references.
+  checkpoint reads, nor the current one, references (keyed state files excepted, below).
+* Keyed state files no live state reads any more: the ``state`` table's files that
+  neither its current version nor a retained checkpoint's references and that retention
+  does not track (a failed task attempt's file, one replaced before it was committed),
+  and the files of changes spilled between two cuts (``_live/``), once written before
+  the trigger of the newest completed checkpoint by ``retention.minAge``. Every keyed
+  partition reports at each cut every file its live state reads that no completed
+  checkpoint holds, so whatever the newest completed checkpoint's version does not hold
+  and was written before its cut is read by nobody (:mod:`barriered.statestore.live_state`).
 """
 
 from __future__ import annotations
@@ -77,6 +85,7 @@ def run(
     min_age_ms: int,
     finished_below: int,
     pending: Collection[int] = (),
+    settled_before_ms: int | None = None,
 ) -> MaintenanceReport:
     """Compact ``_checkpoints``, cut the Delta logs and remove stray acknowledgements.
 
@@ -95,6 +104,9 @@ def run(
         this run; only acknowledgement folders of such ids are candidates.
     pending : collection of int
         Checkpoints still pending (their acknowledgements always stay).
+    settled_before_ms : int, optional
+        The trigger time (epoch ms) of the newest completed checkpoint: keyed state
+        files written ``min_age_ms`` before it that nothing references are deleted.
     """
     begin = time.perf_counter()
     if not retained:
@@ -113,6 +125,8 @@ def run(
             keep_removes_for(uri, min_age_ms // 1000, layout.storage_options)
             deleted += truncate_log(uri, floor, layout.storage_options, min_age_ms)
     acks = _stray_acks(layout, retained, min_age_ms, finished_below, pending)
+    if settled_before_ms is not None:
+        deleted += _unread_state_files(layout, retained, settled_before_ms - min_age_ms)
     report = MaintenanceReport(
         commit is not None, deleted, acks, round(time.perf_counter() - begin, 4)
     )
@@ -169,6 +183,36 @@ def _stray_acks(
         delete_tree(layout.acks_dir(cid))
         log.info("maintenance: stray acknowledgements of checkpoint %d removed", cid)
     return len(stray)
+
+
+def _unread_state_files(
+    layout: SnapshotLayout, retained: Sequence[Retained], before_ms: int
+) -> int:
+    """Delete the keyed state files nothing reads that were written before ``before_ms``."""
+    versions: set[int | None] = {None, *(r.state_version for r in retained)}
+    keep = _referenced(layout, STATE, versions)
+    stones = read_json(layout.tombstones_file, default={}) or {}
+    keep.update(str(e[1]) for e in stones.get(STATE, []))
+    deleted = 0
+    for root in (layout.state_table, layout.live_dir):
+        fs, base = filesystem(root)
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+        for info in infos:
+            rel = info.path[len(base) :].lstrip("/")
+            if (
+                info.type != pafs.FileType.File
+                or not rel.endswith(".parquet")
+                or rel.startswith("_")  # the log (its checkpoints)
+                or (root == layout.state_table and rel in keep)
+                or info.mtime is None
+                or info.mtime.timestamp() * 1000 >= before_ms
+            ):
+                continue
+            delete_file(join(root, rel))
+            deleted += 1
+    if deleted:
+        log.info("maintenance: %d keyed state file(s) nothing reads deleted", deleted)
+    return deleted
 
 
 def _age_ms(folder: str) -> int:

@@ -26,7 +26,8 @@ from barriered.statestore.evolution import check_defaults, compare
 from barriered.statestore.fileio import exists, join, read_json
 from barriered.statestore.keyed import OperatorSpec, Restored
 from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.live_state import KEY_GROUP, RestoredFile
+from barriered.statestore.live_manifest import RestoredFile
+from barriered.statestore.state_files import KEY_GROUP
 from barriered.statestore.state_log import StateFiles
 from barriered.statestore.state_schema import struct_schema
 

@@ -46,12 +46,12 @@ from barriered.statestore.fileio import (
     write_json,
 )
 from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.live_state import CHECKPOINT_ID, KEY_GROUP
 from barriered.statestore.restore_point import (
     TableFile,
     resolve,
 )
 from barriered.statestore.state_commit import commit_copies
+from barriered.statestore.state_files import CHECKPOINT_ID, KEY_GROUP
 from barriered.statestore.state_schema import table_schema
 
 log = logging.getLogger(__name__)

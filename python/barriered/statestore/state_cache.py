@@ -38,6 +38,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from barriered.errors import KeyedStateError
+
 log = logging.getLogger(__name__)
 
 #: Columns a unit adds to the file's: the key hash, the row's position in the file, and
@@ -132,15 +134,20 @@ class Unit:
         mine = self.hashes
         if not len(mine) or not len(hashes):
             return _EMPTY_I64, _EMPTY_I64
-        lo = np.searchsorted(mine, hashes, "left")
-        hi = np.searchsorted(mine, hashes, "right")
-        counts = hi - lo
-        if counts.max(initial=0) <= 1:
-            query = np.flatnonzero(counts)
-            here = lo[query]
+        order = np.argsort(hashes)  # a sorted search touches the pages in order
+        wanted = hashes[order]
+        lo = np.minimum(np.searchsorted(mine, wanted, "left"), len(mine) - 1)
+        hit = mine[lo] == wanted
+        after = np.minimum(lo + 1, len(mine) - 1)
+        if not (hit & (after != lo) & (mine[after] == wanted)).any():
+            query, here = order[hit], lo[hit]
         else:  # equal hashes in this unit (a collision): every pair is a candidate
-            query = np.repeat(np.arange(len(hashes)), counts)
-            here = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi, strict=True)])
+            hi = np.searchsorted(mine, wanted, "right")
+            counts = np.where(hit, hi - lo, 0)
+            query = np.repeat(order, counts)
+            here = np.concatenate(
+                [np.arange(a, a + c) for a, c in zip(lo, counts, strict=True) if c]
+            )
         if not len(query):
             return _EMPTY_I64, _EMPTY_I64
         same = keys_equal(keys.take(query), self.table.take(here), columns)
@@ -160,7 +167,7 @@ def build_unit(
     """The unit table of ``table`` (rows of a file at ``positions`` in it, default from
     0; ``gone``: positions of deleted keys' marker rows)."""
     hashes = key_hashes(table, columns)
-    order = np.argsort(hashes, kind="stable")
+    order = np.argsort(hashes)
     if positions is None:
         positions = np.arange(table.num_rows, dtype=np.int64)
     marked = np.isin(positions, gone) if gone is not None and len(gone) else None
@@ -187,11 +194,14 @@ class StateCache:
         Where units are kept (shared by the machine's Python workers).
     budget : int
         Bytes the folder may hold; the least recently opened units are deleted beyond.
+    setting : str
+        The setting of ``budget``, named when one unit alone does not fit.
     """
 
-    def __init__(self, folder: str, budget: int) -> None:
+    def __init__(self, folder: str, budget: int, setting: str = "the cache's budget") -> None:
         self.folder = folder
         self.budget = budget
+        self.setting = setting
         self._open: OrderedDict[str, Unit] = OrderedDict()
         self._bytes_written = 0
 
@@ -225,6 +235,11 @@ class StateCache:
             self._open.popitem(last=False)
         return unit
 
+    def has(self, source: str, part: str) -> bool:
+        """Whether this machine has ``part`` of ``source`` cached."""
+        path = self._path(source, part)
+        return path in self._open or os.path.exists(path)
+
     def put(self, source: str, part: str, unit_table: pa.Table) -> None:
         """Cache ``part`` of a file this process just wrote (write-through)."""
         self._write(self._path(source, part), unit_table)
@@ -236,6 +251,13 @@ class StateCache:
         return Unit(table.combine_chunks() if table.num_rows else table)
 
     def _write(self, path: str, table: pa.Table) -> None:
+        if table.nbytes > self.budget:
+            raise KeyedStateError(
+                f"a state file of a keyed partition needs {table.nbytes:,} bytes of local "
+                f"cache in {self.folder!r}, more than {self.setting}={self.budget:,}: raise "
+                "it (or spread the state over more shuffle partitions, with a restore into "
+                "a new checkpoint location); nothing was written"
+            )
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{uuid.uuid4().hex}.tmp"
         with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
@@ -280,10 +302,10 @@ class StateCache:
 _CACHES: dict[tuple[str, int], StateCache] = {}
 
 
-def cache(folder: str | None, budget: int) -> StateCache:
+def cache(folder: str | None, budget: int, setting: str = "the cache's budget") -> StateCache:
     """This process's cache of ``folder`` (default: :func:`default_folder`)."""
     key = (folder or default_folder(), budget)
     found = _CACHES.get(key)
     if found is None:
-        found = _CACHES[key] = StateCache(*key)
+        found = _CACHES[key] = StateCache(*key, setting)
     return found

@@ -41,7 +41,7 @@ from barriered.statestore.delta_tables import (
 )
 from barriered.statestore.fileio import filesystem, join
 from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.live_state import KEY_GROUP, FileNotes
+from barriered.statestore.state_files import KEY_GROUP, FileNotes
 from barriered.statestore.state_log import (
     STATE_CONFIGURATION,
     LiveFile,

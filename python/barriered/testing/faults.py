@@ -42,6 +42,7 @@ from barriered.crash_points import (
     MESSAGE_PREFIX,
     MID_PUBLISH,
     POINTS,
+    STATE_COMPACTION,
     STATE_SNAPSHOT,
 )
 from barriered.errors import InjectedFault
@@ -57,6 +58,7 @@ __all__ = [
     "INFLIGHT_CAPTURE",
     "MID_PUBLISH",
     "POINTS",
+    "STATE_COMPACTION",
     "STATE_SNAPSHOT",
     "fire",
     "fired",

@@ -1,0 +1,287 @@
+"""The files of the keyed live state: what one holds, and how it is read and written in
+chunks, so that neither a lookup nor a compaction ever holds a partition's whole state.
+
+A state file (of the ``state`` table, or a partition's private spill) is sorted by key
+group with one Parquet row group per key group, and its footer says
+(:class:`FileNotes`) which of its rows no version holds (``barriered.hidden``: deleted
+keys' markers), which rows of older table files it replaces (``barriered.deletes``, by
+path), which key groups it holds whole (``barriered.replaces``) and how its row groups
+are grouped into *chunks* (``barriered.chunks``): consecutive row groups of at most
+:data:`CHUNK_ROWS` rows. A chunk is the unit of the machine's local cache
+(:mod:`barriered.statestore.state_cache`): its rows sorted by key hash, memory-mapped,
+named after the file and its row groups, so a restore into other partitions reuses the
+chunks of the key groups it owns. A file of another writer (an earlier layout's, a
+bootstrap's) is chunked by the same rule from its footer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from barriered.statestore.deletion_vectors import deserialize, serialize, z85_decode, z85_encode
+from barriered.statestore.fileio import filesystem, make_parent
+from barriered.statestore.state_cache import GONE, HASH, POS, StateCache, build_unit
+
+log = logging.getLogger(__name__)
+
+KEY_GROUP = "key_group"
+CHECKPOINT_ID = "checkpoint_id"
+#: The most rows of one chunk (several when a single key group holds more).
+CHUNK_ROWS = 2_000_000
+#: Footer metadata of a file written here.
+META_HIDDEN = b"barriered.hidden"
+META_DELETES = b"barriered.deletes"
+META_REPLACES = b"barriered.replaces"
+META_GROUPS = b"barriered.groups"
+META_CHUNKS = b"barriered.chunks"
+
+
+def encode_rows(rows: np.ndarray) -> list[Any]:
+    """Row indices as ``[size, z85]`` (the bytes of a deletion vector)."""
+    data = serialize(np.asarray(rows, np.int64))
+    return [len(data), z85_encode(data)]
+
+
+def decode_rows(encoded: Sequence[Any]) -> np.ndarray:
+    """The row indices of :func:`encode_rows`."""
+    return deserialize(z85_decode(str(encoded[1]), int(encoded[0])))
+
+
+@dataclass(frozen=True)
+class FileNotes:
+    """What a file written here says in its footer."""
+
+    hidden: np.ndarray  # its own rows no version holds (deleted keys' markers)
+    deletes: dict[str, np.ndarray]  # rows of older table files it replaces, by path
+    replaces: tuple[int, ...]  # key groups whose every older row it replaces
+    groups: tuple[int, ...] = ()  # the key group of each row group
+    chunks: tuple[tuple[int, int], ...] = ()  # row group ranges [first, end)
+
+    def metadata(self) -> dict[bytes, bytes]:
+        """The footer's key-value metadata."""
+        deletes = {p: encode_rows(r) for p, r in self.deletes.items()}
+        return {
+            META_HIDDEN: json.dumps(encode_rows(self.hidden)).encode(),
+            META_DELETES: json.dumps(deletes).encode(),
+            META_REPLACES: json.dumps(list(self.replaces)).encode(),
+            META_GROUPS: json.dumps(list(self.groups)).encode(),
+            META_CHUNKS: json.dumps([list(c) for c in self.chunks]).encode(),
+        }
+
+    @classmethod
+    def read(cls, metadata: Mapping[bytes, bytes] | None) -> FileNotes:
+        """Parse a footer's metadata (a file of another writer says nothing)."""
+        meta = metadata or {}
+
+        def get(key: bytes, default: Any) -> Any:
+            return json.loads(meta[key]) if key in meta else default
+
+        hidden = get(META_HIDDEN, None)
+        return cls(
+            decode_rows(hidden) if hidden else np.empty(0, np.int64),
+            {p: decode_rows(r) for p, r in get(META_DELETES, {}).items()},
+            tuple(int(g) for g in get(META_REPLACES, [])),
+            tuple(int(g) for g in get(META_GROUPS, [])),
+            tuple((int(a), int(b)) for a, b in get(META_CHUNKS, [])),
+        )
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Consecutive row groups of a file, the unit of the local cache."""
+
+    first: int  # the first row group
+    end: int  # one past the last
+    low: int  # the key groups it may hold
+    high: int
+
+    @property
+    def part(self) -> str:
+        """Its name in the local cache."""
+        return f"rg:{self.first}-{self.end}"
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """A state file's footer, as its readers need it."""
+
+    starts: np.ndarray  # the first row of each row group, and the row count last
+    chunks: tuple[Chunk, ...]
+    hidden: np.ndarray
+    key_group: int | None  # an earlier layout's file: its one key group, no column
+
+
+def chunk_ranges(rows: Sequence[int]) -> list[tuple[int, int]]:
+    """Consecutive row groups (their row counts ``rows``) of at most :data:`CHUNK_ROWS`
+    rows, each at least one row group."""
+    ranges, first, total = [], 0, 0
+    for i, n in enumerate(rows):
+        if i > first and total + n > CHUNK_ROWS:
+            ranges.append((first, i))
+            first, total = i, 0
+        total += n
+    if len(rows):
+        ranges.append((first, len(rows)))
+    return ranges
+
+
+_INFOS: dict[str, FileInfo] = {}
+
+
+def file_info(uri: str, key_group: int | None = None) -> FileInfo:
+    """The footer of the state file at ``uri`` (``key_group``: an earlier layout's file,
+    whose one key group is in its path); read once per process (files never change)."""
+    found = _INFOS.get(uri)
+    if found is not None:
+        return found
+    fs, path = filesystem(uri)
+    with fs.open_input_file(path) as f:
+        meta = pq.ParquetFile(f).metadata
+    leaves = [meta.schema.column(j).path for j in range(meta.num_columns)]
+    column = leaves.index(KEY_GROUP) if KEY_GROUP in leaves else None
+    sizes, bounds = [], []
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        sizes.append(rg.num_rows)
+        stats = rg.column(column).statistics if column is not None else None
+        if key_group is not None:
+            bounds.append((key_group, key_group))
+        elif stats is not None and stats.has_min_max:
+            bounds.append((int(stats.min), int(stats.max)))
+        else:
+            bounds.append((0, 1 << 30))
+    notes = FileNotes.read(meta.metadata)
+    ranges = notes.chunks or tuple(chunk_ranges(sizes))
+    chunks = tuple(
+        Chunk(a, b, min(lo for lo, _ in bounds[a:b]), max(hi for _, hi in bounds[a:b]))
+        for a, b in ranges
+    )
+    found = _INFOS[uri] = FileInfo(
+        np.cumsum([0, *sizes]).astype(np.int64), chunks, notes.hidden, key_group
+    )
+    return found
+
+
+def read_notes(uri: str) -> FileNotes:
+    """The footer notes of a state file."""
+    fs, path = filesystem(uri)
+    with fs.open_input_file(path) as f:
+        return FileNotes.read(pq.ParquetFile(f).metadata.metadata)
+
+
+def load_chunk(uri: str, info: FileInfo, chunk: Chunk, key_columns: Sequence[str]) -> pa.Table:
+    """The unit table of one chunk (:func:`~barriered.statestore.state_cache.build_unit`):
+    its rows, each with its position in the file, its key group and whether it marks a
+    deleted key."""
+    fs, path = filesystem(uri)
+    with fs.open_input_file(path) as f:
+        table = pq.ParquetFile(f).read_row_groups(list(range(chunk.first, chunk.end)))
+    if KEY_GROUP not in table.column_names and info.key_group is not None:
+        table = table.append_column(
+            KEY_GROUP, pa.array(np.full(table.num_rows, info.key_group, np.int32))
+        )
+    positions = np.arange(info.starts[chunk.first], info.starts[chunk.end], dtype=np.int64)
+    return build_unit(table, key_columns, positions, info.hidden)
+
+
+class FileWriter:
+    """Writes one state file a key-group range at a time, and caches each range as a
+    chunk (write-through): at most one range's rows are held at a time.
+
+    Parameters
+    ----------
+    uri : str
+        The file.
+    schema : pyarrow.Schema
+        Its columns (key columns, state fields, ``key_group``, ``checkpoint_id``).
+    key_columns : sequence of str
+        The key columns (written without a dictionary: they never repeat).
+    checkpoint_id : int
+        The ``checkpoint_id`` of its rows (0 for a private spill).
+    cache : StateCache
+        The machine's cache.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        schema: pa.Schema,
+        key_columns: Sequence[str],
+        checkpoint_id: int,
+        cache: StateCache,
+    ) -> None:
+        self.uri = uri
+        self.schema = schema
+        self.key_columns = tuple(key_columns)
+        self.checkpoint_id = checkpoint_id
+        self.cache = cache
+        self.sink = pa.BufferOutputStream()  # one PUT on an object store
+        dictionary = [n for n in schema.names if n not in self.key_columns]
+        self.writer = pq.ParquetWriter(
+            self.sink, schema, compression="zstd", use_dictionary=dictionary
+        )
+        self.rows = 0
+        self.groups: list[int] = []
+        self.rows_by_group: dict[int, int] = {}
+        self.chunks: list[tuple[int, int]] = []
+        self.hidden: list[np.ndarray] = []
+
+    def add(self, entries: pa.Table) -> None:
+        """Write ``entries`` (key columns, state fields, ``key_group``, :data:`HASH`,
+        :data:`GONE`; sorted by :data:`HASH`), all of key groups above those written
+        before, as one row group per key group and one chunk."""
+        if not entries.num_rows:
+            return
+        groups_column = entries[KEY_GROUP].to_numpy()
+        order = np.argsort(groups_column, kind="stable")  # by key group, hash within
+        ids = pa.array(np.full(entries.num_rows, self.checkpoint_id), pa.int64())
+        columns = [n for n in self.schema.names if n != CHECKPOINT_ID]
+        table = entries.select(columns).append_column(CHECKPOINT_ID, ids).cast(self.schema)
+        ordered = table.take(pa.array(order))
+        values = groups_column[order]
+        cuts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+        ends = np.append(cuts[1:], len(values))
+        first_group = len(self.groups)
+        for start, end in zip(cuts, ends, strict=True):
+            self.writer.write_table(ordered.slice(start, end - start), row_group_size=end - start)
+            self.groups.append(int(values[start]))
+            self.rows_by_group[int(values[start])] = int(end - start)
+        positions = np.empty(entries.num_rows, np.int64)
+        positions[order] = self.rows + np.arange(entries.num_rows)
+        gone = entries[GONE].to_numpy(zero_copy_only=False)
+        self.hidden.append(positions[gone])
+        unit = table.append_column(HASH, entries[HASH])
+        unit = unit.append_column(POS, pa.array(positions, pa.int64()))
+        unit = unit.append_column(GONE, entries[GONE])
+        chunk = (first_group, len(self.groups))
+        self.cache.put(self.uri, Chunk(*chunk, 0, 0).part, unit)
+        self.chunks.append(chunk)
+        self.rows += entries.num_rows
+
+    def close(
+        self, deletes: Mapping[str, np.ndarray], replaces: Sequence[int]
+    ) -> tuple[int, FileNotes]:
+        """Finish the file (its notes in the footer), write it; return its size and
+        notes."""
+        hidden = np.sort(np.concatenate(self.hidden)) if self.hidden else np.empty(0, np.int64)
+        notes = FileNotes(
+            hidden, dict(deletes), tuple(replaces), tuple(self.groups), tuple(self.chunks)
+        )
+        self.writer.add_key_value_metadata(
+            {k.decode(): v.decode() for k, v in notes.metadata().items()}
+        )
+        self.writer.close()
+        data = self.sink.getvalue()
+        fs, path = filesystem(self.uri)
+        make_parent(fs, path)
+        with fs.open_output_stream(path) as out:
+            out.write(data)
+        return int(data.size), notes

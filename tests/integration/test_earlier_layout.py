@@ -1,0 +1,62 @@
+"""Snapshot paths of the earlier state layout (one file per key group, the key group a
+partition column, no deletion vectors): a restore reads them into a new snapshot path at
+any partitions, a keyed operator never writes into one (refused, nothing written), and a
+savepoint of one has this version's layout (the one-command migration)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+
+from barriered import cli
+from barriered.errors import KeyedStateError
+from barriered.statestore.layout import SnapshotLayout
+from file_tree import tree
+from runs import FILES_SOURCE, MODES, run, start, state_at, write_files
+from snapshots import to_earlier_layout
+
+pytestmark = pytest.mark.spark
+
+SIZES = {"a": 30, "b": 12}
+
+
+def test_a_path_of_the_earlier_layout_restores_elsewhere_and_converts(
+    session: Any, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    source = {**FILES_SOURCE, "path": str(data)}
+    first = write_files(data, SIZES, tag="first")
+    _, layout = run(session, tmp_path, MODES["aligned"], source, str(tmp_path / "snap"), (30, 12))
+    earlier = to_earlier_layout(layout, tmp_path / "earlier")
+    assert DeltaTable(earlier.state_table).metadata().partition_columns == [
+        "operator",
+        "key_group",
+    ]
+    assert state_at(earlier, DeltaTable(earlier.state_table).version()) == dict(first)
+
+    # A keyed operator does not write into it: refused before anything is written.
+    second = write_files(data, SIZES, tag="second")
+    before = tree(earlier.root)
+    latest = {**source, "restoreFrom": "latest"}
+    with pytest.raises(KeyedStateError, match="the layout of an earlier version") as err:
+        start(session, tmp_path, MODES["aligned"], latest, earlier.root, "ck-refused")
+    assert f'.option("restoreFrom", "{earlier.root}")' in str(err.value)
+    assert tree(earlier.root) == before
+
+    # Restored into a new snapshot path, on 3 shuffle partitions: exact.
+    session.conf.set("spark.sql.shuffle.partitions", "3")
+    restored_source = {**source, "restoreFrom": earlier.root}
+    snap = str(tmp_path / "new")
+    _, new = run(session, tmp_path, MODES["aligned"], restored_source, snap, (60, 24), "ck-new")
+    assert state_at(new, DeltaTable(new.state_table).version()) == dict(first + second)
+    assert DeltaTable(new.state_table).metadata().partition_columns == ["operator"]
+
+    # The migration: a savepoint of the earlier path has this version's layout.
+    assert cli.main(["savepoint", earlier.root, "-o", str(tmp_path / "sp")]) == 0
+    savepoint = SnapshotLayout.existing(str(tmp_path / "sp"))
+    assert DeltaTable(savepoint.state_table).metadata().partition_columns == ["operator"]
+    assert state_at(savepoint, DeltaTable(savepoint.state_table).version()) == dict(first)
+    assert tree(earlier.root) == before  # a savepoint reads its origin only
