@@ -21,6 +21,7 @@ from barriered.statestore.key_groups import key_group_for_key
 from barriered.statestore.keyed import KeyedOperator, LiveSettings, OperatorSpec, Restored
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.live_manifest import RestoredFile
+from barriered.statestore.state_files import FileNotes
 from barriered.statestore.vectorized import PerKey, merge
 from file_tree import tree
 
@@ -184,7 +185,7 @@ def test_a_marker_writes_the_changed_keys_as_one_file_and_a_restore_reads_it(
     ]
 
 
-def test_a_cut_writes_one_file_for_the_call_with_a_row_group_per_key_group(
+def test_a_cut_writes_one_file_for_the_call_with_its_key_groups_listed_in_the_footer(
     tmp_path: Path,
 ) -> None:
     layout = SnapshotLayout.at(str(tmp_path / "snap"))
@@ -198,10 +199,12 @@ def test_a_cut_writes_one_file_for_the_call_with_a_row_group_per_key_group(
     assert [f.name for f in Path(layout.acks_dir(1)).iterdir()] == ["state~totals~1+1.e0.json"]
     assert acks["state/totals/1"].files == acks["state/totals/3"].files  # one file
     parquet = pq.ParquetFile(Path(layout.state_table, acks["state/totals/1"].files[0].path))
-    assert parquet.metadata.num_row_groups == 2
-    assert [parquet.read_row_group(i).column("user_id").to_pylist() for i in (0, 1)] == [
-        ["a"],
-        ["c"],
+    notes = FileNotes.read(parquet.metadata.metadata)
+    assert notes.groups == (1, 3) and notes.chunks == ((0, 1),)  # one chunk, one row group
+    rows = parquet.read().sort_by("key_group")
+    assert rows.select(["user_id", "key_group"]).to_pylist() == [
+        {"user_id": "a", "key_group": 1},
+        {"user_id": "c", "key_group": 3},
     ]
     # Only key group 3 changes before checkpoint 2: key group 1 acknowledges without a file.
     base = {**meta, "base": 1}

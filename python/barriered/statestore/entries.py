@@ -64,4 +64,5 @@ def with_columns(table: pa.Table, columns: Mapping[str, pa.Array]) -> pa.Table:
 def in_groups(entries: pa.Table, low: int, high: int) -> pa.Table:
     """The entries of key groups ``low..high`` (their order kept)."""
     groups = entries[KEY_GROUP].to_numpy()
-    return entries.filter(pa.array((groups >= low) & (groups <= high)))
+    inside = (groups >= low) & (groups <= high)
+    return entries if inside.all() else entries.filter(pa.array(inside))

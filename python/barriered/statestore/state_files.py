@@ -1,17 +1,19 @@
 """The files of the keyed live state: what one holds, and how it is read and written in
 chunks, so that neither a lookup nor a compaction ever holds a partition's whole state.
 
-A state file (of the ``state`` table, or a partition's private spill) is sorted by key
-group with one Parquet row group per key group, and its footer says
-(:class:`FileNotes`) which of its rows no version holds (``barriered.hidden``: deleted
-keys' markers), which rows of older table files it replaces (``barriered.deletes``, by
-path), which key groups it holds whole (``barriered.replaces``) and how its row groups
-are grouped into *chunks* (``barriered.chunks``): consecutive row groups of at most
-:data:`CHUNK_ROWS` rows. A chunk is the unit of the machine's local cache
-(:mod:`barriered.statestore.state_cache`): its rows sorted by key hash, memory-mapped,
-named after the file and its row groups, so a restore into other partitions reuses the
-chunks of the key groups it owns. A file of another writer (an earlier layout's, a
-bootstrap's) is chunked by the same rule from its footer.
+A state file (of the ``state`` table, or a partition's private spill) holds consecutive
+ranges of key groups, each one Parquet row group of at most about :data:`CHUNK_ROWS` rows
+(more when a single key group holds more) in the order of the key hash, and its footer
+says (:class:`FileNotes`) which of its rows no version holds (``barriered.hidden``:
+deleted keys' markers), which rows of older table files it replaces
+(``barriered.deletes``, by path), which key groups it holds whole
+(``barriered.replaces``), which key groups it holds (``barriered.groups``) and its
+*chunks* (``barriered.chunks``: row group ranges). A chunk is the unit of the machine's
+local cache (:mod:`barriered.statestore.state_cache`): its rows sorted by key hash,
+memory-mapped, named after the file and its row groups, so a restore into other
+partitions reuses the chunks of the key groups it owns. A file of another writer (an
+earlier layout's, one row group per key group; a bootstrap's) is chunked from its footer:
+consecutive row groups of at most :data:`CHUNK_ROWS` rows.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ class FileNotes:
     hidden: np.ndarray  # its own rows no version holds (deleted keys' markers)
     deletes: dict[str, np.ndarray]  # rows of older table files it replaces, by path
     replaces: tuple[int, ...]  # key groups whose every older row it replaces
-    groups: tuple[int, ...] = ()  # the key group of each row group
+    groups: tuple[int, ...] = ()  # the key groups it holds rows of
     chunks: tuple[tuple[int, int], ...] = ()  # row group ranges [first, end)
 
     def metadata(self) -> dict[bytes, bytes]:
@@ -236,35 +238,29 @@ class FileWriter:
 
     def add(self, entries: pa.Table) -> None:
         """Write ``entries`` (key columns, state fields, ``key_group``, :data:`HASH`,
-        :data:`GONE`; sorted by :data:`HASH`), all of key groups above those written
-        before, as one row group per key group and one chunk."""
+        :data:`GONE`; sorted by :data:`HASH`; key groups above those written before) as
+        one row group, which is one chunk, in their order: the cached unit is the file's
+        rows as written."""
         if not entries.num_rows:
             return
-        groups_column = entries[KEY_GROUP].to_numpy()
-        order = np.argsort(groups_column, kind="stable")  # by key group, hash within
-        ids = pa.array(np.full(entries.num_rows, self.checkpoint_id), pa.int64())
-        columns = [n for n in self.schema.names if n != CHECKPOINT_ID]
+        n = entries.num_rows
+        ids = pa.array(np.full(n, self.checkpoint_id), pa.int64())
+        columns = [c for c in self.schema.names if c != CHECKPOINT_ID]
         table = entries.select(columns).append_column(CHECKPOINT_ID, ids).cast(self.schema)
-        ordered = table.take(pa.array(order))
-        values = groups_column[order]
-        cuts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
-        ends = np.append(cuts[1:], len(values))
-        first_group = len(self.groups)
-        for start, end in zip(cuts, ends, strict=True):
-            self.writer.write_table(ordered.slice(start, end - start), row_group_size=end - start)
-            self.groups.append(int(values[start]))
-            self.rows_by_group[int(values[start])] = int(end - start)
-        positions = np.empty(entries.num_rows, np.int64)
-        positions[order] = self.rows + np.arange(entries.num_rows)
-        gone = entries[GONE].to_numpy(zero_copy_only=False)
-        self.hidden.append(positions[gone])
+        self.writer.write_table(table, row_group_size=n)
+        groups = entries[KEY_GROUP].to_numpy()
+        for group, rows in zip(*np.unique(groups, return_counts=True), strict=True):
+            self.groups.append(int(group))
+            self.rows_by_group[int(group)] = int(rows)
+        positions = self.rows + np.arange(n, dtype=np.int64)
+        self.hidden.append(positions[entries[GONE].to_numpy(zero_copy_only=False)])
         unit = table.append_column(HASH, entries[HASH])
         unit = unit.append_column(POS, pa.array(positions, pa.int64()))
         unit = unit.append_column(GONE, entries[GONE])
-        chunk = (first_group, len(self.groups))
+        chunk = (len(self.chunks), len(self.chunks) + 1)
         self.cache.put(self.uri, Chunk(*chunk, 0, 0).part, unit)
         self.chunks.append(chunk)
-        self.rows += entries.num_rows
+        self.rows += n
 
     def close(
         self, deletes: Mapping[str, np.ndarray], replaces: Sequence[int]
