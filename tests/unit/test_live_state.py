@@ -6,6 +6,7 @@ committed version of the ``state`` table reads (delta-rs) as exactly the state a
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,19 +171,21 @@ def table_state(uri: str, version: int) -> dict[int, dict[str, Any]]:
     return {r["k"]: {"total": r["total"], "name": r["name"]} for r in rows}
 
 
-def restored_files(uri: str, version: int) -> list[RestoredFile]:
-    files = StateFiles(uri, version)
+def restored_files(uri: str, version: int, claim: bool = False) -> list[RestoredFile]:
+    """The files of ``version``; with ``claim``, those the latest version holds alike are
+    the restoring partitions' own table files (a restore into the same path)."""
+    latest = StateFiles(uri).files if claim else {}
     out = []
-    for f in files.files.values():
-        import json
-
+    for f in StateFiles(uri, version).files.values():
         stats = json.loads(f.stats or "{}")
+        same = f.path in latest and latest[f.path].dv == f.dv
         out.append(
             RestoredFile(
                 f"{uri}/{f.path}",
                 int(stats["minValues"]["key_group"]),
                 int(stats["maxValues"]["key_group"]),
                 dv=None if f.dv is None else f.dv.to_json(),
+                rel=f.path if same else None,
             )
         )
     return out
@@ -275,7 +278,7 @@ def test_random_changes_cuts_aborts_retries_and_restores(
             tmp_path / f"r{cid}",
             partitions=rng.choice([1, 2, 4]),
             max_runs=3,
-            restored=restored_files(files.uri, version),
+            restored=restored_files(files.uri, version, claim=True),
         )
         restored.config = query.config.__class__(**{**query.config.__dict__, "max_runs": 3})
         restored.cache = query.cache
@@ -284,6 +287,8 @@ def test_random_changes_cuts_aborts_retries_and_restores(
         expected = {**expected, 1: {"total": 100, "name": "after"}}
         expected.pop(2, None)
         assert restored.state(universe) == expected
-        # its first cut writes the whole state and replaces every older row
+        # its first cut writes the whole state and replaces every older row, or, with
+        # the restored files its own, what changed
         v = commit(files, 100 + cid, restored.cut(100 + cid, cid))
         assert table_state(files.uri, v) == expected
+        assert restored.state(universe) == expected

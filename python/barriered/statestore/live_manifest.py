@@ -23,7 +23,8 @@ class Run:
 
     id: int
     uri: str  # absolute
-    rel: str | None  # path in this snapshot path's state table; None: private or restored
+    rel: str | None  # path in this snapshot path's state table; None: private, or restored
+    # from another path or an older version
     key_group: int | None = None  # an earlier layout's file: one key group, no column
     dv: dict[str, Any] | None = None  # restored: the version's deletion vector
     private: bool = False  # spilled buffered changes, not in the table
@@ -94,20 +95,27 @@ class RestoredFile:
     last_group: int
     key_group: int | None = None  # an earlier layout's file (one key group, no column)
     dv: dict[str, Any] | None = None  # the restored version's deletion vector
+    #: Its path in the restoring run's own ``state`` table, when the table's current
+    #: version holds it as the restored version did (a restore of the latest checkpoint
+    #: into its own snapshot path): the run's cuts delete its rows with deletion vectors.
+    rel: str | None = None
 
 
 def new_manifest(
     partition: int, partitions: int, max_parallelism: int, restored: Sequence[RestoredFile] = ()
 ) -> Manifest:
     """The manifest of a partition's first call: empty, or after a restore the restored
-    files that may hold its key groups (their deletion vectors name what is not state),
-    and a first cut that writes the whole state (Flink's first checkpoint after a restore
-    in ``NO_CLAIM`` mode: the restored files belong to the snapshot)."""
+    files that may hold its key groups (their deletion vectors name what is not state).
+    When one of them is not in this snapshot path's table as restored (a restore from
+    another path or of an older checkpoint), the first cut writes the whole state (Flink's
+    first checkpoint after a restore in ``NO_CLAIM`` mode: the restored files belong to
+    the snapshot); else the restored files are the partition's table files (``CLAIM``)."""
     mine = partition_key_groups(partition, partitions, max_parallelism)
-    manifest = Manifest(partition, partitions, full_next=bool(restored))
+    manifest = Manifest(partition, partitions)
     for f in restored:
         if f.first_group <= mine[-1] and f.last_group >= mine[0] if len(mine) else False:
             manifest.runs.append(
-                manifest.add_run(uri=f.uri, rel=None, key_group=f.key_group, dv=f.dv)
+                manifest.add_run(uri=f.uri, rel=f.rel, key_group=f.key_group, dv=f.dv)
             )
+            manifest.full_next |= f.rel is None
     return manifest

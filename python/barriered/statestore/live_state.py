@@ -21,8 +21,10 @@ new file of the ``state`` table holding the changed keys only. Its footer names 
 coordinator turns into deletion vectors in the checkpoint's single commit
 (:mod:`barriered.statestore.state_log`): the rows of older table files it replaces
 (``barriered.deletes``, from each changed key's previous entry) and its own marker rows
-(``barriered.hidden``). The first cut after a restore, and a cut that finds more than
-``keyed.maxRuns`` table files, writes the partition's whole state instead, one file
+(``barriered.hidden``). The first cut after a restore of files this snapshot path's
+table does not hold as restored (:func:`~barriered.statestore.live_manifest.new_manifest`),
+and a cut that finds more than ``keyed.maxRuns`` table files, writes the partition's
+whole state instead, one file
 that replaces every older row of its key groups (``barriered.replaces``). A file stays
 *pending*, reported again at every cut, until a checkpoint at or after the cut that
 wrote it has completed (the ``base`` of a marker): an aborted checkpoint loses nothing.

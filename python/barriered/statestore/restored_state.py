@@ -28,7 +28,7 @@ from barriered.statestore.keyed import OperatorSpec, Restored
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.live_manifest import RestoredFile
 from barriered.statestore.state_files import KEY_GROUP
-from barriered.statestore.state_log import StateFiles
+from barriered.statestore.state_log import LiveFile, StateFiles
 from barriered.statestore.state_schema import struct_schema
 
 log = logging.getLogger(__name__)
@@ -109,6 +109,16 @@ def check_operator(
         )
 
 
+def _unchanged(restored: LiveFile, current: LiveFile | None) -> bool:
+    """Whether the table's current version holds a restored file as the restored version
+    did (the same rows deleted)."""
+    if current is None:
+        return False
+    if restored.dv is None or current.dv is None:
+        return restored.dv is None and current.dv is None
+    return restored.dv.to_json() == current.dv.to_json()
+
+
 def restored_files(
     restore: Mapping[str, Any],
     spec: OperatorSpec,
@@ -140,6 +150,7 @@ def restored_files(
     check_operator(spec, registered, where, defaults, same_path)
     files = []
     if exists(join(origin.state_table, "_delta_log")):
+        current = StateFiles(origin.state_table).files if same_path else {}
         for f in StateFiles(origin.state_table, version).files.values():
             if f.partition_values.get("operator") != spec.operator:
                 continue
@@ -154,6 +165,7 @@ def restored_files(
                     int(hi) if old is None else int(old),
                     None if old is None else int(old),
                     None if f.dv is None else f.dv.to_json(),
+                    f.path if old is None and _unchanged(f, current.get(f.path)) else None,
                 )
             )
     log.info(
