@@ -19,6 +19,7 @@ from barriered.errors import SnapshotStoreError
 from barriered.statestore.deletion_vectors import (
     MAGIC,
     DeletionVector,
+    contains,
     deserialize,
     serialize,
     union,
@@ -113,3 +114,11 @@ def test_delta_rs_reads_a_table_with_inline_deletion_vectors(tmp_path: Path) -> 
     kept = np.sort(pa.table(table.scan().read_all())["k"].to_numpy())
     assert kept.tolist() == np.setdiff1d(np.arange(n), deleted).tolist()
     assert DeletionVector.from_json(dv.to_json()).rows().tolist() == deleted.tolist()
+
+
+def test_contains_answers_as_isin_does() -> None:
+    rng = np.random.default_rng(3)
+    for size in (0, 1, 7, 5000):
+        rows = np.unique(rng.integers(0, 20_000, size))
+        values = rng.integers(-5, 20_005, 3000)
+        assert (contains(rows, values) == np.isin(values, rows)).all()

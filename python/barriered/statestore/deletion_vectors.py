@@ -72,6 +72,15 @@ def distinct(values: np.ndarray) -> np.ndarray:
     return runs_of(np.sort(values))[0]
 
 
+def contains(rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per value, whether the sorted row indices ``rows`` hold it (binary search:
+    ``O(len(values) log len(rows))``, where ``numpy.isin`` sorts both)."""
+    if not len(rows):
+        return np.zeros(len(values), bool)
+    at = np.minimum(np.searchsorted(rows, values), len(rows) - 1)
+    return np.asarray(rows[at] == values)
+
+
 def _bitmap32(low: np.ndarray) -> bytes:
     """CRoaring's portable serialization of sorted, distinct 32-bit values (no runs)."""
     high = (low >> 16).astype(np.uint16)

@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 from barriered import wall_time
 from barriered.datasource.options import RESTORE_FROM
 from barriered.errors import KeyedStateError
-from barriered.statestore.deletion_vectors import DeletionVector, distinct, union
+from barriered.statestore.deletion_vectors import DeletionVector, contains, distinct, union
 from barriered.statestore.entries import in_groups, newest_first, unchanged, with_columns
 from barriered.statestore.evolution import conform
 from barriered.statestore.fileio import join
@@ -278,7 +278,7 @@ class LiveState:
                 rows = unit.table.take(pa.array(here))
                 positions = rows[POS].to_numpy()
                 if not_state is not None and len(positions):
-                    current = ~np.isin(positions, not_state)
+                    current = ~contains(not_state, positions)
                     query, positions = query[current], positions[current]
                     rows = rows.filter(pa.array(current))
                 asked = ask[query]
@@ -426,7 +426,7 @@ class LiveState:
             groups = rows[KEY_GROUP].to_numpy()
             keep = (groups >= low) & (groups <= high)
             if not_state is not None:
-                keep &= ~np.isin(rows[POS].to_numpy(), not_state)
+                keep &= ~contains(not_state, rows[POS].to_numpy())
             rows = rows.filter(pa.array(keep))
             extra = {KEY_GROUP: rows[KEY_GROUP].cast(pa.int32()), HASH: rows[HASH]}
             parts.append(with_columns(self._conformed(rows), {**extra, GONE: rows[GONE]}))

@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from barriered.errors import KeyedStateError
+from barriered.statestore.deletion_vectors import contains
 
 log = logging.getLogger(__name__)
 
@@ -165,12 +166,12 @@ def build_unit(
     gone: np.ndarray | None = None,
 ) -> pa.Table:
     """The unit table of ``table`` (rows of a file at ``positions`` in it, default from
-    0; ``gone``: positions of deleted keys' marker rows)."""
+    0; ``gone``: positions of deleted keys' marker rows, sorted)."""
     hashes = key_hashes(table, columns)
     order = np.argsort(hashes)
     if positions is None:
         positions = np.arange(table.num_rows, dtype=np.int64)
-    marked = np.isin(positions, gone) if gone is not None and len(gone) else None
+    marked = contains(gone, positions) if gone is not None and len(gone) else None
     out = table.take(pa.array(order))
     out = out.append_column(HASH, pa.array(hashes[order], pa.uint64()))
     out = out.append_column(POS, pa.array(positions[order], pa.int64()))
