@@ -17,8 +17,9 @@ key group it owns in one file (:func:`~barriered.statestore.acks.write_acks`); t
 coordinator commits the files of every partition in the checkpoint's one commit.
 
 After a restore, a partition's first call reads the restored checkpoint's files of its
-key groups as they are (nothing is read on the driver, nothing is loaded up front), and
-its first cut writes its whole state (Flink's first checkpoint after a restore).
+key groups as they are (nothing is read on the driver, nothing is loaded up front); its
+first cut writes its whole state unless the restore claimed the files
+(:func:`~barriered.statestore.live_manifest.new_manifest`).
 """
 
 from __future__ import annotations
