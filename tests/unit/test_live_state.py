@@ -236,7 +236,7 @@ def test_random_changes_cuts_aborts_retries_and_restores(
     files = new_table(query.config.table_uri)
     model: dict[int, dict[str, Any]] = {}
     committed: dict[int, tuple[int, dict[int, dict[str, Any]]]] = {}
-    base = None
+    base = previous_base = None
     universe = list(range(300))
     for checkpoint_id in range(1, 13):
         for _ in range(rng.randint(1, 3)):
@@ -257,12 +257,15 @@ def test_random_changes_cuts_aborts_retries_and_restores(
                 else:
                     model[key] = value
             assert query.state(universe) == model
-        acked = query.cut(checkpoint_id, base)
+        # a cut planned before the previous checkpoint completed knows an older base:
+        # it reports that checkpoint's files again
+        planned_base = previous_base if rng.random() < 0.3 else base
+        acked = query.cut(checkpoint_id, planned_base)
         if rng.random() < 0.25:
             continue  # aborted: nothing committed, base stays
         version = commit(files, checkpoint_id, acked)
         committed[checkpoint_id] = (version, dict(model))
-        base = checkpoint_id
+        previous_base, base = base, checkpoint_id
         assert table_state(files.uri, version) == model
         assert query.state(universe) == model
     for cid, (version, expected) in committed.items():

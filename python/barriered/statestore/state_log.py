@@ -264,7 +264,7 @@ def _actions(
             DeletionVector.inline(rows) if len(rows) else None,
         )
         actions.append({"add": entry.add_json()})
-    fresh = {a.path for a in adds}
+    fresh = {a.path for a in adds if a.path not in current}
     for path, rows in deleted.items():
         old = current.get(path)
         if old is None or path in fresh:
