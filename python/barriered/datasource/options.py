@@ -109,14 +109,18 @@ class SourceSettings:
         Raises
         ------
         ConfigError
-            If ``admissionFactors`` names a channel out of ``[0, channels)`` or a factor
-            that is not positive.
+            If ``admissionFactors`` names a channel out of ``[0, channels)`` or twice, or a
+            factor that is not a finite number above 0.
         """
         factors = parse_channel_factors(self.admission_factors, ADMISSION_FACTORS.name, channels)
         limit = self.max_rows_per_channel
         if limit is None:
             return [None] * channels
-        return [max(1, math.floor(limit * factors.get(c, 1.0))) for c in range(channels)]
+        # a factor large enough to overflow a float admits as much as no limit would
+        return [
+            max(1, math.floor(min(limit * factors.get(c, 1.0), sys.maxsize)))
+            for c in range(channels)
+        ]
 
 
 def _did_you_mean(name: str, known: list[ConfigKey]) -> str:
