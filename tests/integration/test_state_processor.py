@@ -4,7 +4,6 @@ refusals (each names what differs and writes nothing)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter
 from functools import partial
@@ -23,7 +22,7 @@ from barriered.examples import RunningTotals
 from barriered.state_processor import KeyedState, SparkState
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
-from file_tree import tree
+from file_tree import digests, tree
 from flights import ORIGINS, SOURCE, STATS, CarrierStats, expected_stats, flights, write_months
 from runs import FILES_SOURCE, PREFIX, run, write_files
 from typed_processors import NoDefaultBonus, TotalsAsText, TotalsOnly, TotalsWithBonus
@@ -44,15 +43,6 @@ def savepoint_state(path: str, columns: list[str]) -> dict[Any, tuple]:
     layout = SnapshotLayout.at(path)
     (row,) = checkpoints_table.read_rows(layout)
     return keyed_state(layout, row["state_table_version"], columns)
-
-
-def digests(root: Path) -> dict[str, str]:
-    """Relative path -> sha256 of every file under ``root``."""
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.fixture(scope="module")

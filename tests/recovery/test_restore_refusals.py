@@ -307,3 +307,37 @@ def test_a_missing_key_column_leaves_no_upstream_manifest(session: Any, tmp_path
         )
         barriered.keyed(events, "nope")
     assert tree(snap) == {}  # not even _source/files_manifest.jsonl
+
+
+def test_a_refused_restore_of_the_files_upstream_records_no_new_file(
+    session: Any, tmp_path: Path
+) -> None:
+    """Issue 36, case 5: refused for a checkpointLocation that holds offsets, the restore
+    said "Nothing was written" but had recorded the input's new files in the snapshot
+    path's manifest (an availableNow run listed the upstream before the check)."""
+    data, snap = tmp_path / "data", tmp_path / "snap"
+    write_files(data, {"a": 12, "b": 6}, tag="first")
+    source = {**FILES_SOURCE, "path": str(data)}
+    run(session, tmp_path, MODES["aligned"], source, str(snap), (12, 6))
+    write_files(data, {"a": 12, "b": 6}, tag="second")
+    before = tree(snap)
+    query = (
+        barriered.keyed(
+            session.readStream.format("barriered")
+            .options(**source)
+            .option("snapshotPath", str(snap))
+            .option("restoreFrom", "latest")
+            .load(),
+            "user_id",
+        )
+        .process(RunningTotals())
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ck"))  # the first run's offsets
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(StreamingQueryException) as error:
+        query.awaitTermination(60)
+    assert "already holds offsets (of a run that was not restored" in str(error.value)
+    assert "Nothing was written" in str(error.value)
+    assert tree(snap) == before

@@ -133,7 +133,9 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.user_schema = upstream.schema()
         self.channels = upstream.channel_count()
         settings.admission(self.channels)  # refuses a factor of a channel that is not there
+        #: An availableNow run's end positions, fixed at its first planning call.
         self._target: list[int] | None = None
+        self._available_now = False
         self._report: dict[str, Any] | None = None
         self._planner = Planner()
         #: The restore manifest this run wrote, until one of its batches committed.
@@ -195,11 +197,16 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if point is None:
             return SourceOffset(positions=tuple(self.upstream.start_positions())).to_dict()
         start = point.start_positions
+        # The restored checkpoint is a cut of this path only when restored on its own
+        # path: restored into a new one (a savepoint, another path), the path holds no
+        # checkpoint yet, so an availableNow run with nothing new to read still takes its
+        # final one instead of ending with an empty snapshot path (issue 36).
+        own_cut = not point.inflight and point.origin.root == self.layout.root
         return (
             SourceOffset(
                 positions=start,
                 last_id=max(point.checkpoint_id, highest_checkpoint_id(self.layout)),
-                last_cut=None if point.inflight else start,
+                last_cut=start if own_cut else None,
                 restore=self._restore_entry(point),
                 replay=replay.of(point),
             )
@@ -248,8 +255,11 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return ReadMaxRows(per_channel * self.channels)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = list(self.upstream.available())
-        log.info("availableNow run: ends at positions %s", self._target)
+        # The end positions are fixed at the run's first planning call, once the run
+        # owns the snapshot path (every refusal passed): listing the upstream here would
+        # record new files in a manifest before then, in the restore point's own when a
+        # savepoint is restored (issue 36).
+        self._available_now = True
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         if self._lease is None and self._follower is None:  # this run's first planning call
@@ -315,7 +325,11 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         assert self._lease is not None
         self._lease.renew()  # fails a fenced run (a newer run took the path over)
         self.upstream.discover()
-        begin, available = self._grow(begin, self.upstream.available())
+        listed = self.upstream.available()
+        if self._available_now and self._target is None:
+            self._target = list(listed)
+            log.info("availableNow run: ends at positions %s", self._target)
+        begin, available = self._grow(begin, listed)
         if self._target is not None and len(self._target) < len(available):
             # an availableNow run reads a channel that joined up to where it was then
             self._target = [*self._target, *available[len(self._target) :]]
