@@ -20,7 +20,7 @@ from pyspark.errors import StreamingQueryException
 import barriered
 from barriered import cli
 from barriered.errors import BarrieredError, ConfigError, RestoreError
-from barriered.examples import RunningTotals
+from barriered.examples import RecordNumbers, RunningTotals
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import resolve
@@ -341,3 +341,44 @@ def test_a_refused_restore_of_the_files_upstream_records_no_new_file(
     assert "already holds offsets (of a run that was not restored" in str(error.value)
     assert "Nothing was written" in str(error.value)
     assert tree(snap) == before
+
+
+def test_a_restore_into_a_query_without_the_checkpoints_keyed_operator_is_refused(
+    session: Any, copy: Path
+) -> None:
+    """Issue 36, case 1: ``restoreFrom=latest`` into a query whose keyed operator was
+    replaced by another waited for the old operator's key groups forever (its
+    registration stayed on the path) and ended without an error. Refused at the run's
+    first progress, before any checkpoint: the state, the history and the registrations
+    stay as they were."""
+    layout = SnapshotLayout.at(str(copy))
+    latest = max(commit_metadata(layout))
+    kept = ["state", "_checkpoints", "_coordinator/operators"]
+    before = {part: tree(copy / part) for part in kept}
+    events = (
+        session.readStream.format("barriered")
+        .options(**SOURCE)
+        .option("snapshotPath", str(copy))
+        .option("restoreFrom", "latest")
+        .load()
+    )
+    query = (
+        barriered.keyed(events, "user_id")
+        .process(RecordNumbers())
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(copy.parent / "ck-replaced"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(StreamingQueryException) as error:
+        query.awaitTermination(120)
+    assert (
+        f"RestoreError: restored state without its operator: checkpoint {latest} of "
+        f"{str(copy)!r} holds the state of keyed operator(s) ['running_totals'], which the "
+        "restored query does not run (it runs ['record_numbers'])"
+    ) in str(error.value)
+    assert (
+        f"barriered savepoint transform {str(copy)!r} -o NEW --operator running_totals "
+        "--where false, then restoreFrom NEW"
+    ) in str(error.value)
+    assert {part: tree(copy / part) for part in kept} == before

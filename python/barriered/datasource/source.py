@@ -18,6 +18,7 @@ from barriered.datasource.columns import (
     META_MAX_PARALLELISM,
     META_RESTORE,
     META_SNAPSHOT_PATH,
+    META_SOURCE_ID,
     output_schema,
 )
 from barriered.datasource.options import RESTORE_FROM, SourceSettings
@@ -90,6 +91,7 @@ class BarrieredDataSource(DataSource):
         barrier_meta: dict[str, Any] = {
             META_SNAPSHOT_PATH: layout.root,
             META_MAX_PARALLELISM: settings.conf.max_parallelism,
+            META_SOURCE_ID: self.source_id,
         }
         if point is not None:
             barrier_meta[META_RESTORE] = point.to_meta()
