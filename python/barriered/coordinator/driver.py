@@ -100,7 +100,9 @@ class QueryCoordinator:
         self._run_operators = keyed
         stored = read_json(layout.config_file, default={}) or {}
         self.conf = BarrieredConf(**stored.get("conf", {}))
-        self.layout = SnapshotLayout.at(layout.root, self.conf.storage_options)
+        # the settings this process registered for the path (the query's), else those
+        # config.json records (without secrets)
+        self.layout = SnapshotLayout.configured(layout.root)
         self.channels = int(stored.get("channels", 0))
         history = checkpoints_table.read_rows(self.layout)
         self.core = CheckpointCoordinator.from_history(
