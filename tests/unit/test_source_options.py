@@ -62,7 +62,6 @@ def test_restore_from_takes_latest_an_id_or_a_path() -> None:
     assert parse_source_options({**BASE, "restoreFrom": " latest "}).restore_from == "latest"
     assert parse_source_options({**BASE, "restoreFrom": "7"}).restore_from == "7"
     assert parse_source_options({**BASE, "restoreFrom": "/sp/1"}).restore_from == "/sp/1"
-    assert parse_source_options({**BASE, "restoreFrom": ""}).restore_from is None
     with pytest.raises(ConfigError, match="'restoreFrom' must be 'latest', a checkpoint id >= 1"):
         parse_source_options({**BASE, "restoreFrom": "0"})
 
@@ -175,3 +174,17 @@ def test_a_channel_given_twice_in_admission_factors_is_refused(tmp_path: Path) -
 def test_a_factor_too_large_for_a_float_admits_without_limit(tmp_path: Path) -> None:
     settings = parse_source_options(_rate_source(tmp_path / "snap", admissionFactors="1:1e308"))
     assert settings.admission(3) == [10, sys.maxsize, 10]
+
+
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_a_blank_restore_from_is_refused_at_load(tmp_path: Path, blank: str) -> None:
+    """Issue 36: ``restoreFrom=''`` was taken for "no restore" without a word."""
+    before = tree(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        parse_source_options(_rate_source(tmp_path / "snap", restoreFrom=blank))
+    assert str(err.value) == (
+        f"option 'restoreFrom' is blank ({blank!r}): it would be ignored and the query would "
+        "start without a restore. Give 'latest', a checkpoint id or a savepoint path, or "
+        "leave 'restoreFrom' out to start (or resume) without one"
+    )
+    assert tree(tmp_path) == before
