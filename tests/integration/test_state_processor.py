@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import functions as F
 
 import barriered
@@ -342,17 +343,20 @@ def test_a_bootstrap_that_does_not_fit_is_refused_writing_nothing(
 
 
 def test_the_cli_bootstraps_then_transforms(session: Any, tmp_path: Path, capsys: Any) -> None:
+    """The input is a Delta table (the default --input-format), partitioned, read without
+    Delta's JAR (issue 36: "Failed to find the data source: delta", always)."""
     data = tmp_path / "events"
     write_files(data, SIZES, tag="first")
     rows = tmp_path / "rows"
     state = [("user-1", 10, 2), ("user-2", 5, 1), ("user-3", 7, 7)]
-    session.createDataFrame(state, "user_id string, total long, count long").write.parquet(
-        str(rows)
+    table = pa.Table.from_pylist(
+        [dict(zip(("user_id", "total", "count"), r, strict=True)) for r in state]
     )
+    write_deltalake(str(rows), table, partition_by=["count"])
     sp, sp2 = tmp_path / "sp", tmp_path / "sp2"
     code = cli.main(
-        ["savepoint", "bootstrap", "-o", str(sp), "--input", str(rows), "--input-format",
-         "parquet", "--keys", "user_id", "--processor", "barriered.examples:RunningTotals",
+        ["savepoint", "bootstrap", "-o", str(sp), "--input", str(rows),
+         "--keys", "user_id", "--processor", "barriered.examples:RunningTotals",
          *(a for kv in FILES_SOURCE.items() for a in ("--source", "=".join(kv))),
          "--source", f"path={data}", "--position", "10", "5", "0"]
     )  # fmt: skip
