@@ -208,3 +208,15 @@ def test_snapshot_path_files_and_tables_on_the_s3_server(
     delete_tree(root)
     assert s3_server.keys("unit-storage/") == []
     assert s3_server.secret_key not in caplog.text
+
+
+def test_a_path_no_query_named_gets_the_one_query_s_settings_retries_aside() -> None:
+    """On an executor the snapshot path is registered twice, by the pickled layout
+    (delta-rs's options, with the retries) and by the keyed operator (the options as
+    given): the same store and credentials, so the input folder in that bucket, which
+    no query registered there, gets them."""
+    storage._REGISTERED.clear()
+    layout = SnapshotLayout.at("s3://b/snap", S3)
+    pickle.loads(pickle.dumps(layout))
+    storage.register("s3://b/snap/sub", S3)
+    assert storage.settings_for("s3://b/events/a/part-0.json").secret_access_key == "very-secret"

@@ -405,6 +405,12 @@ class StorageSettings:
     def _frozen(self) -> tuple[tuple[str, str], ...]:
         return tuple(sorted(self.options.items()))
 
+    def _store_identity(self) -> tuple[tuple[str, str], ...]:
+        """The options that say which store and credentials (not how often to retry):
+        a layout sent to a worker registers delta-rs's options, retries included."""
+        retries = {name.upper() for name in DELTA_RETRIES}
+        return tuple(sorted((k, v) for k, v in self.options.items() if k not in retries))
+
 
 @functools.lru_cache(maxsize=16)
 def _s3(options: tuple[tuple[str, str], ...]) -> pafs.S3FileSystem:
@@ -460,7 +466,7 @@ def _lookup(paths: Mapping[str, StorageSettings], key: str) -> StorageSettings:
     holding = [p for p in paths if key == p or key.startswith(p + "/")]
     if holding:
         return paths[max(holding, key=len)]
-    distinct = {settings._frozen(): settings for settings in paths.values()}
+    distinct = {settings._store_identity(): settings for settings in paths.values()}
     return next(iter(distinct.values())) if len(distinct) == 1 else StorageSettings()
 
 
