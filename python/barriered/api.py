@@ -30,6 +30,7 @@ from barriered.datasource.columns import (
     META_MAX_PARALLELISM,
     META_RESTORE,
     META_SNAPSHOT_PATH,
+    META_SOURCE_ID,
     SEQ,
     SLOT,
 )
@@ -37,7 +38,7 @@ from barriered.datasource.options import RESTORE_FROM
 from barriered.errors import CheckpointError, ConfigError, KeyedStateError
 from barriered.session import installed_listeners, listener_of
 from barriered.statestore.delta_tables import open_table
-from barriered.statestore.fileio import read_json, write_json
+from barriered.statestore.fileio import read_json
 from barriered.statestore.key_groups import group_values
 from barriered.statestore.keyed import LIVE_STATE_DDL, KeyedOperator, LiveSettings, OperatorSpec
 from barriered.statestore.layout import SnapshotLayout
@@ -84,6 +85,9 @@ class KeyedStream:
         self.snapshot_path = str(meta[META_SNAPSHOT_PATH])
         self.max_parallelism = int(meta[META_MAX_PARALLELISM])
         self.restore: dict[str, Any] | None = meta.get(META_RESTORE)
+        #: The loaded stream (one per ``load()``): its run registers the operators
+        #: declared on it (:mod:`barriered.coordinator.deferred_registrations`).
+        self.source_id = str(meta.get(META_SOURCE_ID) or "")
 
     def process(self, processor: Any, name: str | None = None) -> DataFrame:
         """Run ``processor`` per key group with keyed state snapshotted at every checkpoint.
@@ -112,6 +116,15 @@ class KeyedStream:
         -------
         DataFrame
             The processor's output rows (``output_schema``).
+
+        Notes
+        -----
+        Nothing is written here: the operator's registration on the snapshot path
+        (``_coordinator/operators/<name>.json``) is written when a query over this
+        stream has started, at its run's first progress
+        (:mod:`barriered.coordinator.deferred_registrations`), and the run's checkpoints
+        wait for the operators declared on the stream it reads, so a query refused by
+        ``start()`` leaves nothing behind for its rerun to wait for.
 
         Raises
         ------
@@ -153,16 +166,9 @@ class KeyedStream:
         path = layout.operator_file(operator)
         registered = read_json(path, default=None)
         spec = replace(spec, partitions=self._partitions(operator, registered))
-        registration = spec.to_dict()
-        deferred_registrations.discard(layout.root, operator)
-        # Unchanged: not rewritten (a query refused on a path in use changes nothing).
-        if registered != registration:
-            if self.restore is None:
-                write_json(path, registration)
-            else:  # written once the restored run started (the source may still refuse it)
-                deferred_registrations.defer(
-                    layout.root, operator, path, registration, self.restore
-                )
+        # Written once a run of this stream started (start() or the source may still
+        # refuse it, and a refused query writes nothing); unchanged, not rewritten.
+        deferred_registrations.declare(layout.root, self.source_id, operator, path, spec.to_dict())
         key_group = F.when(
             F.col(BARRIER).isNull(), key_group_column(self.key_columns, self.max_parallelism)
         ).otherwise(F.col(SEQ).cast("int"))

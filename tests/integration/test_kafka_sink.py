@@ -396,6 +396,15 @@ REFUSALS = {
         "does not exist on '{bootstrap}'; the sink never creates topics. Nothing was "
         "written. Create it first",
     ),
+    # issue 36: a transaction problem at the broker was met at the first publish only
+    "transaction timeout above the brokers' maximum": (
+        {"topic": "{topic}", "kafka.transaction.timeout.ms": "3600000"},
+        ConfigError,
+        "option 'kafka.transaction.timeout.ms'=3600000 is above the brokers' "
+        "transaction.max.timeout.ms=900000 at '{bootstrap}': Kafka refuses the sink's "
+        "transactions (INVALID_TRANSACTION_TIMEOUT), so no checkpoint's output could be "
+        "published. Set it to at most 900000",
+    ),
     "no topic": (
         {"sinkId": "s", "progressTopic": "{topic}"},
         ConfigError,

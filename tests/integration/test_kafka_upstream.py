@@ -189,3 +189,72 @@ def test_checkpoints_and_inspect_name_topic_partitions(
     lines = capsys.readouterr().out.splitlines()
     shown = [line.split()[:2] for line in lines if line.startswith(topic)]
     assert shown == [[f"{topic}-0", "30"], [f"{topic}-1", "10"]]
+
+
+@pytest.mark.parametrize(
+    ("offsets", "expected"),
+    [
+        (
+            {"0": 25, "1": 999},
+            "gives offsets past the end of their partitions: {topic}-1: 999 (its end: 10). "
+            "Give each an offset up to its end, -2 (earliest) or -1 (latest)",
+        ),
+        (
+            {"0": -2, "1": -2, "7": 0},
+            "names topic-partition(s) ['{topic}-7'], which the subscription does not have",
+        ),
+    ],
+)
+def test_starting_offsets_the_cluster_does_not_have_are_refused_at_load(
+    session: Any, kafka_broker: Any, tmp_path: Path, offsets: dict[str, int], expected: str
+) -> None:
+    """Issue 36: an offset past a partition's end, or a partition the topic does not have,
+    was accepted without a word."""
+    from kafka_queries import reader
+
+    topic = new_topic(kafka_broker, 2)
+    kafka_broker.produce(topic, records(25), partition=0)
+    kafka_broker.produce(topic, records(10, 100), partition=1)
+    session.conf.set(PREFIX + "snapshotPath", str(tmp_path / "snap"))
+    given = json.dumps({topic: offsets})
+    with pytest.raises(Exception) as refused:
+        reader(session, kafka_broker.bootstrap, topic, startingOffsets=given).load()
+    assert expected.format(topic=topic) in str(refused.value)
+    assert not (tmp_path / "snap").exists()
+
+
+@pytest.mark.parametrize(
+    ("servers", "client"),
+    [
+        ("127.0.0.1:1", {}),
+        pytest.param(
+            None,
+            {
+                "kafka.security.protocol": "SASL_PLAINTEXT",
+                "kafka.sasl.mechanism": "PLAIN",
+                "kafka.sasl.username": "user",
+                "kafka.sasl.password": "very-secret",
+            },
+            marks=pytest.mark.full,
+        ),
+    ],
+)
+def test_a_cluster_that_does_not_answer_is_named_with_what_to_check(
+    session: Any, kafka_broker: Any, tmp_path: Path, servers: str | None, client: dict[str, str]
+) -> None:
+    """Issue 36: an unreachable ``kafka.bootstrap.servers``, or SASL settings against a
+    PLAINTEXT listener, gave a bare "KafkaException ... Broker transport failure"."""
+    from kafka_queries import reader
+
+    servers = servers or kafka_broker.bootstrap
+    session.conf.set(PREFIX + "snapshotPath", str(tmp_path / "snap"))
+    options = {"kafka.socket.timeout.ms": "3000", **client}
+    with pytest.raises(Exception) as refused:
+        reader(session, servers, "events", **options).load()
+    message = str(refused.value)
+    assert (
+        f"kafka upstream: the cluster at kafka.bootstrap.servers={servers!r} did not answer "
+        f"(kafka.security.protocol={client.get('kafka.security.protocol', 'plaintext')!r}"
+    ) in message
+    assert "match the broker's listener" in message and "very-secret" not in message
+    assert not (tmp_path / "snap").exists()

@@ -4,7 +4,6 @@ refusals (each names what differs and writes nothing)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter
 from functools import partial
@@ -12,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import functions as F
 
 import barriered
@@ -24,7 +24,7 @@ from barriered.state_processor import KeyedState, SparkState
 from barriered.statestore import checkpoints_table
 from barriered.statestore.delta_tables import scan
 from barriered.statestore.layout import SnapshotLayout
-from file_tree import tree
+from file_tree import digests, tree
 from flights import ORIGINS, SOURCE, STATS, CarrierStats, expected_stats, flights, write_months
 from runs import FILES_SOURCE, PREFIX, run, write_files
 from typed_processors import NoDefaultBonus, TotalsAsText, TotalsOnly, TotalsWithBonus
@@ -45,15 +45,6 @@ def savepoint_state(path: str, columns: list[str]) -> dict[Any, tuple]:
     layout = SnapshotLayout.at(path)
     (row,) = checkpoints_table.read_rows(layout)
     return keyed_state(layout, row["state_table_version"], columns)
-
-
-def digests(root: Path) -> dict[str, str]:
-    """Relative path -> sha256 of every file under ``root``."""
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.fixture(scope="module")
@@ -353,17 +344,20 @@ def test_a_bootstrap_that_does_not_fit_is_refused_writing_nothing(
 
 
 def test_the_cli_bootstraps_then_transforms(session: Any, tmp_path: Path, capsys: Any) -> None:
+    """The input is a Delta table (the default --input-format), partitioned, read without
+    Delta's JAR (issue 36: "Failed to find the data source: delta", always)."""
     data = tmp_path / "events"
     write_files(data, SIZES, tag="first")
     rows = tmp_path / "rows"
     state = [("user-1", 10, 2), ("user-2", 5, 1), ("user-3", 7, 7)]
-    session.createDataFrame(state, "user_id string, total long, count long").write.parquet(
-        str(rows)
+    table = pa.Table.from_pylist(
+        [dict(zip(("user_id", "total", "count"), r, strict=True)) for r in state]
     )
+    write_deltalake(str(rows), table, partition_by=["count"])
     sp, sp2 = tmp_path / "sp", tmp_path / "sp2"
     code = cli.main(
-        ["savepoint", "bootstrap", "-o", str(sp), "--input", str(rows), "--input-format",
-         "parquet", "--keys", "user_id", "--processor", "barriered.examples:RunningTotals",
+        ["savepoint", "bootstrap", "-o", str(sp), "--input", str(rows),
+         "--keys", "user_id", "--processor", "barriered.examples:RunningTotals",
          *(a for kv in FILES_SOURCE.items() for a in ("--source", "=".join(kv))),
          "--source", f"path={data}", "--position", "10", "5", "0"]
     )  # fmt: skip

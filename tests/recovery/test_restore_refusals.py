@@ -20,7 +20,7 @@ from pyspark.errors import StreamingQueryException
 import barriered
 from barriered import cli
 from barriered.errors import BarrieredError, ConfigError, RestoreError
-from barriered.examples import RunningTotals
+from barriered.examples import RecordNumbers, RunningTotals
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import resolve
@@ -307,3 +307,78 @@ def test_a_missing_key_column_leaves_no_upstream_manifest(session: Any, tmp_path
         )
         barriered.keyed(events, "nope")
     assert tree(snap) == {}  # not even _source/files_manifest.jsonl
+
+
+def test_a_refused_restore_of_the_files_upstream_records_no_new_file(
+    session: Any, tmp_path: Path
+) -> None:
+    """Issue 36, case 5: refused for a checkpointLocation that holds offsets, the restore
+    said "Nothing was written" but had recorded the input's new files in the snapshot
+    path's manifest (an availableNow run listed the upstream before the check)."""
+    data, snap = tmp_path / "data", tmp_path / "snap"
+    write_files(data, {"a": 12, "b": 6}, tag="first")
+    source = {**FILES_SOURCE, "path": str(data)}
+    run(session, tmp_path, MODES["aligned"], source, str(snap), (12, 6))
+    write_files(data, {"a": 12, "b": 6}, tag="second")
+    before = tree(snap)
+    query = (
+        barriered.keyed(
+            session.readStream.format("barriered")
+            .options(**source)
+            .option("snapshotPath", str(snap))
+            .option("restoreFrom", "latest")
+            .load(),
+            "user_id",
+        )
+        .process(RunningTotals())
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ck"))  # the first run's offsets
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(StreamingQueryException) as error:
+        query.awaitTermination(60)
+    assert "already holds offsets (of a run that was not restored" in str(error.value)
+    assert "Nothing was written" in str(error.value)
+    assert tree(snap) == before
+
+
+def test_a_restore_into_a_query_without_the_checkpoints_keyed_operator_is_refused(
+    session: Any, copy: Path
+) -> None:
+    """Issue 36, case 1: ``restoreFrom=latest`` into a query whose keyed operator was
+    replaced by another waited for the old operator's key groups forever (its
+    registration stayed on the path) and ended without an error. Refused at the run's
+    first progress, before any checkpoint: the state, the history and the registrations
+    stay as they were."""
+    layout = SnapshotLayout.at(str(copy))
+    latest = max(commit_metadata(layout))
+    kept = ["state", "_checkpoints", "_coordinator/operators"]
+    before = {part: tree(copy / part) for part in kept}
+    events = (
+        session.readStream.format("barriered")
+        .options(**SOURCE)
+        .option("snapshotPath", str(copy))
+        .option("restoreFrom", "latest")
+        .load()
+    )
+    query = (
+        barriered.keyed(events, "user_id")
+        .process(RecordNumbers())
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(copy.parent / "ck-replaced"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(StreamingQueryException) as error:
+        query.awaitTermination(120)
+    assert (
+        f"RestoreError: restored state without its operator: checkpoint {latest} of "
+        f"{str(copy)!r} holds the state of keyed operator(s) ['running_totals'], which the "
+        "restored query does not run (it runs ['record_numbers'])"
+    ) in str(error.value)
+    assert (
+        f"barriered savepoint transform {str(copy)!r} -o NEW --operator running_totals "
+        "--where false, then restoreFrom NEW"
+    ) in str(error.value)
+    assert {part: tree(copy / part) for part in kept} == before

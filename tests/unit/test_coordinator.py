@@ -166,11 +166,39 @@ def test_expired_checkpoint_is_aborted_at_the_timeout() -> None:
     assert status(c, 1) == ("pending", None)
     clock.set(6_000)
     assert periodic(c, clock) == [2]  # expiry frees the slot for the next trigger
-    assert status(c, 1) == ("aborted", "expired")
+    assert status(c, 1) == (
+        "aborted",
+        "expired after 5000 ms (spark.sql.streaming.barriered.checkpointTimeout=5000 ms), "
+        "waiting for its cut (the barriers of its channels were still aligning)",
+    )
     stats = c.stats(1)
     assert stats is not None and stats.end_to_end_duration_ms == 5_000
     assert c.consecutive_failures == 1
     assert c.acknowledge(1, "op0/kg0") == "discarded"
+
+
+def test_an_expired_checkpoint_names_the_participants_it_waited_for() -> None:
+    """Issue 36: a checkpoint that cannot complete (a registered operator that never
+    acknowledges) is aborted at the timeout with what it waited for, and the query fails
+    once the failures exceed the tolerated ones, naming it."""
+    waited = frozenset({*(f"state/totals/{g}" for g in range(8)), "state/other/3"})
+    c, clock = make(waited, checkpoint_timeout_ms=1_000, tolerable_failures=0)
+    cid = start(c)
+    c.expect(cid, ["inflight/2"])
+    c.on_cut(cid, at_ms=10, batch_id=4)
+    for g in (0, 1, 5):
+        assert c.acknowledge(cid, f"state/totals/{g}", AckStats()) == "success"
+    clock.set(1_000)
+    with pytest.raises(CheckpointFailureLimitExceeded) as info:
+        c.tick()
+    reason = (
+        "expired after 1000 ms (spark.sql.streaming.barriered.checkpointTimeout=1000 ms), "
+        "waiting for 3/10 acknowledgements, missing the in-flight writer of channel(s) 2; "
+        "keyed operator 'other' key group(s) 3; keyed operator 'totals' key group(s) 2-4, "
+        "6-7"
+    )
+    assert status(c, cid) == ("aborted", reason)
+    assert f"last failure: checkpoint {cid} ({reason})" in str(info.value)
 
 
 # ---------------------------------------------------------------- failures
@@ -190,7 +218,9 @@ def test_tolerable_failures_then_fatal_error() -> None:
     assert str(info.value) == (
         "3 consecutive checkpoint failures (checkpoints 1, 2, 3), more than "
         "spark.sql.streaming.barriered.tolerableCheckpointFailures=2 allows; last failure: "
-        "checkpoint 3 (expired). The query is failed. Fix the cause, or raise "
+        "checkpoint 3 (expired after 1500 ms (spark.sql.streaming.barriered.checkpointTimeout="
+        "1500 ms), waiting for its cut (the barriers of its channels were still aligning)). "
+        "The query is failed. Fix the cause, or raise "
         "spark.sql.streaming.barriered.tolerableCheckpointFailures to tolerate more failures "
         "(or spark.sql.streaming.barriered.checkpointTimeout if checkpoints need longer)."
     )

@@ -944,7 +944,7 @@ def scenarios(draw: st.DrawFn, modes: Sequence[str]) -> Scenario:
     now = list(accumulate(draw(st.lists(st.integers(0, 1500), min_size=batches, max_size=batches))))
     target: tuple[int, ...] | None = None
     if draw(st.booleans()):
-        # prepareForTriggerAvailableNow: the upstream as it was when the run started
+        # an availableNow run: the upstream as it was at its first planning call
         target = available[0]
     return Scenario(
         channels=channels,

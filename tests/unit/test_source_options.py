@@ -4,6 +4,7 @@ needed: the admission test drives the source's reader the way Spark does)."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,6 @@ def test_restore_from_takes_latest_an_id_or_a_path() -> None:
     assert parse_source_options({**BASE, "restoreFrom": " latest "}).restore_from == "latest"
     assert parse_source_options({**BASE, "restoreFrom": "7"}).restore_from == "7"
     assert parse_source_options({**BASE, "restoreFrom": "/sp/1"}).restore_from == "/sp/1"
-    assert parse_source_options({**BASE, "restoreFrom": ""}).restore_from is None
     with pytest.raises(ConfigError, match="'restoreFrom' must be 'latest', a checkpoint id >= 1"):
         parse_source_options({**BASE, "restoreFrom": "0"})
 
@@ -139,6 +139,52 @@ def test_admission_factors_are_refused_without_admission_or_out_of_range(tmp_pat
     with pytest.raises(ConfigError) as err:
         source.streamReader(source.schema())
     assert str(err.value) == (
-        "option 'admissionFactors': channel must be in [0, 3) and factor > 0, got '3:0.5'"
+        "option 'admissionFactors': channel must be in [0, 3) and factor a finite number > 0, "
+        "got '3:0.5'"
+    )
+    assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("factors", ["0:nan", "1:1e400", "2:inf", "0:-0.5"])
+def test_admission_factors_that_are_not_finite_positive_numbers_are_refused_at_load(
+    tmp_path: Path, factors: str
+) -> None:
+    """Issue 36, case 4: ``0:nan`` and ``1:1e400`` passed the check and crashed the
+    query's first batch (an UnboundLocalError of pyspark's, from a ValueError of
+    ``math.floor``)."""
+    before = tree(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        parse_source_options(_rate_source(tmp_path / "snap", admissionFactors=factors))
+    assert str(err.value) == (
+        f"option 'admissionFactors': channel must be in [0, {sys.maxsize}) and factor a "
+        f"finite number > 0, got {factors!r}"
+    )
+    assert tree(tmp_path) == before
+
+
+def test_a_channel_given_twice_in_admission_factors_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_source_options(_rate_source(tmp_path / "snap", admissionFactors="0:0.5,1:2,0:4"))
+    assert str(err.value) == (
+        "option 'admissionFactors': channel 0 is given twice ('0:0.5,1:2,0:4'); give each "
+        "channel one factor"
+    )
+
+
+def test_a_factor_too_large_for_a_float_admits_without_limit(tmp_path: Path) -> None:
+    settings = parse_source_options(_rate_source(tmp_path / "snap", admissionFactors="1:1e308"))
+    assert settings.admission(3) == [10, sys.maxsize, 10]
+
+
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_a_blank_restore_from_is_refused_at_load(tmp_path: Path, blank: str) -> None:
+    """Issue 36: ``restoreFrom=''`` was taken for "no restore" without a word."""
+    before = tree(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        parse_source_options(_rate_source(tmp_path / "snap", restoreFrom=blank))
+    assert str(err.value) == (
+        f"option 'restoreFrom' is blank ({blank!r}): it would be ignored and the query would "
+        "start without a restore. Give 'latest', a checkpoint id or a savepoint path, or "
+        "leave 'restoreFrom' out to start (or resume) without one"
     )
     assert tree(tmp_path) == before

@@ -115,14 +115,18 @@ def test_a_bad_storage_setting_is_refused_without_showing_it() -> None:
         assert "very-secret" not in str(caught.value) and "not shown" in str(caught.value)
 
 
-def test_each_store_keeps_the_settings_registered_for_it() -> None:
+def test_each_path_keeps_the_settings_registered_for_it() -> None:
+    storage._REGISTERED.clear()
     assert storage.store_of("s3://b/snap/x") == "s3://b"
     assert storage.store_of("/tmp/x") is None and storage.store_of("file:///tmp/x") is None
-    storage.register("s3://b/snap", S3)
+    storage.register("s3://b/snap", {**S3, "AWS_REGION": "eu-west-1"})
     # what config.json reads back (secrets redacted) never replaces the registered secret
-    storage.register("s3://b/snap", {"AWS_SECRET_ACCESS_KEY": REDACTED, "AWS_REGION": "x"})
-    found = storage.settings_for("s3://b/out/table")  # another path of the same bucket
+    storage.register("s3://b/snap", {**S3, "AWS_SECRET_ACCESS_KEY": REDACTED, "AWS_REGION": "x"})
+    found = storage.settings_for("s3://b/snap/state/part-0.parquet")
     assert found.secret_access_key == "very-secret" and found.region == "x"
+    # the only settings this process has for the bucket: its other paths (an input folder
+    # read on an executor) get them
+    assert storage.settings_for("s3://b/out/table").secret_access_key == "very-secret"
     assert storage.settings_for("s3://other/snap").options == {}
     assert storage.delta_options("s3://b/t", {"aws_region": "y"})["AWS_REGION"] == "y"
     layout = SnapshotLayout.at("s3://b/snap")  # no options given: the registered ones
@@ -131,7 +135,42 @@ def test_each_store_keeps_the_settings_registered_for_it() -> None:
     sent = pickle.dumps(layout)
     storage._REGISTERED.clear()
     assert pickle.loads(sent) == layout
-    assert storage.settings_for("s3://b/out").secret_access_key == "very-secret"
+    assert storage.settings_for("s3://b/snap/x").secret_access_key == "very-secret"
+
+
+def test_one_querys_settings_never_serve_another_querys_path() -> None:
+    """Issue 36, case 6: a query on ``s3://b/second`` without storage options wrote
+    through the endpoint and credentials an earlier query of the process had registered
+    for ``s3://b/first`` (settings were kept per bucket)."""
+    storage._REGISTERED.clear()
+    SnapshotLayout.at("s3://b/first", S3)
+    second = SnapshotLayout.at("s3://b/second", {})  # the second query gives none
+    assert second.storage_options == {}
+    assert storage.settings_for("s3://b/second/_coordinator/config.json").options == {}
+    assert storage.settings_for("s3://b/first/state").secret_access_key == "very-secret"
+    # a path neither query named, in a bucket two queries registered differently: none
+    assert storage.settings_for("s3://b/elsewhere").options == {}
+    # a query giving other settings for a path replaces them there, and only there
+    storage.register("s3://b/first", {"AWS_REGION": "us-east-2"})
+    assert storage.settings_for("s3://b/first/x").options == {"AWS_REGION": "us-east-2"}
+    assert storage.registered("s3://b/first/x") is not None
+    assert storage.registered("s3://b/third") is None
+
+
+def test_misspelt_storage_options_are_refused_naming_them_not_their_values() -> None:
+    """Issue 36: a misspelt secret-key option was accepted and ended in "Generic S3
+    error"; a misspelt option name is now refused where the options are given."""
+    options = {**S3, "AWS_SECRET_ACESS_KEY": "very-secret", "aws_regoin": "x"}
+    with pytest.raises(ConfigError) as caught:
+        resolve({}, {"snapshotPath": "s3://b/s", "snapshotStorageOptions": json.dumps(options)})
+    assert str(caught.value).startswith(
+        "spark.sql.streaming.barriered.snapshotStorageOptions: unknown storage option(s) "
+        "'AWS_SECRET_ACESS_KEY' (did you mean 'AWS_SECRET_ACCESS_KEY'?), 'aws_regoin' (did "
+        "you mean 'AWS_REGION'?): no client of the store takes them"
+    )
+    assert "very-secret" not in str(caught.value)
+    for known in ("AWS_S3_ALLOW_UNSAFE_RENAME", "max_retries", "azure_storage_sas_token"):
+        storage.check_option_names({known: "x"}, "here")  # delta-rs's own names pass
 
 
 def test_plain_http_needs_allow_http() -> None:
@@ -169,3 +208,15 @@ def test_snapshot_path_files_and_tables_on_the_s3_server(
     delete_tree(root)
     assert s3_server.keys("unit-storage/") == []
     assert s3_server.secret_key not in caplog.text
+
+
+def test_a_path_no_query_named_gets_the_one_query_s_settings_retries_aside() -> None:
+    """On an executor the snapshot path is registered twice, by the pickled layout
+    (delta-rs's options, with the retries) and by the keyed operator (the options as
+    given): the same store and credentials, so the input folder in that bucket, which
+    no query registered there, gets them."""
+    storage._REGISTERED.clear()
+    layout = SnapshotLayout.at("s3://b/snap", S3)
+    pickle.loads(pickle.dumps(layout))
+    storage.register("s3://b/snap/sub", S3)
+    assert storage.settings_for("s3://b/events/a/part-0.json").secret_access_key == "very-secret"

@@ -22,11 +22,13 @@ from barriered.config.keys import (
     MAX_PARALLELISM,
     MODE,
     SNAPSHOT_PATH,
+    SNAPSHOT_STORAGE_OPTIONS,
     UNALIGNED_ENABLED,
     suggestion,
 )
 from barriered.errors import ConfigError
 from barriered.statestore.fileio import folder_problem
+from barriered.statestore.storage import check_option_names
 
 __all__ = ["BarrieredConf", "check_restore_compatible", "field_value", "resolve", "split_options"]
 
@@ -140,6 +142,7 @@ class BarrieredConf:
                     f"{config_key.key}: invalid value {value!r}; expected "
                     f"{config_key.accepted_forms()}"
                 )
+        check_option_names(self.storage_options, SNAPSHOT_STORAGE_OPTIONS.key)
         if self.unaligned_enabled and not self.exactly_once:
             raise ConfigError(
                 f"{UNALIGNED_ENABLED.key}=true needs {MODE.key}=exactlyOnce, but mode is "

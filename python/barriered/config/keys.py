@@ -46,8 +46,10 @@ CHECKPOINT_TIMEOUT = _declare(
         "duration",
         "10min",
         "A checkpoint that is not completed (every key group and in-flight writer "
-        "acknowledged, one Delta commit) this long after its trigger is aborted and "
-        "counts as a failed checkpoint.",
+        "acknowledged, one Delta commit) this long after its trigger is aborted, with what "
+        "it waited for in `_checkpoints.failure_reason`, and counts as a failed "
+        "checkpoint. An `availableNow` run waits at most this long for its last "
+        "checkpoint before it ends, and fails naming the reason when it did not complete.",
         field="checkpoint_timeout_ms",
         min_value=10,
     )

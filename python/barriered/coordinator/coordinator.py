@@ -372,6 +372,12 @@ class CheckpointCoordinator(CheckpointEvents):
             rows = outcomes.tracker.finished() + [p.to_stats() for p in outcomes.pending.values()]
             return sorted(rows, key=lambda s: s.checkpoint_id)
 
+    def waiting_for(self, checkpoint_id: int) -> str | None:
+        """What a pending checkpoint still waits for, in words (None: not pending)."""
+        with self._lock:
+            pending = self._outcomes.pending.get(checkpoint_id)
+            return None if pending is None else pending.waiting_for()
+
     def latest_completed(self) -> CheckpointStats | None:
         """Statistics of the completed checkpoint (or savepoint) with the highest id."""
         with self._lock:

@@ -41,6 +41,7 @@ from barriered.coordinator.policy import ChannelSignals
 from barriered.coordinator.settings import settings_from_conf
 from barriered.coordinator.stats import CheckpointStats
 from barriered.datasource.offsets import SourceOffset
+from barriered.datasource.planner import FINAL_REASON
 from barriered.datasource.schedule import SchedulePublisher
 from barriered.datasource.triggers import TriggerLog, TriggerRequest
 from barriered.errors import (
@@ -81,6 +82,11 @@ class QueryCoordinator:
     restored : mapping, optional
         What the run was restored from (the source offset's ``restore``: ``from``,
         ``checkpoint_id``): the sinks' tables are taken back to that checkpoint's output.
+    keyed : frozenset of str, optional
+        The run's keyed operators (those declared on the stream it reads,
+        :mod:`barriered.coordinator.deferred_registrations`): every checkpoint waits for
+        their key groups, and for no other operator registered on the path. None: every
+        registered operator.
     """
 
     def __init__(
@@ -89,10 +95,14 @@ class QueryCoordinator:
         next_id: int = 1,
         epoch: int | None = None,
         restored: Mapping[str, Any] | None = None,
+        keyed: frozenset[str] | None = None,
     ) -> None:
+        self._run_operators = keyed
         stored = read_json(layout.config_file, default={}) or {}
         self.conf = BarrieredConf(**stored.get("conf", {}))
-        self.layout = SnapshotLayout.at(layout.root, self.conf.storage_options)
+        # the settings this process registered for the path (the query's), else those
+        # config.json records (without secrets)
+        self.layout = SnapshotLayout.configured(layout.root)
         self.channels = int(stored.get("channels", 0))
         history = checkpoints_table.read_rows(self.layout)
         self.core = CheckpointCoordinator.from_history(
@@ -189,8 +199,12 @@ class QueryCoordinator:
     # -- participants and completion ------------------------------------------------------
 
     def operators(self) -> list[dict[str, Any]]:
-        """The keyed operators registered on this snapshot path."""
-        return list(self.layout.registrations().values())
+        """The keyed operators of this run: those registered on the snapshot path that the
+        run declared (every registered one when it did not say)."""
+        registered = self.layout.registrations()
+        if self._run_operators is None:
+            return list(registered.values())
+        return [r for name, r in registered.items() if name in self._run_operators]
 
     def _participants(self) -> frozenset[str]:
         names = set()
@@ -220,7 +234,7 @@ class QueryCoordinator:
             self.layout,
             done,
             acks,
-            self.operators(),
+            list(self.layout.registrations().values()),  # the state table's columns
             self.epoch,
             {committer.PLAN_KEY: committer.plans_json(sink_plans)},
         )
@@ -371,9 +385,17 @@ class QueryCoordinator:
             if tick:
                 self.tick()
 
-    def ended(self) -> None:
-        """The query's run ended: release what it holds open (the sinks' clients)."""
-        self.sinks.ended()
+    def ended(self, run_id: str | None = None, failed: bool = False) -> None:
+        """Run ``run_id`` of the query ended: when it is this coordinator's, record every
+        checkpoint still pending as aborted (not a failure: the run ended first;
+        ``failed``: with an error); release what it holds open (the sinks' clients)."""
+        try:
+            ours = run_id is None or self.run_id in (None, run_id)
+            if ours and not (self._crashed or self._fenced):
+                why = "failed" if failed else "stopped"
+                self.core.shutdown(f"interrupted: the run {why} before the checkpoint completed")
+        finally:
+            self.sinks.ended()
 
     def on_progress(
         self,
@@ -436,6 +458,8 @@ class QueryCoordinator:
             self._collecting.add(cut.checkpoint_id)
             core.on_cut(cut.checkpoint_id, cut.at_ms, batch_id, effective_mode=cut.mode)
         self.collect_acks()
+        if offset.cut is not None:
+            self._final_unacknowledged(offset.cut.checkpoint_id, batch_id)
         signals = None
         if report and start and duration_ms > 0:
             begin = SourceOffset.from_dict(dict(start)).positions
@@ -444,6 +468,23 @@ class QueryCoordinator:
             backlog = {c: max(0, available[c] - offset.positions[c]) for c in range(len(begin))}
             signals = ChannelSignals.from_batch(backlog, delivered, duration_ms)
         return self.tick(batch_id, signals)
+
+    def _final_unacknowledged(self, checkpoint_id: int, batch_id: int) -> None:
+        """Abort the final checkpoint of an availableNow run when its cut batch ended
+        without every acknowledgement: its participants acknowledge in that batch, no
+        later batch comes, and the source waits for it before the run ends (it fails the
+        query with this reason), so it is aborted now instead of pending for
+        ``checkpointTimeout`` (a registered operator that does not run, say)."""
+        stats = self.core.stats(checkpoint_id)
+        waiting = self.core.waiting_for(checkpoint_id)
+        if stats is None or waiting is None or stats.mode_reason != FINAL_REASON:
+            return
+        self.core.abort(
+            checkpoint_id,
+            f"the final checkpoint of an availableNow run: its cut batch {batch_id} ended "
+            f"with {waiting}, and no later batch can bring them",
+            counts_as_failure=True,
+        )
 
     def tick(
         self, batch_id: int | None = None, signals: ChannelSignals | None = None

@@ -2,7 +2,7 @@
 
 Rules:
 
-- Failures that count: ``"expired"``, ``"declined by ..."``, ``"commit failed: ..."``,
+- Failures that count: ``"expired ..."``, ``"declined by ..."``, ``"commit failed: ..."``,
   and an :meth:`~barriered.coordinator.CheckpointCoordinator.abort` with
   ``counts_as_failure=True``. Subsumption and plain cancellations never count.
 - Only *consecutive* failures count: any completion resets the counter.
@@ -101,7 +101,7 @@ class CheckpointFailureManager:
         ids = ", ".join(str(cid) for cid, _ in self._failed)
         last_id, last_reason = self._failed[-1]
         hint = f"Fix the cause, or raise {key} to tolerate more failures"
-        if last_reason == EXPIRED:
+        if last_reason.startswith(EXPIRED):
             hint += f" (or {SETTING_KEYS['checkpoint_timeout_ms']} if checkpoints need longer)"
         return CheckpointFailureLimitExceeded(
             f"{len(self._failed)} consecutive checkpoint failures (checkpoints {ids}), more than "

@@ -11,12 +11,20 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from barriered.coordinator import deferred_registrations
 from barriered.coordinator.driver import QueryCoordinator
-from barriered.coordinator.stateful_operators import refusal, unrestored
+from barriered.coordinator.stateful_operators import (
+    KEYED_OPERATOR,
+    refusal,
+    undeclared,
+    unrestored,
+    unrestored_keyed,
+)
 from barriered.datasource.mirror import two_sources_refusal
 from barriered.datasource.offsets import SourceOffset
+from barriered.errors import RestoreError
 from barriered.provider import CAPTURED_METRIC
 from barriered.statestore.fileio import read_json
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.restore_point import resolve
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +54,26 @@ def _json_or_none(raw: str | None) -> Any:
         return None
 
 
-def _unrestored(restore: dict[str, Any], operator_count: int) -> str | None:
-    """The refusal of a restored query lacking an operator of its checkpoint (or None)."""
+def _unrestored(
+    restore: dict[str, Any], operator_count: int, keyed: frozenset[str] | None
+) -> str | None:
+    """The refusal of a restored query lacking an operator of its checkpoint: a Spark
+    operator's store, or a keyed operator's state (when the run said which keyed
+    operators it runs); None when it has them all."""
     manifest = restore.get("operators_manifest")
     stores = (read_json(str(manifest), default=None) or {}).get("stores", {}) if manifest else {}
-    checkpoint = f"checkpoint {restore.get('checkpoint_id')} of {restore.get('from')}"
-    return unrestored(stores, operator_count, checkpoint)
+    checkpoint = f"checkpoint {restore.get('checkpoint_id')} of {restore.get('from')!r}"
+    refused = unrestored(stores, operator_count, checkpoint)
+    if refused is not None or keyed is None:
+        return refused
+    origin = SnapshotLayout.configured(str(restore["from"]))
+    try:
+        point = resolve(origin, str(restore["checkpoint_id"]), None)
+    except RestoreError as exc:  # checked when the stream was loaded; gone since
+        log.warning("the keyed operators of %s are not known: %s", checkpoint, exc)
+        return None
+    holding = {str(f.partition_values.get("operator")) for f in point.state_files()}
+    return unrestored_keyed(holding, keyed, checkpoint, origin.root)
 
 
 class BarrieredListener(StreamingQueryListener):
@@ -104,12 +126,18 @@ class BarrieredListener(StreamingQueryListener):
                 if qc is None or (qc.layout.root, qc.epoch) != (report["snapshotPath"], epoch):
                     offset = SourceOffset.from_dict(end)
                     layout = SnapshotLayout.at(report["snapshotPath"])
-                    deferred_registrations.write(layout.root, offset.restore)
+                    stream = report.get("source")
+                    keyed = (
+                        None
+                        if stream is None
+                        else deferred_registrations.declared(layout.root, stream)
+                    )
                     qc = QueryCoordinator(
                         layout,
                         next_id=offset.last_id + 1,
                         epoch=None if epoch is None else int(epoch),
                         restored=offset.restore,
+                        keyed=keyed,
                     )
                     self.coordinators[str(progress.id)] = qc
                     qc.identify(str(progress.id), str(progress.runId))
@@ -120,12 +148,17 @@ class BarrieredListener(StreamingQueryListener):
                         for op in ops
                         if CAPTURED_METRIC in (getattr(op, "customMetrics", None) or {})
                     ]
-                    refused = refusal(names, len(qc.operators()), captured)
+                    count = len(qc.operators()) if keyed is None else len(keyed)
+                    refused = refusal(names, count, captured)
+                    if refused is None and keyed is not None:
+                        refused = undeclared(keyed, names.count(KEYED_OPERATOR))
                     if refused is None and offset.restore:
-                        refused = _unrestored(offset.restore, len(names))
+                        refused = _unrestored(offset.restore, len(names), keyed)
                     refused = refused or two_sources_refusal([r for _, r in found])
                     if refused is not None:
                         qc.fail(refused)  # before any checkpoint of this query completes
+                    else:  # the run's keyed operators, registered now that nothing refuses it
+                        deferred_registrations.start_run(layout.root, stream)
                 duration = int(progress.batchDuration or 0)
                 qc.on_progress(int(progress.batchId), start, end, report, duration)
         except Exception:
@@ -150,7 +183,9 @@ class BarrieredListener(StreamingQueryListener):
         qc = self.coordinators.get(str(event.id))
         if qc is not None:
             try:
-                qc.ended()
+                with self.lock:
+                    failed = getattr(event, "exception", None) is not None
+                    qc.ended(str(event.runId), failed)
             except Exception:
                 log.exception("barriered coordinator failed to release the run's clients")
         self._ended_event(event.runId).set()

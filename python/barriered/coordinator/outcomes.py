@@ -8,7 +8,8 @@ The coordinator's table of pending checkpoints and the rules that finish them:
   automatic recovery, subsume nothing), then the listeners. A committer exception aborts
   the checkpoint with ``"commit failed: ..."``.
 - **Expiry**: checkpoints pending for ``checkpoint_timeout_ms`` or longer are aborted
-  ``"expired"``.
+  ``"expired after ... ms (checkpointTimeout ...): ..."`` naming what they still waited
+  for (:meth:`PendingCheckpoint.waiting_for`).
 - **Failures** are counted by :class:`~barriered.coordinator.failures.CheckpointFailureManager`;
   when they exceed ``tolerable_failures`` the method that noticed raises
   :class:`~barriered.errors.CheckpointFailureLimitExceeded`, every pending checkpoint is
@@ -27,7 +28,7 @@ from barriered.coordinator.failures import EXPIRED, SUBSUMED, CheckpointFailureM
 from barriered.coordinator.model import CHECKPOINT, AckResult, CompletedCheckpoint
 from barriered.coordinator.pending import PendingCheckpoint
 from barriered.coordinator.scheduling import PeriodicScheduler
-from barriered.coordinator.settings import CoordinatorSettings
+from barriered.coordinator.settings import SETTING_KEYS, CoordinatorSettings
 from barriered.coordinator.stats import CheckpointStatsTracker
 from barriered.datasource.triggers import TriggerRequest
 from barriered.errors import CheckpointFailureLimitExceeded
@@ -121,16 +122,11 @@ class CheckpointOutcomes:
         timeout = self._settings.checkpoint_timeout_ms
         error: CheckpointFailureLimitExceeded | None = None
         for pending in [p for p in self.pending.values() if p.age_ms(now) >= timeout]:
-            logger.warning(
-                "%s %d expired after %d ms (timeout %d ms), %d/%d acks",
-                pending.kind,
-                pending.checkpoint_id,
-                pending.age_ms(now),
-                timeout,
-                len(pending.acks),
-                len(pending.expected),
+            reason = (
+                f"{EXPIRED} after {pending.age_ms(now)} ms ({SETTING_KEYS['checkpoint_timeout_ms']}"
+                f"={timeout} ms), waiting for {pending.waiting_for()}"
             )
-            error = self.abort(pending, EXPIRED, now, counts=True, effects=effects, defer=True)
+            error = self.abort(pending, reason, now, counts=True, effects=effects, defer=True)
             if error is not None:
                 break
         if error is not None:

@@ -91,6 +91,18 @@ class PendingCheckpoint:
         """Time since the trigger."""
         return now_ms - self.trigger_ms
 
+    def waiting_for(self) -> str:
+        """What the checkpoint still waits for, in words: its cut, or the participants
+        that have not acknowledged (grouped: a keyed operator's key groups, a store's
+        partitions, in-flight writers by channel, sinks)."""
+        if not self.sealed:
+            return "its cut (the barriers of its channels were still aligning)"
+        missing = sorted(self.expected - set(self.acks))
+        return (
+            f"{len(self.acks)}/{len(self.expected)} acknowledgements, missing "
+            f"{describe_participants(missing)}"
+        )
+
     def set_positions(self, positions: Mapping[int, int], at_ms: int) -> None:
         """Record the barrier positions ``B_n(c)`` (the end of the start delay)."""
         self.positions = {int(c): int(p) for c, p in positions.items()}
@@ -195,6 +207,45 @@ class PendingCheckpoint:
             cut_batch_id=self.cut_batch_id,
             files=tuple(f for a in acks.values() for f in a.files),
         )
+
+
+def describe_participants(names: Iterable[str]) -> str:
+    """Participants in words: ``keyed operator 'totals' key groups 0-3, 6``, ``store
+    '0-default' partitions 0-1``, ``in-flight writer of channel(s) 2``, ``sink 'out'``."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    other: list[str] = []
+    for name in names:
+        kind, _, rest = name.partition("/")
+        owner, _, number = rest.rpartition("/")
+        if kind in ("state", "operator") and owner and number.isdigit():
+            groups.setdefault((kind, owner), []).append(int(number))
+        elif kind == "inflight" and rest.isdigit():
+            groups.setdefault((kind, ""), []).append(int(rest))
+        elif kind == "sink" and rest:
+            other.append(f"sink {rest!r}")
+        else:
+            other.append(repr(name))
+    parts = []
+    for (kind, owner), numbers in sorted(groups.items()):
+        listed = _ranges(sorted(numbers))
+        if kind == "state":
+            parts.append(f"keyed operator {owner!r} key group(s) {listed}")
+        elif kind == "operator":
+            parts.append(f"store {owner!r} partition(s) {listed}")
+        else:
+            parts.append(f"the in-flight writer of channel(s) {listed}")
+    return "; ".join([*parts, *other]) or "nothing"
+
+
+def _ranges(numbers: list[int]) -> str:
+    """``[0, 1, 2, 5]`` (sorted) as ``0-2, 5``."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _duration(start: int | None, end: int | None) -> int | None:

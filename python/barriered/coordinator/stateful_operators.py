@@ -13,11 +13,12 @@ checkpoint can complete (the query progress names every state operator of the pl
 
 The keyed operator of :func:`barriered.keyed` is an ``applyInPandasWithState`` like any
 other (it runs under any state store provider, unlike ``transformWithStateInPandas``,
-which Spark allows only on its own RocksDB provider). Each one registers itself on the
-snapshot path (``_coordinator/operators/<name>.json``) and the coordinator waits for all
-of them at every checkpoint, so a query whose progress shows more
-``applyInPandasWithState`` operators than the snapshot path has keyed operators runs
-one that is not barriered.
+which Spark allows only on its own RocksDB provider). Each one is declared on the stream
+it reads and registered on the snapshot path (``_coordinator/operators/<name>.json``)
+when the run starts, and the coordinator waits for all of them at every checkpoint, so a
+query whose progress shows more ``applyInPandasWithState`` operators than its stream
+declared keyed operators runs one that is not barriered, and one that shows fewer would
+wait for a declared operator that does not run (:func:`undeclared`).
 """
 
 from __future__ import annotations
@@ -125,4 +126,68 @@ def unrestored(stores: Iterable[str], operator_count: int, checkpoint: str) -> s
         "stateful operator(s)): that state would be silently dropped. The query changed "
         "since the checkpoint: restore with the query that wrote it, or start without "
         f"{RESTORE_FROM.name}"
+    )
+
+
+#: The prefix of the ``fatal`` message of a query that runs fewer keyed operators than
+#: were declared on its stream (the source fails it with a ConfigError).
+UNDECLARED_PREFIX = "keyed operators outside the query: "
+
+
+def undeclared(declared: Iterable[str], in_plan: int) -> str | None:
+    """Why a query cannot checkpoint: keyed operators were declared on the stream it reads
+    (``barriered.keyed(...).process()``) that its plan does not run, so every checkpoint
+    would wait for their key groups; None when the plan runs at least as many
+    ``applyInPandasWithState`` operators as were declared.
+
+    Parameters
+    ----------
+    declared : iterable of str
+        The keyed operators declared on the query's loaded stream.
+    in_plan : int
+        How many ``applyInPandasWithState`` operators its first progress names.
+    """
+    names = sorted(declared)
+    if len(names) <= in_plan:
+        return None
+    return (
+        f"{UNDECLARED_PREFIX}barriered.keyed(...).process() declared keyed operator(s) "
+        f"{names} on the stream this query reads, but the query runs {in_plan} keyed "
+        "operator(s): its checkpoints would wait for the others forever. Declarations "
+        "belong to the loaded stream: load it again (spark.readStream...load()) for each "
+        "query, and declare on it only the operators that query runs"
+    )
+
+
+def unrestored_keyed(
+    holding: Iterable[str], running: Iterable[str], checkpoint: str, origin: str
+) -> str | None:
+    """Why a restored query cannot run: the checkpoint holds the state of a keyed operator
+    the query does not run (its state would ride along, unchanged, in every later
+    checkpoint); None when it runs every one.
+
+    Parameters
+    ----------
+    holding : iterable of str
+        The keyed operators with state in the restored checkpoint.
+    running : iterable of str
+        The keyed operators the restored query runs (declared on its stream).
+    checkpoint : str
+        The restored checkpoint, as named in the message.
+    origin : str
+        Its snapshot path or savepoint folder.
+    """
+    running = set(running)
+    missing = sorted(set(holding) - running)
+    if not missing:
+        return None
+    first = missing[0]
+    return (
+        f"{RESTORE_PREFIX}{checkpoint} holds the state of keyed operator(s) {missing}, which "
+        f"the restored query does not run (it runs {sorted(running) or 'none'}): that state "
+        "would be neither restored nor dropped, but carried unchanged into every later "
+        "checkpoint. Run the operator in the restored query "
+        f"(barriered.keyed(...).process(processor, name={first!r})), or restore a "
+        "savepoint without its state: barriered savepoint transform "
+        f"{origin!r} -o NEW --operator {first} --where false, then restoreFrom NEW"
     )

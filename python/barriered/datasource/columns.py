@@ -37,6 +37,9 @@ META_SNAPSHOT_PATH = "barriered.snapshotPath"
 META_MAX_PARALLELISM = "barriered.maxParallelism"
 #: With ``restoreFrom``: the checkpoint the keyed operators load their state from (JSON).
 META_RESTORE = "barriered.restore"
+#: The loaded stream's id (one per ``load()``), which its source's progress report also
+#: carries: a keyed operator declared on the stream is registered by that stream's run.
+META_SOURCE_ID = "barriered.sourceId"
 
 
 def output_schema(user: pa.Schema) -> pa.Schema:

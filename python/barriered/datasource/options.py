@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from barriered.config import KEYS, BarrieredConf, ConfigKey, closest, resolve, split_options
+from barriered.config.declaration import lookup
 from barriered.datasource.upstreams.options import (
     UPSTREAM,
     UPSTREAM_OPTIONS,
@@ -109,14 +110,18 @@ class SourceSettings:
         Raises
         ------
         ConfigError
-            If ``admissionFactors`` names a channel out of ``[0, channels)`` or a factor
-            that is not positive.
+            If ``admissionFactors`` names a channel out of ``[0, channels)`` or twice, or a
+            factor that is not a finite number above 0.
         """
         factors = parse_channel_factors(self.admission_factors, ADMISSION_FACTORS.name, channels)
         limit = self.max_rows_per_channel
         if limit is None:
             return [None] * channels
-        return [max(1, math.floor(limit * factors.get(c, 1.0))) for c in range(channels)]
+        # a factor large enough to overflow a float admits as much as no limit would
+        return [
+            max(1, math.floor(min(limit * factors.get(c, 1.0), sys.maxsize)))
+            for c in range(channels)
+        ]
 
 
 def _did_you_mean(name: str, known: list[ConfigKey]) -> str:
@@ -181,6 +186,14 @@ def parse_source_options(options: Mapping[str, str]) -> SourceSettings:
     assert rows_per_partition is not None  # declared with a default
     conf.require_snapshot_path()
     restore_from = RESTORE_FROM.read_str(rest)
+    blank = lookup(rest, RESTORE_FROM.name)
+    if restore_from is None and blank is not None:
+        raise ConfigError(
+            f"option {RESTORE_FROM.name!r} is blank ({blank!r}): it would be ignored and the "
+            "query would start without a restore. Give 'latest', a checkpoint id or a "
+            f"savepoint path, or leave {RESTORE_FROM.name!r} out to start (or resume) "
+            "without one"
+        )
     if restore_from is not None and restore_from.lstrip("-").isdigit() and int(restore_from) < 1:
         raise ConfigError(
             f"option {RESTORE_FROM.name!r} must be 'latest', a checkpoint id >= 1 or a "

@@ -10,8 +10,9 @@ alone.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -24,6 +25,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from barriered import crash_points, wall_time
+from barriered.config import CHECKPOINT_TIMEOUT
 from barriered.coordinator import ownership, stateful_operators
 from barriered.datasource import mirror, replay
 from barriered.datasource.columns import data_batch, marker_batch
@@ -35,14 +37,17 @@ from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams.base import Upstream
 from barriered.datasource.watchdog import CoordinatorWatchdog
 from barriered.errors import (
+    CheckpointError,
     CheckpointFailureLimitExceeded,
+    ConfigError,
+    CoordinatorLostError,
     InjectedFault,
     MirrorError,
     RestoreError,
     SnapshotPathInUseError,
     UnsupportedOperatorError,
 )
-from barriered.statestore import operators
+from barriered.statestore import checkpoints_table, operators
 from barriered.statestore.fileio import delete_file, exists
 from barriered.statestore.inflight import capture
 from barriered.statestore.layout import SnapshotLayout
@@ -56,9 +61,12 @@ _FATAL: tuple[tuple[str, type[Exception]], ...] = (
     (crash_points.MESSAGE_PREFIX, InjectedFault),
     (stateful_operators.MESSAGE_PREFIX, UnsupportedOperatorError),
     (stateful_operators.RESTORE_PREFIX, RestoreError),
+    (stateful_operators.UNDECLARED_PREFIX, ConfigError),
     (mirror.MESSAGE_PREFIX, MirrorError),
 )
 _FATAL_DEFAULT: type[Exception] = CheckpointFailureLimitExceeded
+#: How often the end of an availableNow run looks whether its last checkpoint finished.
+_AWAIT_POLL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -133,7 +141,14 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.user_schema = upstream.schema()
         self.channels = upstream.channel_count()
         settings.admission(self.channels)  # refuses a factor of a channel that is not there
+        #: An availableNow run's end positions, fixed at its first planning call.
         self._target: list[int] | None = None
+        self._available_now = False
+        #: The checkpoints this run started (an availableNow run waits for its last),
+        #: its planning calls, and the coordinator's heartbeat when it started.
+        self._started: set[int] = set()
+        self._plans = 0
+        self._heartbeat_at_start: tuple[int, int] | None = None
         self._report: dict[str, Any] | None = None
         self._planner = Planner()
         #: The restore manifest this run wrote, until one of its batches committed.
@@ -178,6 +193,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._lease = ownership.Lease(layout, owner.epoch, ownership.SOURCE, conf.lease_timeout_ms)
         if self._start_run is not None:
             self.upstream = self._start_run(self.upstream)
+        self._heartbeat_at_start = TriggerLog.read(layout.triggers_file).heartbeat
         operators.remove_stale_manifests(layout, owner.epoch)
         self._leader = mirror.Leader(layout, owner.epoch, identity)
 
@@ -195,11 +211,16 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if point is None:
             return SourceOffset(positions=tuple(self.upstream.start_positions())).to_dict()
         start = point.start_positions
+        # The restored checkpoint is a cut of this path only when restored on its own
+        # path: restored into a new one (a savepoint, another path), the path holds no
+        # checkpoint yet, so an availableNow run with nothing new to read still takes its
+        # final one instead of ending with an empty snapshot path (issue 36).
+        own_cut = not point.inflight and point.origin.root == self.layout.root
         return (
             SourceOffset(
                 positions=start,
                 last_id=max(point.checkpoint_id, highest_checkpoint_id(self.layout)),
-                last_cut=None if point.inflight else start,
+                last_cut=start if own_cut else None,
                 restore=self._restore_entry(point),
                 replay=replay.of(point),
             )
@@ -248,8 +269,11 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return ReadMaxRows(per_channel * self.channels)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = list(self.upstream.available())
-        log.info("availableNow run: ends at positions %s", self._target)
+        # The end positions are fixed at the run's first planning call, once the run
+        # owns the snapshot path (every refusal passed): listing the upstream here would
+        # record new files in a manifest before then, in the restore point's own when a
+        # savepoint is restored (issue 36).
+        self._available_now = True
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         if self._lease is None and self._follower is None:  # this run's first planning call
@@ -261,6 +285,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 "barriered": {
                     "snapshotPath": self.layout.root,
                     "epoch": self.epoch,
+                    "source": self.source_id,
                     "mirror": True,
                     "delivered": list(SourceOffset.from_dict(mirrored).positions),
                 }
@@ -315,7 +340,11 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         assert self._lease is not None
         self._lease.renew()  # fails a fenced run (a newer run took the path over)
         self.upstream.discover()
-        begin, available = self._grow(begin, self.upstream.available())
+        listed = self.upstream.available()
+        if self._available_now and self._target is None:
+            self._target = list(listed)
+            log.info("availableNow run: ends at positions %s", self._target)
+        begin, available = self._grow(begin, listed)
         if self._target is not None and len(self._target) < len(available):
             # an availableNow run reads a channel that joined up to where it was then
             self._target = [*self._target, *available[len(self._target) :]]
@@ -334,6 +363,15 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self._completed = triggers.last_completed
         if begin.active is not None:
             crash_points.hit(self.layout, crash_points.ALIGNING, begin.active.checkpoint_id)
+        if (
+            self._target is not None
+            and not self._started
+            and begin.last_cut is not None
+            and begin.last_cut != triggers.completed_positions
+        ):
+            # A resumed availableNow run whose latest cut did not complete (the run that
+            # took it failed): its final checkpoint is taken again, not skipped.
+            begin = replace(begin, last_cut=None)
         conf = self.settings.conf
         end = self._planner.plan(
             begin,
@@ -350,10 +388,15 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 schedule=Schedule.read(self.layout.schedule_file, self.epoch),
             ),
         )
+        self._started.update(s.checkpoint_id for s in end.started)
+        self._plans += 1
+        if end is begin and self._target is not None and begin.active is None:
+            self._await_coordinator(begin)
         self._report = {
             "barriered": {
                 "snapshotPath": self.layout.root,
                 "epoch": self.epoch,
+                "source": self.source_id,
                 "available": list(available),
                 "delivered": list(end.positions),
                 "active": None if end.active is None else end.active.checkpoint_id,
@@ -371,6 +414,94 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 change_detection=conf.provider_change_detection,
             )
         return offset
+
+    def _await_coordinator(self, begin: SourceOffset) -> None:
+        """The end of an availableNow run (nothing more to plan): wait until the last
+        checkpoint it started is finished, so that the run never ends with it pending,
+        and fail the query naming why when it was aborted or did not finish within
+        ``checkpointTimeout``. A run that started none waits, from its second planning
+        call on (Spark reports a trigger's progress after its planning call), until the
+        coordinator saw it: its first progress is where it refuses a query (within
+        ``coordinatorTimeout``).
+
+        Raises
+        ------
+        CheckpointError
+            When the last checkpoint was aborted (its reason from ``_checkpoints``) or is
+            still pending after ``checkpointTimeout``; a coordinator's refusal (the
+            trigger log's ``fatal``) with its own type.
+        CoordinatorLostError
+            When the coordinator did not see a run that started no checkpoint within
+            ``coordinatorTimeout``.
+        """
+        if not all(p >= t for p, t in zip(begin.positions, self._target or (), strict=False)):
+            return
+        if not self._started:
+            if self._plans > 1:
+                self._await_first_progress()
+            return
+        last = max(self._started)
+        timeout_ms = self.settings.conf.checkpoint_timeout_ms
+        deadline = wall_time.now_ms() + timeout_ms
+        while True:
+            triggers = TriggerLog.read(self.layout.triggers_file)
+            if triggers.fatal:
+                fatal = triggers.fatal
+                raise next((e for p, e in _FATAL if fatal.startswith(p)), _FATAL_DEFAULT)(fatal)
+            if (triggers.last_completed or 0) >= last:
+                return
+            done = triggers.last_completed
+            committed = "none" if done is None else f"checkpoint {done}'s"
+            if last in triggers.cancelled:
+                rows = checkpoints_table.read_rows(self.layout)
+                reason = next(
+                    (r["failure_reason"] for r in rows if r["checkpoint_id"] == last), None
+                )
+                raise CheckpointError(
+                    f"checkpoint {last}, the last of this availableNow run on snapshot path "
+                    f"{self.layout.root!r}, was aborted: {reason or 'no reason recorded'}. "
+                    f"What the run read after {committed} positions is not committed, so "
+                    "the run fails instead of ending: fix the cause, then restart the "
+                    "query on its checkpointLocation (it takes the checkpoint again) or "
+                    "restore it (restoreFrom=latest)"
+                )
+            if wall_time.now_ms() >= deadline:
+                raise CheckpointError(
+                    f"checkpoint {last}, the last of this availableNow run on snapshot path "
+                    f"{self.layout.root!r}, is still pending {timeout_ms} ms after the run's "
+                    f"last batch ({CHECKPOINT_TIMEOUT.key}): its coordinator, the session's "
+                    "listener, neither completed nor aborted it. Check that "
+                    "barriered.install(spark) was called on the session that started the "
+                    "query and that it still runs, then restart the query"
+                )
+            time.sleep(_AWAIT_POLL_S)
+
+    def _await_first_progress(self) -> None:
+        """Wait until the coordinator handled a batch of this run (its heartbeat changed
+        since the run started) or refused it (``fatal``).
+
+        Raises
+        ------
+        CoordinatorLostError
+            After ``coordinatorTimeout`` without either.
+        """
+        timeout_ms = self.settings.conf.coordinator_timeout_ms
+        deadline = wall_time.now_ms() + timeout_ms
+        while True:
+            triggers = TriggerLog.read(self.layout.triggers_file)
+            if triggers.fatal:
+                fatal = triggers.fatal
+                raise next((e for p, e in _FATAL if fatal.startswith(p)), _FATAL_DEFAULT)(fatal)
+            if triggers.heartbeat != self._heartbeat_at_start:
+                return
+            if wall_time.now_ms() >= deadline:
+                raise CoordinatorLostError(
+                    f"no checkpoint coordinator saw this availableNow run on snapshot path "
+                    f"{self.layout.root!r} within {timeout_ms} ms (coordinatorTimeout) of "
+                    "its last batch: call barriered.install(spark) on the session that "
+                    "starts the query, then restart it"
+                )
+            time.sleep(_AWAIT_POLL_S)
 
     def _grow(self, begin: SourceOffset, available: list[int]) -> tuple[SourceOffset, list[int]]:
         """Add the channels an upstream that grows gained (new Kafka partitions) to the

@@ -18,6 +18,7 @@ from barriered.datasource.columns import (
     META_MAX_PARALLELISM,
     META_RESTORE,
     META_SNAPSHOT_PATH,
+    META_SOURCE_ID,
     output_schema,
 )
 from barriered.datasource.options import RESTORE_FROM, SourceSettings
@@ -25,7 +26,14 @@ from barriered.datasource.reader import BarrieredStreamReader
 from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams import make_upstream
 from barriered.datasource.upstreams.base import Upstream
-from barriered.datasource.upstreams.options import FORMAT, SCHEMA, UPSTREAM, Options
+from barriered.datasource.upstreams.options import (
+    ARCHIVE_TO,
+    FORMAT,
+    PATH,
+    SCHEMA,
+    UPSTREAM,
+    Options,
+)
 from barriered.errors import ConfigError, RestoreError
 from barriered.statestore import checkpoints_table
 from barriered.statestore.fileio import (
@@ -38,7 +46,7 @@ from barriered.statestore.fileio import (
 )
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint
-from barriered.statestore.storage import redact_conf
+from barriered.statestore.storage import redact_conf, register, store_of
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +98,7 @@ class BarrieredDataSource(DataSource):
         barrier_meta: dict[str, Any] = {
             META_SNAPSHOT_PATH: layout.root,
             META_MAX_PARALLELISM: settings.conf.max_parallelism,
+            META_SOURCE_ID: self.source_id,
         }
         if point is not None:
             barrier_meta[META_RESTORE] = point.to_meta()
@@ -163,7 +172,16 @@ def config_record(settings: SourceSettings, upstream: Upstream) -> dict[str, Any
 
 
 def upstream_of(settings: SourceSettings, state_dir: str, required_by: str | None) -> Upstream:
-    """The upstream the source options name, keeping its manifest in ``state_dir``."""
+    """The upstream the source options name, keeping its manifest in ``state_dir``.
+
+    Its folders (``path``, ``archiveTo``) in the snapshot path's store get the query's
+    storage settings in this process (:func:`barriered.statestore.storage.register`):
+    the query names them, so they are its paths."""
+    root = settings.conf.require_snapshot_path()
+    for option in (PATH, ARCHIVE_TO):
+        folder = option.read_str(settings.upstream_options)
+        if folder and store_of(folder) is not None and store_of(folder) == store_of(root):
+            register(folder, settings.conf.storage_options)
     return make_upstream(
         Options({**settings.upstream_options, UPSTREAM.name: settings.upstream}),
         state_dir,

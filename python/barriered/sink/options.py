@@ -12,7 +12,7 @@ from barriered.config import SNAPSHOT_PATH, SNAPSHOT_STORAGE_OPTIONS, ConfigKey,
 from barriered.datasource.options import SESSION_CONF_OPTION
 from barriered.errors import ConfigError
 from barriered.statestore.fileio import to_local_or_uri
-from barriered.statestore.storage import register
+from barriered.statestore.storage import check_option_names, register
 
 APPEND = "append"
 UPDATE = "update"
@@ -132,11 +132,14 @@ class SinkSettings:
     )
 
     def register_storage(self) -> None:
-        """Register :attr:`storage_options` in this process for the stores of the
-        snapshot path and the output table (:func:`barriered.statestore.storage.register`)."""
-        if self.storage_options:
-            for uri in {self.snapshot_path, self.path}:
-                register(uri, self.storage_options)
+        """Register :attr:`storage_options` in this process for the output table, and for
+        the snapshot path when there are some (without, the snapshot path keeps what its
+        source registered) (:func:`barriered.statestore.storage.register`). The table
+        gets exactly these, none when there are none: never those another query
+        registered for its bucket."""
+        register(self.path, self.storage_options)
+        if self.storage_options and self.snapshot_path != self.path:
+            register(self.snapshot_path, self.storage_options)
 
     @property
     def app_id(self) -> str:
@@ -268,5 +271,6 @@ def parse(options: Mapping[str, str]) -> SinkSettings:
         adopt_table=bool(values.get(ADOPT_TABLE.field, False)),
         storage_options=json.loads(session.get(SNAPSHOT_STORAGE_OPTIONS.key) or "{}"),
     )
+    check_option_names(settings.storage_options, SNAPSHOT_STORAGE_OPTIONS.key)
     settings.register_storage()
     return settings

@@ -41,7 +41,7 @@ from barriered.statestore.fileio import (
     read_json,
     to_local_or_uri,
 )
-from barriered.statestore.storage import register
+from barriered.statestore.storage import register, registered
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,9 @@ class SnapshotLayout:
 
     @classmethod
     def configured(cls, root: str) -> SnapshotLayout:
-        """Return the layout with the storage options the source recorded at start
-        (without their secrets, which come from the settings registered in this process).
+        """Return the layout with the settings registered in this process for ``root``
+        (the query that names it gave them), else the storage options the source
+        recorded at start (without their secrets, which come from the environment).
 
         Raises
         ------
@@ -84,6 +85,8 @@ class SnapshotLayout:
             raise SnapshotStoreError(
                 f"{root!r} {problem}, not a snapshot path: give the folder set as snapshotPath"
             )
+        if registered(layout.root) is not None:
+            return layout
         stored = read_json(layout.config_file, default=None) or {}
         raw = stored.get("conf", {}).get("snapshot_storage_options") or "{}"
         return cls.at(root, json.loads(raw))

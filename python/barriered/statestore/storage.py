@@ -8,16 +8,21 @@ storage options (:meth:`~StorageSettings.delta_options`), a pyarrow filesystem
 (:meth:`~StorageSettings.filesystem`) and the JVM's Hadoop configuration
 (:meth:`~StorageSettings.hadoop_conf`, ``fs.s3a.*``).
 
-The settings hold for a whole store (an S3 bucket, an Azure container, a GCS bucket): the
-snapshot path's, and every other path in it (the sink's output table, an input folder).
-Each process registers the settings it is handed (:func:`register`): the driver and the
-source's workers from the session keys the source receives, the sink's workers from the
-sink's, the keyed operator's workers from the operator itself. Every file operation under
-a path then looks them up by its store (:func:`settings_for`), so no call site passes
-credentials around, and nothing writes them: :func:`redact_conf` is what
+The settings belong to the path they were given for: a query's snapshot path (and the
+paths the same query names in its store: the sink's output table, a restore's savepoint,
+an input folder). Each process registers the settings it is handed for those paths
+(:func:`register`): the driver and the source's workers from the session keys the source
+receives, the sink's workers from the sink's, the keyed operator's workers from the
+operator itself. Every file operation under a path then looks them up
+(:func:`settings_for`): the settings of the longest registered path that holds it, so
+no call site passes credentials around, and one query's endpoint or credentials never
+serve another query's path (a query that gives none gets none, not those an earlier
+query of the process registered for the same bucket). A path under no registered one
+gets its store's settings only when every path registered for that store in this process
+has the same ones (one query's input folder, read on an executor); otherwise, and for a
+store without registered settings, each client's own defaults (environment variables,
+instance profiles). Nothing writes them: :func:`redact_conf` is what
 ``_coordinator/config.json`` records, and the settings' ``repr`` shows no secret.
-A store without registered settings uses each client's own defaults (environment
-variables, instance profiles).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from barriered.errors import SnapshotStoreError
+from barriered.errors import ConfigError, SnapshotStoreError
 
 #: What a secret's value is replaced with in everything written or logged.
 REDACTED = "<redacted>"
@@ -54,6 +59,190 @@ DELTA_RETRIES = {
 }
 _AZURE_SCHEMES = frozenset({"abfs", "abfss", "az", "adl"})
 _TRUE = frozenset({"true", "1", "yes"})
+
+#: Every option name the stores' clients take (object_store's keys, with and without
+#: their store's prefix, and delta-rs's own), upper case: a name not among them, such as
+#: a misspelt secret key, would be ignored by every client (an "S3 error" later, the
+#: credentials silently those of the environment), so it is refused.
+_CLIENT_NAMES = [
+    "ALLOW_HTTP",
+    "ALLOW_INVALID_CERTIFICATES",
+    "CONNECT_TIMEOUT",
+    "DEFAULT_CONTENT_TYPE",
+    "HTTP1_ONLY",
+    "HTTP2_ONLY",
+    "HTTP2_KEEP_ALIVE_INTERVAL",
+    "HTTP2_KEEP_ALIVE_TIMEOUT",
+    "HTTP2_KEEP_ALIVE_WHILE_IDLE",
+    "HTTP2_MAX_FRAME_SIZE",
+    "POOL_IDLE_TIMEOUT",
+    "POOL_MAX_IDLE_PER_HOST",
+    "PROXY_URL",
+    "PROXY_CA_CERTIFICATE",
+    "PROXY_EXCLUDES",
+    "RANDOMIZE_ADDRESSES",
+    "TIMEOUT",
+    "USER_AGENT",
+    "SKIP_SIGNATURE",
+    "DISABLE_TAGGING",
+]
+_AWS_NAMES = [
+    "ACCESS_KEY_ID",
+    "SECRET_ACCESS_KEY",
+    "DEFAULT_REGION",
+    "REGION",
+    "BUCKET",
+    "BUCKET_NAME",
+    "ENDPOINT",
+    "ENDPOINT_URL",
+    "S3_ENDPOINT",
+    "SESSION_TOKEN",
+    "TOKEN",
+    "VIRTUAL_HOSTED_STYLE_REQUEST",
+    "S3_EXPRESS",
+    "IMDSV1_FALLBACK",
+    "METADATA_ENDPOINT",
+    "UNSIGNED_PAYLOAD",
+    "CHECKSUM_ALGORITHM",
+    "CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "CONTAINER_CREDENTIALS_FULL_URI",
+    "CONTAINER_AUTHORIZATION_TOKEN_FILE",
+    "COPY_IF_NOT_EXISTS",
+    "CONDITIONAL_PUT",
+    "SERVER_SIDE_ENCRYPTION",
+    "SSE_KMS_KEY_ID",
+    "SSE_BUCKET_KEY_ENABLED",
+    "SSE_CUSTOMER_KEY_BASE64",
+    "REQUEST_PAYER",
+    "S3_LOCKING_PROVIDER",
+    "S3_ALLOW_UNSAFE_RENAME",
+    "FORCE_CREDENTIAL_LOAD",
+    "S3_ASSUME_ROLE_ARN",
+    "IAM_ROLE_ARN",
+    "ROLE_ARN",
+    "S3_ROLE_SESSION_NAME",
+    "IAM_ROLE_SESSION_NAME",
+    "ROLE_SESSION_NAME",
+    "PROFILE",
+    "WEB_IDENTITY_TOKEN_FILE",
+    "S3_POOL_IDLE_TIMEOUT_SECONDS",
+    "STS_POOL_IDLE_TIMEOUT_SECONDS",
+    "S3_GET_INTERNAL_SERVER_ERROR_RETRIES",
+    "EC2_METADATA_DISABLED",
+    "EC2_METADATA_TIMEOUT",
+    "REQUEST_CHECKSUM_CALCULATION",
+    "SSO_ENDPOINT",
+    "CONFIG_FILE",
+    "SHARED_CREDENTIALS_FILE",
+    "ENDPOINT_URL_DYNAMODB",
+    "ENDPOINT_URL_STS",
+]
+_AZURE_NAMES = [
+    "STORAGE_ACCOUNT_NAME",
+    "STORAGE_ACCOUNT_KEY",
+    "STORAGE_ACCESS_KEY",
+    "STORAGE_MASTER_KEY",
+    "STORAGE_CLIENT_ID",
+    "CLIENT_ID",
+    "STORAGE_CLIENT_SECRET",
+    "CLIENT_SECRET",
+    "STORAGE_TENANT_ID",
+    "TENANT_ID",
+    "STORAGE_AUTHORITY_ID",
+    "AUTHORITY_ID",
+    "STORAGE_AUTHORITY_HOST",
+    "AUTHORITY_HOST",
+    "STORAGE_SAS_KEY",
+    "STORAGE_SAS_TOKEN",
+    "STORAGE_TOKEN",
+    "STORAGE_USE_EMULATOR",
+    "STORAGE_ENDPOINT",
+    "ENDPOINT",
+    "MSI_ENDPOINT",
+    "IDENTITY_ENDPOINT",
+    "OBJECT_ID",
+    "MSI_RESOURCE_ID",
+    "FEDERATED_TOKEN_FILE",
+    "USE_FABRIC_ENDPOINT",
+    "USE_AZURE_CLI",
+    "CONTAINER_NAME",
+    "FABRIC_TOKEN_SERVICE_URL",
+    "FABRIC_WORKLOAD_HOST",
+    "FABRIC_SESSION_TOKEN",
+    "FABRIC_CLUSTER_IDENTIFIER",
+]
+_GOOGLE_NAMES = [
+    "SERVICE_ACCOUNT",
+    "SERVICE_ACCOUNT_PATH",
+    "SERVICE_ACCOUNT_KEY",
+    "BUCKET",
+    "BUCKET_NAME",
+    "APPLICATION_CREDENTIALS",
+    "EXTERNAL_ACCOUNT_AUDIENCE",
+]
+_OTHER_NAMES = [
+    "MAX_RETRIES",
+    "RETRY_TIMEOUT",
+    "BACKOFF_CONFIG.INIT_BACKOFF",
+    "BACKOFF_CONFIG.MAX_BACKOFF",
+    "BACKOFF_CONFIG.BASE",
+    "DELTA_DYNAMO_TABLE_NAME",
+    "MOUNT_ALLOW_UNSAFE_RENAME",
+    "ACCOUNT_NAME",
+    "ACCOUNT_KEY",
+    "ACCESS_KEY",
+    "MASTER_KEY",
+    "SAS_KEY",
+    "SAS_TOKEN",
+    "BEARER_TOKEN",
+    "USE_EMULATOR",
+]
+STORAGE_OPTION_NAMES: frozenset[str] = frozenset(
+    [
+        *_CLIENT_NAMES,
+        *_OTHER_NAMES,
+        *(f"{prefix}_{name}" for prefix in ("AWS", "AZURE", "GOOGLE") for name in _CLIENT_NAMES),
+        *(f"AWS_{name}" for name in _AWS_NAMES),
+        *(f"AZURE_{name}" for name in _AZURE_NAMES),
+        *(f"GOOGLE_{name}" for name in _GOOGLE_NAMES),
+        *_AWS_NAMES,
+        *_AZURE_NAMES,
+        *_GOOGLE_NAMES,
+    ]
+)
+
+
+def check_option_names(options: Mapping[str, str], where: str) -> None:
+    """Refuse storage options whose names no store client takes (a misspelt one).
+
+    Parameters
+    ----------
+    options : Mapping[str, str]
+        The options (names in any case); values are never shown.
+    where : str
+        The setting they were given as, for the message.
+
+    Raises
+    ------
+    ConfigError
+        Naming each unknown option, with the closest known name.
+    """
+    from barriered.config.declaration import closest  # config imports this module
+
+    unknown = sorted(name for name in options if str(name).upper() not in STORAGE_OPTION_NAMES)
+    if not unknown:
+        return
+    hints = []
+    for name in unknown:
+        match = closest(str(name).upper(), STORAGE_OPTION_NAMES)
+        hints.append(f"{name!r}" + (f" (did you mean {match!r}?)" if match else ""))
+    raise ConfigError(
+        f"{where}: unknown storage option(s) {', '.join(hints)}: no client of the store "
+        "takes them, so they would be ignored (a misspelt credential would leave the "
+        "environment's in force). Use the names of delta-rs's storage options "
+        "(AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+        "AZURE_STORAGE_ACCOUNT_KEY, GOOGLE_SERVICE_ACCOUNT, ...); nothing was written"
+    )
 
 
 def is_secret(name: str) -> bool:
@@ -166,7 +355,15 @@ class StorageSettings:
             result: tuple[pafs.FileSystem, str] = pafs.FileSystem.from_uri(uri)
             return result
         except (pa.ArrowInvalid, OSError) as exc:
-            raise SnapshotStoreError(f"cannot open storage for {uri!r}: {exc}") from exc
+            hint = (
+                ""
+                if self.options or scheme in ("", "file")
+                else " (no storage settings were given for this path, so the client's "
+                "defaults, the environment's, were used: set "
+                "spark.sql.streaming.barriered.snapshotStorageOptions for the query that "
+                "names it; another query's settings never serve it)"
+            )
+            raise SnapshotStoreError(f"cannot open storage for {uri!r}{hint}: {exc}") from exc
 
     def hadoop_conf(self, uri: str) -> dict[str, str]:
         """The Hadoop configuration that gives the JVM (the state store provider's
@@ -214,6 +411,12 @@ class StorageSettings:
 
     def _frozen(self) -> tuple[tuple[str, str], ...]:
         return tuple(sorted(self.options.items()))
+
+    def _store_identity(self) -> tuple[tuple[str, str], ...]:
+        """The options that say which store and credentials (not how often to retry):
+        a layout sent to a worker registers delta-rs's options, retries included."""
+        retries = {name.upper() for name in DELTA_RETRIES}
+        return tuple(sorted((k, v) for k, v in self.options.items() if k not in retries))
 
 
 class ConditionalS3:
@@ -290,9 +493,10 @@ def _s3(options: tuple[tuple[str, str], ...]) -> pafs.S3FileSystem:
     return pafs.S3FileSystem(**kwargs)
 
 
-# -- the settings each process was handed, by store ---------------------------------------
+# -- the settings each process was handed, by path -----------------------------------------
 
-_REGISTERED: dict[str, StorageSettings] = {}
+#: Store (``scheme://authority``) -> registered path (no trailing ``/``) -> its settings.
+_REGISTERED: dict[str, dict[str, StorageSettings]] = {}
 _LOCK = threading.Lock()
 
 
@@ -304,24 +508,62 @@ def store_of(uri: str) -> str | None:
     return None if parts.scheme.lower() == "file" else f"{parts.scheme.lower()}://{parts.netloc}"
 
 
+def _path_key(uri: str) -> str:
+    return uri.rstrip("/")
+
+
+def _lookup(paths: Mapping[str, StorageSettings], key: str) -> StorageSettings:
+    """The settings of ``key``: those of the longest registered path holding it, else
+    the store's when every registered path has the same ones, else none."""
+    holding = [p for p in paths if key == p or key.startswith(p + "/")]
+    if holding:
+        return paths[max(holding, key=len)]
+    distinct = {settings._store_identity(): settings for settings in paths.values()}
+    return next(iter(distinct.values())) if len(distinct) == 1 else StorageSettings()
+
+
 def register(uri: str, options: Mapping[str, str] | None) -> StorageSettings:
-    """Remember ``options`` for the store of ``uri`` in this process, over what was
-    registered for it before; values :data:`REDACTED` (read back from
-    ``config.json``) are ignored. Returns the settings now in force."""
+    """Remember ``options`` as the settings of path ``uri`` (and every path under it) in
+    this process, replacing what was registered for it; a value :data:`REDACTED` (read
+    back from ``config.json``) keeps the one ``uri`` had. None registers nothing.
+    Returns the settings now in force for ``uri``."""
+    given = {str(k).upper(): str(v) for k, v in (options or {}).items()}
     store = store_of(uri)
     if store is None:
-        return StorageSettings({k: v for k, v in (options or {}).items() if v != REDACTED})
+        return StorageSettings({k: v for k, v in given.items() if v != REDACTED})
+    key = _path_key(uri)
     with _LOCK:
-        merged = dict(_REGISTERED.get(store, StorageSettings()).options)
-        merged.update({k.upper(): v for k, v in (options or {}).items() if v != REDACTED})
-        settings = _REGISTERED[store] = StorageSettings(merged)
+        paths = _REGISTERED.setdefault(store, {})
+        before = _lookup(paths, key)
+        if options is None:
+            return before
+        kept = {
+            k: before.options.get(k, REDACTED) if v == REDACTED else v for k, v in given.items()
+        }
+        settings = paths[key] = StorageSettings({k: v for k, v in kept.items() if v != REDACTED})
     return settings
 
 
-def settings_for(uri: str) -> StorageSettings:
-    """The settings registered in this process for ``uri``'s store (empty: none)."""
+def registered(uri: str) -> StorageSettings | None:
+    """The settings registered in this process for path ``uri`` or a path holding it
+    (None: none, and always for a local path, whose settings are never kept)."""
     store = store_of(uri)
-    return _REGISTERED.get(store, StorageSettings()) if store else StorageSettings()
+    if store is None:
+        return None
+    key = _path_key(uri)
+    with _LOCK:
+        paths = _REGISTERED.get(store, {})
+        holding = [p for p in paths if key == p or key.startswith(p + "/")]
+        return paths[max(holding, key=len)] if holding else None
+
+
+def settings_for(uri: str) -> StorageSettings:
+    """The settings registered in this process for path ``uri`` (empty: none)."""
+    store = store_of(uri)
+    if store is None:
+        return StorageSettings()
+    with _LOCK:
+        return _lookup(dict(_REGISTERED.get(store, {})), _path_key(uri))
 
 
 def delta_options(uri: str, given: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pyarrow as pa
+
 from barriered.datasource.options import RESTORE_FROM
 from barriered.errors import ConfigError
 
@@ -81,6 +83,58 @@ def local_session(conf: dict[str, str]) -> Iterator[Any]:
             spark.stop()
 
 
+#: Delta reader features whose tables Spark's Parquet reader would misread (rows a
+#: deletion vector removed, columns stored under other names).
+_UNREADABLE_FEATURES = frozenset({"deletionVectors", "columnMapping", "v2Checkpoint"})
+
+
+def read_delta(spark: Any, path: str) -> Any:
+    """The Delta table at ``path`` as a DataFrame: with the session's Delta data source
+    when it has one, else its current files (listed by delta-rs, no JAR) read by Spark's
+    Parquet reader, partition columns from their folders.
+
+    Raises
+    ------
+    ConfigError
+        When ``path`` is not a Delta table, or uses a feature that needs Delta's own
+        reader (deletion vectors, column mapping), naming the path and what to do.
+    """
+    from deltalake import DeltaTable
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from barriered.statestore.storage import delta_options
+
+    try:
+        return spark.read.format("delta").load(path)
+    except Exception as exc:  # pyspark raises its own types for a missing data source
+        if "DATA_SOURCE_NOT_FOUND" not in str(exc) and "Failed to find the data source" not in str(
+            exc
+        ):
+            raise
+    try:
+        table = DeltaTable(path, storage_options=delta_options(path) or None)
+    except Exception as exc:  # deltalake raises several types for a path without a log
+        raise ConfigError(
+            f"--input {path!r} is not a Delta table ({type(exc).__name__}: {exc}); give "
+            "--input-format parquet, json or csv for plain files"
+        ) from None
+    features = set(table.protocol().reader_features or ())
+    unreadable = sorted(features & _UNREADABLE_FEATURES)
+    if unreadable:
+        raise ConfigError(
+            f"--input {path!r} is a Delta table with reader feature(s) {unreadable}, which "
+            "only Delta's own reader reads right, and this session has no Delta data source: "
+            "run with the Delta Lake package on the session (--conf spark.jars.packages=..., "
+            "--conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension), or export "
+            "the table to Parquet and give --input-format parquet"
+        )
+    schema = from_arrow_schema(pa.schema(table.schema().to_arrow()))
+    files = table.file_uris()
+    if not files:
+        return spark.createDataFrame([], schema)
+    return spark.read.schema(schema).option("basePath", path).parquet(*files)
+
+
 def cmd_bootstrap(args: argparse.Namespace) -> int:
     """Write a savepoint from a table of keyed state (or input rows with ``--compute``)."""
     from barriered import state_processor
@@ -89,10 +143,13 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
     processor = load_processor(args.processor)
     keys = [k.strip() for k in args.keys.split(",") if k.strip()]
     with local_session(pairs(args.conf, "--conf")) as spark:
-        reader = spark.read.format(args.input_format)
-        if args.input_format == "csv":
-            reader = reader.option("header", "true").option("inferSchema", "true")
-        df = reader.load(args.input)
+        if args.input_format == "delta":
+            df = read_delta(spark, args.input)
+        else:
+            reader = spark.read.format(args.input_format)
+            if args.input_format == "csv":
+                reader = reader.option("header", "true").option("inferSchema", "true")
+            df = reader.load(args.input)
         state = state_processor.KeyedState(df, keys, processor, args.name, args.compute)
         saved = state_processor.bootstrap(spark, args.out, source, [state], args.position)
     print(

@@ -217,8 +217,14 @@ class KafkaUpstream(Upstream):
                 "_source folder), or start the stream on a new snapshot path"
             )
         admin = cluster.admin(client)
-        topics = cluster.resolve(admin, subscription)
-        starts = cluster.starting_offsets(admin, topics, options)
+        timeout_s = cluster.ask_timeout_s(client)
+        try:
+            topics = cluster.resolve(admin, subscription, timeout_s)
+            starts = cluster.starting_offsets(admin, topics, options, timeout_s)
+        except ConfigError:
+            raise
+        except Exception as exc:  # confluent-kafka's KafkaException, a future's error
+            raise cluster.unreachable(client, exc) from None
         channels = [Channel(t, p, starts[(t, p)]) for t, p in sorted(starts)]
         ids = {t: info["id"] for t, info in topics.items()}
         return cls(client, subscription, channels, ids, *common)

@@ -20,6 +20,36 @@ from barriered.errors import ConfigError, UpstreamError
 
 #: ``startingOffsets`` JSON's special offsets.
 EARLIEST, LATEST = -2, -1
+#: How long a question to the cluster waits at most (less with a smaller
+#: ``kafka.socket.timeout.ms``).
+ASK_TIMEOUT_S = 30.0
+
+
+def ask_timeout_s(client: Mapping[str, str]) -> float:
+    """The wait of one question to the cluster: :data:`ASK_TIMEOUT_S`, or the client's
+    ``socket.timeout.ms`` when it is shorter."""
+    try:
+        socket_ms = float(client.get("socket.timeout.ms", "inf"))
+    except ValueError:
+        return ASK_TIMEOUT_S
+    return min(ASK_TIMEOUT_S, socket_ms / 1000)
+
+
+def unreachable(client: Mapping[str, str], exc: BaseException) -> UpstreamError:
+    """The error of a cluster that did not answer the questions a new stream asks (its
+    topics, partitions and offsets): names the servers, the security settings (never a
+    secret) and what to check."""
+    servers = client.get("bootstrap.servers")
+    protocol = client.get("security.protocol", "plaintext")
+    mechanism = client.get("sasl.mechanism") or client.get("sasl.mechanisms")
+    sasl = f", kafka.sasl.mechanism={mechanism!r}" if mechanism else ""
+    return UpstreamError(
+        f"kafka upstream: the cluster at kafka.bootstrap.servers={servers!r} did not answer "
+        f"(kafka.security.protocol={protocol!r}{sasl}): {type(exc).__name__}: {exc}. Check "
+        "that these servers are reachable from the driver and that kafka.security.protocol "
+        "and kafka.sasl.* match the broker's listener (a SASL client against a PLAINTEXT "
+        "listener fails this way, as does the reverse). Nothing was written"
+    )
 
 
 def admin(client: Mapping[str, str]) -> Any:
@@ -57,7 +87,9 @@ def result(futures: Mapping[Any, Any], what: str, timeout_s: float) -> dict[Any,
     return out
 
 
-def resolve(admin: Any, subscription: Mapping[str, str]) -> dict[str, Any]:
+def resolve(
+    admin: Any, subscription: Mapping[str, str], timeout_s: float = ASK_TIMEOUT_S
+) -> dict[str, Any]:
     """Topic -> {"id", "partitions"} of the subscription, as the cluster has them now."""
     from confluent_kafka import TopicCollection
 
@@ -73,7 +105,8 @@ def resolve(admin: Any, subscription: Mapping[str, str]) -> dict[str, Any]:
             ) from None
         names = sorted(assigned)
     else:
-        listed = sorted(t for t in admin.list_topics(timeout=30).topics if not t.startswith("__"))
+        metadata = admin.list_topics(timeout=timeout_s)
+        listed = sorted(t for t in metadata.topics if not t.startswith("__"))
         if kind == SUBSCRIBE.name:
             names = [t.strip() for t in raw.split(",") if t.strip()]
         else:
@@ -88,7 +121,7 @@ def resolve(admin: Any, subscription: Mapping[str, str]) -> dict[str, Any]:
                 f"kafka upstream: option {kind!r}={raw!r} names no existing topic "
                 f"{missing or ''} (topics on the cluster: {listed})"
             )
-    described = result(admin.describe_topics(TopicCollection(names)), "describing", 30)
+    described = result(admin.describe_topics(TopicCollection(names)), "describing", timeout_s)
     out: dict[str, Any] = {}
     for topic in names:
         info = described[topic]
@@ -106,10 +139,20 @@ def resolve(admin: Any, subscription: Mapping[str, str]) -> dict[str, Any]:
 
 
 def starting_offsets(
-    admin: Any, topics: Mapping[str, Any], options: Mapping[str, str]
+    admin: Any,
+    topics: Mapping[str, Any],
+    options: Mapping[str, str],
+    timeout_s: float = ASK_TIMEOUT_S,
 ) -> dict[tuple[str, int], int]:
     """The offset each topic-partition starts at (``startingOffsets`` or
-    ``startingTimestamp``; default ``latest``, as Spark's Kafka source)."""
+    ``startingTimestamp``; default ``latest``, as Spark's Kafka source).
+
+    Raises
+    ------
+    ConfigError
+        ``startingOffsets`` that is not valid, lacks a subscribed topic-partition, names
+        one the subscription does not have, or gives an offset past a partition's end.
+    """
     from confluent_kafka import TopicPartition
 
     raw_offsets = STARTING_OFFSETS.given(options)
@@ -145,13 +188,22 @@ def starting_offsets(
                     f"{STARTING_OFFSETS.where} has no offset for {missing}; give every "
                     "subscribed topic-partition one (-2 earliest, -1 latest)"
                 )
+            extra = sorted(set(given) - set(partitions))
+            if extra:
+                held = {t: info["partitions"] for t, info in topics.items()}
+                raise ConfigError(
+                    f"{STARTING_OFFSETS.where} names topic-partition(s) "
+                    f"{[f'{t}-{p}' for t, p in extra]}, which the subscription does not have "
+                    f"(its topics and partitions: {held}); give offsets only for those"
+                )
             for tp in partitions:
                 o = given[tp]
                 named = {EARLIEST: "earliest", LATEST: "latest"}.get(o)
                 wanted[tp] = o if named is None else spec(named)
     exact = {tp: o for tp, o in wanted.items() if isinstance(o, int)}
+    _check_within(admin, exact, timeout_s)
     asked = {TopicPartition(t, p): s for (t, p), s in wanted.items() if not isinstance(s, int)}
-    got = result(admin.list_offsets(asked), "listing offsets", 30) if asked else {}
+    got = result(admin.list_offsets(asked), "listing offsets", timeout_s) if asked else {}
     latest = None
     out = dict(exact)
     for tp, info in got.items():
@@ -161,8 +213,35 @@ def starting_offsets(
                 latest = result(
                     admin.list_offsets({t: spec("latest") for t in got}),
                     "listing end offsets",
-                    30,
+                    timeout_s,
                 )
             offset = int(latest[tp].offset)
         out[(tp.topic, tp.partition)] = offset
     return out
+
+
+def _check_within(admin: Any, exact: Mapping[tuple[str, int], int], timeout_s: float) -> None:
+    """Refuse a ``startingOffsets`` offset past its partition's end (the stream would
+    wait at it for records that may never come, and skip those written before).
+
+    Raises
+    ------
+    ConfigError
+        Naming the topic-partition, the offset given and the partition's end.
+    """
+    if not exact:
+        return
+    from confluent_kafka import TopicPartition
+
+    asked = {TopicPartition(t, p): spec("latest") for t, p in exact}
+    ends = {
+        (tp.topic, tp.partition): int(info.offset)
+        for tp, info in result(admin.list_offsets(asked), "listing end offsets", timeout_s).items()
+    }
+    past = sorted((tp, o, ends[tp]) for tp, o in exact.items() if o > ends[tp])
+    if past:
+        listed = ", ".join(f"{t}-{p}: {o} (its end: {end})" for (t, p), o, end in past)
+        raise ConfigError(
+            f"{STARTING_OFFSETS.where} gives offsets past the end of their partitions: "
+            f"{listed}. Give each an offset up to its end, -2 (earliest) or -1 (latest)"
+        )

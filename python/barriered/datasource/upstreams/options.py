@@ -10,6 +10,7 @@ barriered.config_doc``). Options of ``type="prefix"`` are families passed on to 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
@@ -246,9 +247,17 @@ UPSTREAM = ConfigKey(
 
 
 def parse_channel_factors(raw: str, name: str, channels: int) -> dict[int, float]:
-    """Parse ``"0:4,3:0.5"`` into ``{0: 4.0, 3: 0.5}``; channels must be in range.
+    """Parse ``"0:4,3:0.5"`` into ``{0: 4.0, 3: 0.5}``.
 
-    ``name`` is the option's, for the message."""
+    ``name`` is the option's, for the message.
+
+    Raises
+    ------
+    ConfigError
+        Naming the option and the part: a part not of the form ``CHANNEL:FACTOR``, a
+        channel out of ``[0, channels)`` or given twice, a factor that is not a finite
+        number above 0 (``nan``, ``inf``, ``1e400``).
+    """
     out: dict[int, float] = {}
     for part in filter(None, (p.strip() for p in raw.split(","))):
         try:
@@ -259,9 +268,15 @@ def parse_channel_factors(raw: str, name: str, channels: int) -> dict[int, float
                 f"option {name!r} must look like 'CHANNEL:FACTOR[,CHANNEL:FACTOR]', "
                 f"e.g. '0:4', got {raw!r}"
             ) from None
-        if not 0 <= ch < channels or factor <= 0:
+        if not 0 <= ch < channels or not math.isfinite(factor) or factor <= 0:
             raise ConfigError(
-                f"option {name!r}: channel must be in [0, {channels}) and factor > 0, got {part!r}"
+                f"option {name!r}: channel must be in [0, {channels}) and factor a finite "
+                f"number > 0, got {part!r}"
+            )
+        if ch in out:
+            raise ConfigError(
+                f"option {name!r}: channel {ch} is given twice ({raw!r}); give each "
+                "channel one factor"
             )
         out[ch] = factor
     return out

@@ -148,6 +148,46 @@ def check_topics(settings: KafkaSinkSettings) -> None:
             )
 
 
+def check_transactions(settings: KafkaSinkSettings) -> None:
+    """Refuse a ``kafka.transaction.timeout.ms`` above the brokers'
+    ``transaction.max.timeout.ms``: Kafka would refuse every transaction of the sink
+    (``INVALID_TRANSACTION_TIMEOUT`` at ``init_transactions``), so no checkpoint's output
+    could be published. A cluster that does not let this client read its brokers'
+    configuration is not checked.
+
+    Raises
+    ------
+    ConfigError
+        Naming the option, its value, the brokers' maximum and what to do.
+    """
+    from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+
+    config: dict[str, Any] = settings.producer_config()
+    asked = config.get("transaction.timeout.ms")
+    if asked is None:
+        return
+    servers = config.get("bootstrap.servers")
+    try:
+        admin = AdminClient(config)
+        brokers = sorted(admin.list_topics(timeout=CHECK_TIMEOUT_S).brokers)
+        resource = ConfigResource("broker", str(brokers[0]))
+        (future,) = admin.describe_configs([resource]).values()
+        entry = future.result(timeout=CHECK_TIMEOUT_S).get("transaction.max.timeout.ms")
+        maximum = int(entry.value)
+    except Exception as exc:  # no DescribeConfigs permission, an old broker: not checked
+        log.info("sink %s: the brokers' transaction.max.timeout.ms is not known (%s)",
+                 settings.sink_id, type(exc).__name__)  # fmt: skip
+        return
+    if int(asked) > maximum:
+        raise ConfigError(
+            f"barriered-kafka sink {settings.sink_id!r}: option 'kafka.transaction.timeout.ms'"
+            f"={asked} is above the brokers' transaction.max.timeout.ms={maximum} at "
+            f"{servers!r}: Kafka refuses the sink's transactions (INVALID_TRANSACTION_TIMEOUT), "
+            f"so no checkpoint's output could be published. Set it to at most {maximum}, or "
+            "raise transaction.max.timeout.ms on the brokers. Nothing was written"
+        )
+
+
 def before_start(sink_options: Mapping[str, str], schema: StructType) -> None:
     """The checks ``start()`` runs on a classic session before the query starts (their
     refusal writes nothing); keeps the options' secrets in this driver process.
@@ -159,10 +199,14 @@ def before_start(sink_options: Mapping[str, str], schema: StructType) -> None:
     SinkError
         A topic the cluster does not have; the sink's transactional id and group belong
         to the query of another snapshot path (:func:`publisher.check_owner`).
+    ConfigError
+        Also a ``kafka.transaction.timeout.ms`` the brokers refuse
+        (:func:`check_transactions`).
     """
     settings = remember(sink_options)
     check_columns(settings, schema)
     check_topics(settings)
+    check_transactions(settings)
     check_owner(SnapshotLayout.configured(settings.snapshot_path), settings)
 
 
@@ -266,6 +310,7 @@ class BarrieredKafkaSink(DataSource):
         settings = remember(dict(self.options))  # this process's checks need the secrets
         check_columns(settings, schema)
         check_topics(settings)
+        check_transactions(settings)
         layout = SnapshotLayout.configured(settings.snapshot_path)
         owner = current_owner(layout)
         if owner is None:
