@@ -15,7 +15,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,plot,kafka]"
+	$(PY) -m pip install --quiet -e ".[test,plot,kafka,bench]"
 	touch $(STAMP)
 
 install: $(STAMP) $(JAR) $(KAFKA) $(S3A)
