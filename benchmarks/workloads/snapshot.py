@@ -324,6 +324,7 @@ def _one_size(ctx: Context, keys: int, repeats: int) -> dict[str, Any]:
         finally:
             query.stop()
         restore = _restore(ctx, snap, data, keys)
+        ctx.emit(f"  {keys:,} keys, restore: {restore}")
     files = state_files(snap)
     for level in levels.values():
         points = level["checkpoints"]
@@ -372,12 +373,15 @@ def run(ctx: Context) -> dict[str, Any]:
     small, mid, ten = (keys[0], keys[0], largest) if ctx.quick else (100_000, 1_000_000, 10_000_000)
 
     def ordinary(k: int) -> Any:
-        return sizes[str(k)]["levels"]["100%"]["ordinary_batch_ms_p50"]
+        return sizes.get(str(k), {}).get("levels", {}).get("100%", {}).get("ordinary_batch_ms_p50")
 
     def cut(k: int, level: str) -> Any:
-        return sizes[str(k)]["levels"][level]["cut_over_ordinary"]
+        return sizes.get(str(k), {}).get("levels", {}).get(level, {}).get("cut_over_ordinary")
 
-    restore = {k: sizes[str(k)]["restore"]["same"]["first_batch_ms"] for k in (mid, largest)}
+    restore = {
+        k: sizes.get(str(k), {}).get("restore", {}).get("same", {}).get("first_batch_ms")
+        for k in (mid, largest)
+    }
     targets = {
         **target(
             f"ordinary batch p50, 100% of key groups: {ten:,} / {small:,} keys "
@@ -408,7 +412,7 @@ def run(ctx: Context) -> dict[str, Any]:
         **target(
             f"changed bytes written per second at a cut / sequential write ({ten:,} keys) "
             f">= {TARGET_WRITE}",
-            sizes[str(ten)]["write"]["ratio"],
+            sizes.get(str(ten), {}).get("write", {}).get("ratio"),
             TARGET_WRITE,
             at_least=True,
         ),
