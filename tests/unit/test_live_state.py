@@ -26,7 +26,7 @@ from barriered.statestore.live_manifest import RestoredFile, new_manifest
 from barriered.statestore.live_state import LiveConfig, LiveState
 from barriered.statestore.state_cache import StateCache
 from barriered.statestore.state_commit import state_changes
-from barriered.statestore.state_files import file_info
+from barriered.statestore.state_files import file_info, read_notes
 from barriered.statestore.state_log import STATE_CONFIGURATION, StateFiles, commit_state
 
 P = 8  # key groups
@@ -46,7 +46,8 @@ class Query:
     write_buffer: int = 1 << 20
     max_runs: int = 4
     values: dict[int, tuple[bytes, str]] = field(default_factory=dict)
-    restored: list[RestoredFile] = field(default_factory=list)
+    restored: tuple[list[RestoredFile], bool] = ([], True)  # the files, claimed
+    merges: int = 0  # cuts that merged some older table files, not all
 
     def __post_init__(self) -> None:
         self.cache = StateCache(str(self.root / "cache"), 1 << 30)
@@ -64,7 +65,7 @@ class Query:
     def live(self, partition: int) -> LiveState:
         value = self.values.get(partition)
         if value is None:
-            manifest = new_manifest(partition, self.partitions, P, self.restored)
+            manifest = new_manifest(partition, self.partitions, P, *self.restored)
             return LiveState(
                 self.config, self.cache, self.config.buffer_schema.empty_table(), manifest
             )
@@ -121,6 +122,9 @@ class Query:
             live = self.live(partition)
             flushed = live.flush(checkpoint_id, base)
             self.values[partition] = live.value()
+            if flushed.written is not None:
+                uri = f"{self.config.table_uri}/{flushed.written.rel}"
+                self.merges += bool(read_notes(uri).absorbs)
             files += [
                 DataFile(
                     p.rel,
@@ -171,14 +175,14 @@ def table_state(uri: str, version: int) -> dict[int, dict[str, Any]]:
     return {r["k"]: {"total": r["total"], "name": r["name"]} for r in rows}
 
 
-def restored_files(uri: str, version: int, claim: bool = False) -> list[RestoredFile]:
-    """The files of ``version``; with ``claim``, those the latest version holds alike are
-    the restoring partitions' own table files (a restore into the same path)."""
-    latest = StateFiles(uri).files if claim else {}
+def restored_files(uri: str, version: int) -> tuple[list[RestoredFile], bool]:
+    """The files of ``version`` and whether a restore into the same path claims them
+    (the latest version holds just them, alike)."""
+    files = StateFiles(uri, version).files
+    same = StateFiles(uri).files == files
     out = []
-    for f in StateFiles(uri, version).files.values():
+    for f in files.values():
         stats = json.loads(f.stats or "{}")
-        same = f.path in latest and latest[f.path].dv == f.dv
         out.append(
             RestoredFile(
                 f"{uri}/{f.path}",
@@ -188,7 +192,7 @@ def restored_files(uri: str, version: int, claim: bool = False) -> list[Restored
                 rel=f.path if same else None,
             )
         )
-    return out
+    return out, same
 
 
 def test_a_batch_reads_and_writes_only_the_keys_it_touches(tmp_path: Path) -> None:
@@ -219,7 +223,32 @@ def test_a_batch_reads_and_writes_only_the_keys_it_touches(tmp_path: Path) -> No
     assert [dv.cardinality for dv in dvs] == [1, 1, 1]
 
 
-@pytest.mark.parametrize("seed", range(6))
+def test_a_cut_past_max_runs_merges_the_newest_files_and_leaves_a_large_one(
+    tmp_path: Path,
+) -> None:
+    query = Query(tmp_path, partitions=1, max_runs=4)
+    files = new_table(query.config.table_uri)
+    expected = {k: {"total": k, "name": "base"} for k in range(400)}
+    query.batch(dict(expected))
+    base_file = commit(files, 1, query.cut(1, None))
+    for cid in range(2, 6):  # four small cuts: the fourth finds 4 table files
+        change = {cid: {"total": -cid, "name": "small"}, 100 + cid: None}
+        query.batch(change)
+        expected[cid] = {"total": -cid, "name": "small"}
+        del expected[100 + cid]
+        version = commit(files, cid, query.cut(cid, cid - 1))
+        assert table_state(files.uri, version) == expected
+    # the fourth cut merged the three small files into its own, not the large one
+    assert query.merges == 1
+    live = query.live(0)
+    assert [int(file_info(r.uri).starts[-1]) for r in live.manifest.runs] == [8, 400]
+    paths = files.refresh().files
+    assert len(paths) == 2 and files.version == base_file + 4
+    # markers of keys deleted in the large file stay (hidden) in the merged one
+    assert query.state(list(range(400))) == expected
+
+
+@pytest.mark.parametrize("seed", range(8))
 def test_random_changes_cuts_aborts_retries_and_restores(
     tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -227,18 +256,20 @@ def test_random_changes_cuts_aborts_retries_and_restores(
     if seed % 2:  # files of many small chunks: lookups and merges cross chunk bounds
         for module in (state_files, live_state):
             monkeypatch.setattr(module, "CHUNK_ROWS", rng.choice([5, 20]))
+    # merges of the newest files only, over older ones the changes have not caught up with
+    monkeypatch.setattr(live_state, "MERGE_RATIO", rng.choice([0.25, 1, 4]))
     query = Query(
         tmp_path,
         partitions=rng.choice([1, 2, 3]),
         write_buffer=rng.choice([1 << 20, 3000]),
-        max_runs=rng.choice([2, 4]),
+        max_runs=rng.choice([2, 4, 6]),
     )
     files = new_table(query.config.table_uri)
     model: dict[int, dict[str, Any]] = {}
     committed: dict[int, tuple[int, dict[int, dict[str, Any]]]] = {}
     base = previous_base = None
     universe = list(range(300))
-    for checkpoint_id in range(1, 13):
+    for checkpoint_id in range(1, 21):
         for _ in range(rng.randint(1, 3)):
             before = dict(query.values)
             changes: dict[int, dict[str, Any] | None] = {}
@@ -281,7 +312,7 @@ def test_random_changes_cuts_aborts_retries_and_restores(
             tmp_path / f"r{cid}",
             partitions=rng.choice([1, 2, 4]),
             max_runs=3,
-            restored=restored_files(files.uri, version, claim=True),
+            restored=restored_files(files.uri, version),
         )
         restored.config = query.config.__class__(**{**query.config.__dict__, "max_runs": 3})
         restored.cache = query.cache

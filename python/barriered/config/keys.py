@@ -315,9 +315,11 @@ KEYED_MAX_RUNS = _declare(
         "int",
         "8",
         "How many state files of one Spark partition barriered.keyed() reads a key "
-        "through (one per checkpoint that changed it) before a checkpoint writes the "
-        "partition's whole state as one file (compaction): more files make checkpoints "
-        "cheaper and reads of keys not in the newest files dearer.",
+        "through (one per checkpoint that changed it) before a checkpoint merges the "
+        "newest of them into its own (compaction): down to half as many, and an older, "
+        "larger file only once the changes over it reach a quarter of its rows (then the "
+        "partition's whole state is one file). More files make checkpoints cheaper and "
+        "reads of keys not in the newest files dearer.",
         field="keyed_max_runs",
         min_value=1,
         max_value=64,

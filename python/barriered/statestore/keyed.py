@@ -98,6 +98,9 @@ class Restored:
 
     checkpoint_id: int
     files: tuple[RestoredFile, ...] = ()
+    #: Whether the files are this snapshot path's table files as they are (a restore of
+    #: the latest checkpoint into its own path); else the first cut writes the whole state.
+    claimed: bool = False
     #: Values of state fields the snapshot's operator did not have (schema evolution).
     defaults: dict[str, Any] = field(default_factory=dict)
 
@@ -210,8 +213,9 @@ class KeyedOperator:
         store = cache(settings.cache_dir, settings.cache_size, settings.cache_size_setting)
         if not live.exists:
             restored = self.restored.files if self.restored else ()
+            claimed = self.restored is None or self.restored.claimed
             manifest = new_manifest(
-                partition, self.spec.partitions, self.spec.max_parallelism, restored
+                partition, self.spec.partitions, self.spec.max_parallelism, restored, claimed
             )
             empty = self.config.buffer_schema.empty_table()
             return LiveState(self.config, store, empty, manifest)
@@ -319,7 +323,9 @@ class KeyedOperator:
             layout = SnapshotLayout.at(metas[0]["path"])
             partition = state.manifest.partition
             detail = {"participant": f"p{partition}", "files": [flushed.written.rel]}
-            point = crash_points.STATE_COMPACTION if flushed.whole else crash_points.STATE_SNAPSHOT
+            point = (
+                crash_points.STATE_COMPACTION if flushed.compacted else crash_points.STATE_SNAPSHOT
+            )
             crash_points.hit(layout, point, min(ids), detail=detail)
         acks: dict[tuple[str, int], list[Ack]] = {}
         for checkpoint_id, meta, group in zip(ids, metas, markers[KEY_GROUP], strict=True):

@@ -95,27 +95,32 @@ class RestoredFile:
     last_group: int
     key_group: int | None = None  # an earlier layout's file (one key group, no column)
     dv: dict[str, Any] | None = None  # the restored version's deletion vector
-    #: Its path in the restoring run's own ``state`` table, when the table's current
-    #: version holds it as the restored version did (a restore of the latest checkpoint
-    #: into its own snapshot path): the run's cuts delete its rows with deletion vectors.
+    #: Its path in the restoring run's own ``state`` table when the restore claimed the
+    #: files (the table's current version holds the operator's files just as the restored
+    #: version did): the run's cuts delete its rows with deletion vectors.
     rel: str | None = None
 
 
 def new_manifest(
-    partition: int, partitions: int, max_parallelism: int, restored: Sequence[RestoredFile] = ()
+    partition: int,
+    partitions: int,
+    max_parallelism: int,
+    restored: Sequence[RestoredFile] = (),
+    claimed: bool = True,
 ) -> Manifest:
     """The manifest of a partition's first call: empty, or after a restore the restored
     files that may hold its key groups (their deletion vectors name what is not state).
-    When one of them is not in this snapshot path's table as restored (a restore from
-    another path or of an older checkpoint), the first cut writes the whole state (Flink's
-    first checkpoint after a restore in ``NO_CLAIM`` mode: the restored files belong to
-    the snapshot); else the restored files are the partition's table files (``CLAIM``)."""
+    A restore that did not claim its files (``claimed`` False: from another path, or of
+    an older checkpoint, whose later files this table still holds) makes the first cut
+    write the whole state, which replaces every older row of the partition's key groups,
+    even none (Flink's first checkpoint after a restore in ``NO_CLAIM`` mode: the
+    restored files belong to the snapshot); a claimed restore's files are the
+    partition's table files (``CLAIM``)."""
     mine = partition_key_groups(partition, partitions, max_parallelism)
-    manifest = Manifest(partition, partitions)
+    manifest = Manifest(partition, partitions, full_next=not claimed)
     for f in restored:
         if f.first_group <= mine[-1] and f.last_group >= mine[0] if len(mine) else False:
             manifest.runs.append(
                 manifest.add_run(uri=f.uri, rel=f.rel, key_group=f.key_group, dv=f.dv)
             )
-            manifest.full_next |= f.rel is None
     return manifest

@@ -21,13 +21,14 @@ new file of the ``state`` table holding the changed keys only. Its footer names 
 coordinator turns into deletion vectors in the checkpoint's single commit
 (:mod:`barriered.statestore.state_log`): the rows of older table files it replaces
 (``barriered.deletes``, from each changed key's previous entry) and its own marker rows
-(``barriered.hidden``). The first cut after a restore of files this snapshot path's
-table does not hold as restored (:func:`~barriered.statestore.live_manifest.new_manifest`),
-and a cut that finds more than ``keyed.maxRuns`` table files, writes the partition's
-whole state instead, one file
-that replaces every older row of its key groups (``barriered.replaces``). A file stays
-*pending*, reported again at every cut, until a checkpoint at or after the cut that
-wrote it has completed (the ``base`` of a marker): an aborted checkpoint loses nothing.
+(``barriered.hidden``). Past ``keyed.maxRuns`` table files the cut merges the newest of
+them into its file (:meth:`LiveState._to_absorb`; ``barriered.absorbs``); when that is
+all of them, and at the first cut after a restore that did not claim its files
+(:func:`~barriered.statestore.live_manifest.new_manifest`), the file is the partition's
+whole state and replaces every older row of its key groups (``barriered.replaces``). A
+file stays *pending*, reported again at every cut, until a checkpoint at or after the
+cut that wrote it has completed (the ``base`` of a marker): an aborted checkpoint loses
+nothing.
 """
 
 from __future__ import annotations
@@ -135,18 +136,22 @@ class Found:
 @dataclass(frozen=True)
 class Flushed:
     """What a cut leaves for the checkpoint: every pending file, the key groups they
-    hold, the file this cut wrote (None: nothing changed) and whether it holds the whole
-    state of the partition (a compaction)."""
+    hold, the file this cut wrote (None: nothing changed) and whether older table files
+    were merged into it (a compaction)."""
 
     files: list[Pending]
     changed: set[int]
     written: Pending | None
-    whole: bool = False
+    compacted: bool = False
 
 
 #: Origins of a buffered change (``__origin_run``): no file holds the key; a spilled file
 #: holds it.
 NO_FILE, SPILLED = -1, -2
+#: A cut merges an older table file only while it holds at most this many times the rows
+#: merged so far (:meth:`LiveState._to_absorb`).
+MERGE_RATIO = 4
+EMPTY = np.empty(0, np.int64)
 
 _DVS: dict[tuple[str, str], np.ndarray] = {}
 
@@ -473,8 +478,9 @@ class LiveState:
 
     def flush(self, checkpoint_id: int, base: int | None) -> Flushed:
         """Write what changed since the last cut as one file of the ``state`` table
-        (the whole state after a restore or past ``keyed.maxRuns`` files) and return
-        what the checkpoint must hold.
+        (merged with the newest table files past ``keyed.maxRuns`` of them, the whole
+        state after a restore of files this table does not hold) and return what the
+        checkpoint must hold.
 
         Parameters
         ----------
@@ -488,26 +494,66 @@ class LiveState:
         manifest.pending = [p for p in manifest.pending if base is None or p.first_cut > base]
         private = [r for r in manifest.runs if r.private]
         table_runs = [r for r in manifest.runs if not r.private]
-        full = manifest.full_next or len(table_runs) >= self.config.max_runs
+        absorbed = table_runs if manifest.full_next else self._to_absorb(table_runs, private)
+        full = manifest.full_next or (bool(absorbed) and len(absorbed) == len(table_runs))
         written = None
-        if full or self.buffer.num_rows or private:
+        if full or absorbed or self.buffer.num_rows or private:
             buffered, deletes = self._changes()
-            sources = manifest.runs if full else private
+            replaces: tuple[int, ...] = ()
+            absorbs = tuple(r.rel for r in absorbed if r.rel is not None)
             if full:  # the whole state: it replaces every older row of its key groups
-                deletes, replaces = {}, tuple(self.key_groups)
+                deletes, replaces, absorbs = {}, tuple(self.key_groups), ()
             else:  # the changes: they replace the rows the spilled ones replaced too
                 for spilled in private:
                     for path, rows in read_notes(spilled.uri).deletes.items():
                         deletes[path] = union(deletes.get(path, rows[:0]), rows)
-                replaces = ()
-            written, run = self._table_file(buffered, sources, full, deletes, replaces,
-                                            checkpoint_id)  # fmt: skip
-            manifest.runs = [run] if full else [run, *table_runs]
+                for run in absorbed:  # and every row of its key groups in the files merged
+                    mine = self._my_rows(run)
+                    deletes[str(run.rel)] = union(deletes.get(str(run.rel), EMPTY), mine)
+            written, run = self._table_file(buffered, [*private, *absorbed], full, deletes,
+                                            replaces, absorbs, checkpoint_id)  # fmt: skip
+            manifest.runs = [run, *table_runs[len(absorbed) :]]
             manifest.pending.append(written)
         manifest.full_next = False
         self.buffer = self.config.buffer_schema.empty_table()
         changed = {g for p in manifest.pending for g in p.groups}
-        return Flushed(list(manifest.pending), changed, written, full)
+        return Flushed(list(manifest.pending), changed, written, bool(absorbed))
+
+    def _to_absorb(self, table_runs: Sequence[Run], private: Sequence[Run]) -> list[Run]:
+        """The newest table files a cut merges with its changes once the partition has
+        ``keyed.maxRuns`` of them: enough to leave at most half as many, then each next
+        older one that holds at most :data:`MERGE_RATIO` times the rows merged so far.
+        Files of similar size merge; a large file stays until the changes over it reach
+        1 / :data:`MERGE_RATIO` of its rows, so a cut's merge costs about what changed
+        since the last merge, not the state. All of them: a whole-state compaction."""
+        if len(table_runs) < self.config.max_runs:
+            return []
+        keep_at_most = max(1, self.config.max_runs // 2)
+        merged = self.buffer.num_rows + sum(_rows(r) for r in private)
+        out: list[Run] = []
+        for i, run in enumerate(table_runs):
+            if run.rel is None:  # a restored file of another table: only replaced whole
+                return list(table_runs)
+            kept = len(table_runs) - i + 1  # this one, the older ones and the new file
+            if kept <= keep_at_most and _rows(run) > MERGE_RATIO * merged:
+                break
+            out.append(run)
+            merged += _rows(run)
+        return out
+
+    def _my_rows(self, run: Run) -> np.ndarray:
+        """The rows of ``run`` in this partition's key groups (every row of a file it
+        wrote; of a restored one, those its chunks say)."""
+        mine = self.key_groups
+        info = file_info(run.uri, run.key_group)
+        if all(mine.start <= c.low and c.high <= mine[-1] for c in info.chunks):
+            return np.arange(int(info.starts[-1]), dtype=np.int64)
+        parts = []
+        for _, unit in self._chunks(run, mine.start, mine[-1]):
+            groups = unit.table[KEY_GROUP].to_numpy()
+            inside = (groups >= mine.start) & (groups <= mine[-1])
+            parts.append(unit.table[POS].to_numpy()[inside])
+        return np.sort(np.concatenate(parts)) if parts else EMPTY
 
     def _table_file(
         self,
@@ -516,6 +562,7 @@ class LiveState:
         drop_deleted: bool,
         deletes: Mapping[str, np.ndarray],
         replaces: Sequence[int],
+        absorbs: Sequence[str],
         checkpoint_id: int,
     ) -> tuple[Pending, Run]:
         """Write the buffered changes over ``sources`` (without deleted keys' markers
@@ -531,7 +578,7 @@ class LiveState:
             if drop_deleted:
                 entries = entries.filter(pc.invert(entries[GONE]))
             writer.add(entries)
-        size, notes = writer.close(deletes, replaces)
+        size, notes = writer.close(deletes, replaces, absorbs)
         groups = list(notes.groups)
         stats = {
             "numRecords": writer.rows,
@@ -549,3 +596,8 @@ class LiveState:
             first_cut=checkpoint_id,
         )
         return pending, self.manifest.add_run(uri=uri, rel=rel)
+
+
+def _rows(run: Run) -> int:
+    """The rows of a run's file (its footer)."""
+    return int(file_info(run.uri, run.key_group).starts[-1])

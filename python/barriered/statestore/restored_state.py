@@ -109,14 +109,13 @@ def check_operator(
         )
 
 
-def _unchanged(restored: LiveFile, current: LiveFile | None) -> bool:
-    """Whether the table's current version holds a restored file as the restored version
-    did (the same rows deleted)."""
-    if current is None:
+def _claimable(restored: Mapping[str, LiveFile], current: Mapping[str, LiveFile]) -> bool:
+    """Whether the table's current version holds an operator's files exactly as the
+    restored version did (the same files, the same rows deleted): nothing was committed
+    for it since, so the restored files are its state in this table too."""
+    if restored.keys() != current.keys():
         return False
-    if restored.dv is None or current.dv is None:
-        return restored.dv is None and current.dv is None
-    return restored.dv.to_json() == current.dv.to_json()
+    return all(f.dv == current[p].dv for p, f in restored.items())
 
 
 def restored_files(
@@ -149,11 +148,17 @@ def restored_files(
     registered = read_json(origin.operator_file(spec.operator), default=None)
     check_operator(spec, registered, where, defaults, same_path)
     files = []
+    claim = same_path  # no state table: nothing to restore, nothing to replace
     if exists(join(origin.state_table, "_delta_log")):
-        current = StateFiles(origin.state_table).files if same_path else {}
-        for f in StateFiles(origin.state_table, version).files.values():
-            if f.partition_values.get("operator") != spec.operator:
-                continue
+
+        def operator_files(version: int | None) -> dict[str, LiveFile]:
+            files = StateFiles(origin.state_table, version).files.values()
+            return {f.path: f for f in files if f.partition_values.get("operator") == spec.operator}
+
+        restored = operator_files(version)
+        claim = same_path and _claimable(restored, operator_files(None))
+        claim &= all(KEY_GROUP not in f.partition_values for f in restored.values())
+        for f in restored.values():
             old = f.partition_values.get(KEY_GROUP)  # the earlier layout
             stats = json.loads(f.stats) if f.stats else {}
             lo = stats.get("minValues", {}).get(KEY_GROUP, 0 if old is None else old)
@@ -165,14 +170,17 @@ def restored_files(
                     int(hi) if old is None else int(old),
                     None if old is None else int(old),
                     None if f.dv is None else f.dv.to_json(),
-                    f.path if old is None and _unchanged(f, current.get(f.path)) else None,
+                    f.path if claim else None,
                 )
             )
     log.info(
-        "restore: operator %s reads %d file(s) of %s (state version %d) on the executors",
+        "restore: operator %s reads %d file(s) of %s (state version %d) on the executors%s",
         spec.operator,
         len(files),
         where,
         version,
+        "; they stay its table files (claimed)"
+        if claim
+        else "; its first checkpoint writes the whole state",
     )
-    return Restored(cid, tuple(files), dict(defaults or {}))
+    return Restored(cid, tuple(files), claim, dict(defaults or {}))

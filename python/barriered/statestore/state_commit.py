@@ -10,7 +10,10 @@ say what the ``state`` table must no longer hold once they are in it:
   the file changes;
 * ``barriered.replaces``: key groups whose every older row the file replaces (it holds
   their whole state: the first cut after a restore, a compaction). Older rows are those
-  of the table's current files and of the commit's files written at an earlier cut.
+  of the table's current files and of the commit's files written at an earlier cut;
+* ``barriered.absorbs``: older files merged into the file (a compaction of the newest
+  files), whose rows of the partition's key groups ``barriered.deletes`` lists: no live
+  state reads them any more, so once no row of them is held they leave the table.
 
 :func:`state_changes` turns them into the new files and the deleted rows per file, and
 :func:`commit_state_table` writes them as one Delta commit
@@ -123,6 +126,9 @@ def state_changes(
     for f, notes in new:
         for path, rows in notes.deletes.items():
             deleted.setdefault(path, []).append(rows)
+        removable.update(notes.absorbs)  # merged into f: no live state reads them
+        if not f.rows:  # a partition's whole state, empty: only its replaces matter
+            removable.add(f.path)
         if not notes.replaces:
             continue
         groups = set(notes.replaces)

@@ -7,8 +7,10 @@ ranges of key groups, each one Parquet row group of at most about :data:`CHUNK_R
 says (:class:`FileNotes`) which of its rows no version holds (``barriered.hidden``:
 deleted keys' markers), which rows of older table files it replaces
 (``barriered.deletes``, by path), which key groups it holds whole
-(``barriered.replaces``), which key groups it holds (``barriered.groups``) and its
-*chunks* (``barriered.chunks``: row group ranges). A chunk is the unit of the machine's
+(``barriered.replaces``), which older table files it merged and its partition no longer
+reads (``barriered.absorbs``: their rows it deletes are in ``barriered.deletes``), which
+key groups it holds (``barriered.groups``) and its *chunks* (``barriered.chunks``: row
+group ranges). A chunk is the unit of the machine's
 local cache (:mod:`barriered.statestore.state_cache`): its rows sorted by key hash,
 memory-mapped, named after the file and its row groups, so a restore into other
 partitions reuses the chunks of the key groups it owns. A file of another writer (an
@@ -44,6 +46,7 @@ META_DELETES = b"barriered.deletes"
 META_REPLACES = b"barriered.replaces"
 META_GROUPS = b"barriered.groups"
 META_CHUNKS = b"barriered.chunks"
+META_ABSORBS = b"barriered.absorbs"
 
 
 def encode_rows(rows: np.ndarray) -> list[Any]:
@@ -66,6 +69,7 @@ class FileNotes:
     replaces: tuple[int, ...]  # key groups whose every older row it replaces
     groups: tuple[int, ...] = ()  # the key groups it holds rows of
     chunks: tuple[tuple[int, int], ...] = ()  # row group ranges [first, end)
+    absorbs: tuple[str, ...] = ()  # older table files merged into it, no longer read
 
     def metadata(self) -> dict[bytes, bytes]:
         """The footer's key-value metadata."""
@@ -76,6 +80,7 @@ class FileNotes:
             META_REPLACES: json.dumps(list(self.replaces)).encode(),
             META_GROUPS: json.dumps(list(self.groups)).encode(),
             META_CHUNKS: json.dumps([list(c) for c in self.chunks]).encode(),
+            META_ABSORBS: json.dumps(list(self.absorbs)).encode(),
         }
 
     @classmethod
@@ -93,6 +98,7 @@ class FileNotes:
             tuple(int(g) for g in get(META_REPLACES, [])),
             tuple(int(g) for g in get(META_GROUPS, [])),
             tuple((int(a), int(b)) for a, b in get(META_CHUNKS, [])),
+            tuple(str(p) for p in get(META_ABSORBS, [])),
         )
 
 
@@ -263,13 +269,21 @@ class FileWriter:
         self.rows += n
 
     def close(
-        self, deletes: Mapping[str, np.ndarray], replaces: Sequence[int]
+        self,
+        deletes: Mapping[str, np.ndarray],
+        replaces: Sequence[int],
+        absorbs: Sequence[str] = (),
     ) -> tuple[int, FileNotes]:
         """Finish the file (its notes in the footer), write it; return its size and
         notes."""
         hidden = np.sort(np.concatenate(self.hidden)) if self.hidden else np.empty(0, np.int64)
         notes = FileNotes(
-            hidden, dict(deletes), tuple(replaces), tuple(self.groups), tuple(self.chunks)
+            hidden,
+            dict(deletes),
+            tuple(replaces),
+            tuple(self.groups),
+            tuple(self.chunks),
+            tuple(absorbs),
         )
         self.writer.add_key_value_metadata(
             {k.decode(): v.decode() for k, v in notes.metadata().items()}
