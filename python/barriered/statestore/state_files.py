@@ -233,8 +233,14 @@ class FileWriter:
         self.cache = cache
         self.sink = pa.BufferOutputStream()  # one PUT on an object store
         dictionary = [n for n in schema.names if n not in self.key_columns]
+        # Statistics of the key group and checkpoint id only: readers prune by them; a
+        # chunk's rows are in key-hash order, so other columns' bounds prune nothing.
         self.writer = pq.ParquetWriter(
-            self.sink, schema, compression="zstd", use_dictionary=dictionary
+            self.sink,
+            schema,
+            compression="zstd",
+            use_dictionary=dictionary,
+            write_statistics=[KEY_GROUP, CHECKPOINT_ID],
         )
         self.rows = 0
         self.groups: list[int] = []
