@@ -35,12 +35,16 @@ METHOD = """\
 * Fast-channel records while aligning are the records channels 1-3 delivered in the
   batches after the one that fixed a checkpoint's barriers, up to its cut (taken from
   the source's start/end offsets in the query progress), per batch.
-* Snapshot throughput is the state bytes a checkpoint wrote over its end-to-end
-  duration; the sequential reference writes the same number of bytes to one new file in
-  the same folder and `fsync`s it (median of 3), in the same run. The snapshot writer
-  does not `fsync`, so the reference is the slower of the two ways to write.
+* Snapshot throughput (`snapshot`) is the changed state's bytes as Arrow holds them in
+  memory (its rows: key, state, key group, checkpoint id) over the longest time a task
+  took to write them at the cut (`state_write_ms`: merge, encode, write, cache); the
+  sequential reference writes the same number of bytes to one new file in the same
+  folder and `fsync`s it (median of 3), in the same run. The snapshot writer does not
+  `fsync`, so the reference is the slower of the two ways to write. The `s3` workload
+  divides the files' bytes by the checkpoint's end-to-end time instead.
 * Restore time is `start()` → end of the first batch of the restored query (in which
-  every key group reads its snapshot file on the executor) minus the same for a fresh
+  each partition reads what its batch touches of the restored files, on the executor)
+  minus the same for a fresh
   query on the same small input (baseline: session, planning, Python workers).
   Native ingest is the same for Spark's `groupBy().count()` reading the seed file (every
   key, one batch, fresh state; like every native baseline it reads the barriered source

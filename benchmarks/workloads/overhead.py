@@ -54,20 +54,17 @@ TARGET_1S = 0.97
 TARGET_NATIVE = 0.90
 #: Why a target is missed and what would close it (by target label prefix; RESULTS.md).
 WHY_MISSED = {
-    "keyed / groupBy().count()": "the keyed operator's micro-batch still crosses into a "
-    "Python worker once per slot of 8 key groups (Arrow rows in, the slot's state blob in "
-    "and out through applyInPandasWithState) and merges state in pandas, where Spark "
-    "aggregates in generated JVM code; the fixed cost per call and batch weighs at small "
-    "batches.",
+    "keyed / groupBy().count()": "the keyed operator's micro-batch crosses into a Python "
+    "worker once per partition (Arrow rows in, the partition's buffered changes in and out "
+    "through applyInPandasWithState) and runs the processor on Arrow and pandas, where "
+    "Spark aggregates in generated JVM code; the fixed cost of a call (~8 ms for 5,000 "
+    "rows) weighs at these small batches.",
     "e/b (aligned every 1s)": "a checkpoint every 1 s is one about every 3 batches of "
-    "~450 ms, so e/b >= 0.95 needs a cut batch within ~55 ms of an ordinary one; it costs "
-    "50-70 ms more (full runs of 2026-11-27: +51 ms, e/b 0.967; +72 ms, 0.935; +65 ms, "
-    "0.894, begun at load 6.2; per round 0.80-1.09): the keyed operator writes one state "
-    "file per key group (128: the state table is partitioned by key group) and one "
-    "acknowledgement per call (16), and the coordinator spends ~80 ms of driver time per "
-    "checkpoint (completion, Delta commits, the _checkpoints row, retention) on the same 2 "
-    "cores. The state of a slot's key groups in one file, and less coordinator work per "
-    "checkpoint, would close it.",
+    "~450 ms, so e/b >= 0.97 needs a cut batch within ~15 ms of an ordinary one: a cut "
+    "writes one state file and one acknowledgement per partition, and the coordinator "
+    "spends ~70 ms of driver time per checkpoint (completion, the state table's Delta "
+    "commit, the _checkpoints row, retention) on the same 2 cores. Moving the "
+    "coordinator's commit off the batch's thread would close most of it.",
 }
 
 SIZES = {

@@ -60,11 +60,11 @@ SEED_PARTITIONS, RESCALED_PARTITIONS = 2, 4
 TARGET_NATIVE = 1.5
 #: Why a target is missed and what would close it (by target label prefix; RESULTS.md).
 WHY_MISSED = {
-    "restore": "a restored key group reads its Parquet file on its first call, on the "
-    "executor; the first micro-batch after a restore pays the Python workers' start and "
-    "every key group's read and deserialization before any row is processed.",
-    "seeding": "seeding runs every key through the Python processor once and writes every "
-    "key group's state blob and snapshot file, where the native ingest aggregates in the JVM.",
+    "restore": "a restored partition reads the chunks of the restored files its first "
+    "batch touches, on the executor; the first micro-batch after a restore pays the Python "
+    "workers' start and those reads before any row is processed.",
+    "seeding": "seeding runs every key through the Python processor once and writes it into "
+    "the state table's files, where the native ingest aggregates in the JVM.",
 }
 
 
@@ -298,7 +298,7 @@ def markdown(record: dict[str, Any]) -> str:
             "key group reads its snapshot file on the executor) was within the run-to-run "
             "noise of the fresh query's first batch on the same small file: loading the "
             'state costs less than that noise. "state rows after" of the keyed runs counts '
-            "live state-store rows: one per slot of key groups (a slot's state as one Arrow "
-            "table; a record before the slots of 2026-11-26 has one per key group).",
+            "live state-store rows: one per partition (its changes since its last state file "
+            "and its manifest; records before 2026-11-28 hold a slot's whole state).",
         ]
     )

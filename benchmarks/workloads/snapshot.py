@@ -22,7 +22,8 @@ After the levels, a restore of the latest checkpoint into a new checkpoint locat
 the seeding run's shuffle partitions (``same``) and with others (``other``), after one
 more record per key group: its first micro-batch, against the same first batch of the
 largest size. The files the operator wrote are counted per partition and checkpoint, and
-the Python workers' largest resident memory is sampled while the size runs.
+the Python workers' largest private resident memory (``RssAnon``: the cache's mapped files
+are the kernel's to drop, not the worker's) is sampled while the size runs.
 """
 
 from __future__ import annotations
@@ -72,7 +73,14 @@ TARGET_SIZE_10M, TARGET_SIZE_LARGEST = 1.3, 1.5
 TARGET_CUT_1, TARGET_CUT_100 = 1.2, 1.5
 TARGET_WRITE, TARGET_FILES, TARGET_RESTORE = 0.25, 3, 1.5
 #: Why a target is missed and what would close it (by target label prefix; RESULTS.md).
-WHY_MISSED: dict[str, str] = {}
+WHY_MISSED = {
+    "changed bytes written": "a task's write at a cut is the changes merged in key-hash "
+    "order, encoded as zstd Parquet (one row group per chunk) and written once more as "
+    "Arrow IPC into the machine's cache, in one Python thread: of ~170 ms per 500k changed "
+    "rows, ~45 ms is the zstd encode and ~40 ms the cache copy, against a sequential write "
+    "of raw bytes. Writing the cache copy on its own thread, or filling the cache lazily "
+    "on the first read, would close most of it.",
+}
 SCHEMA = pa.schema([("user_id", pa.string()), ("amount", pa.int64())])
 
 
@@ -169,7 +177,8 @@ def state_files(snap: str) -> dict[str, Any]:
 
 
 def _python_rss() -> int:
-    """The largest resident memory (bytes) of this machine's PySpark Python workers."""
+    """The largest private resident memory (``RssAnon``, bytes) of this machine's PySpark
+    Python workers."""
     largest = 0
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -179,7 +188,7 @@ def _python_rss() -> int:
             if b"pyspark.daemon" not in cmdline and b"pyspark.worker" not in cmdline:
                 continue
             for line in Path("/proc", pid, "status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
+                if line.startswith("RssAnon:"):
                     largest = max(largest, int(line.split()[1]) * 1024)
         except OSError:
             continue
@@ -188,7 +197,7 @@ def _python_rss() -> int:
 
 @contextmanager
 def peak_worker_memory() -> Iterator[dict[str, int]]:
-    """Sample the Python workers' resident memory every 0.5 s while inside."""
+    """Sample the Python workers' private resident memory every 0.5 s while inside."""
     peak = {"bytes": 0}
     stop = threading.Event()
 
@@ -359,7 +368,7 @@ def _one_size(ctx: Context, keys: int, repeats: int) -> dict[str, Any]:
             "ratio": ratio(write_mb_s, sequential),
         },
         "restore": restore,
-        "peak_python_worker_bytes": memory["bytes"],
+        "peak_python_worker_anon_bytes": memory["bytes"],
     }
 
 
@@ -378,10 +387,9 @@ def run(ctx: Context) -> dict[str, Any]:
     def cut(k: int, level: str) -> Any:
         return sizes.get(str(k), {}).get("levels", {}).get(level, {}).get("cut_over_ordinary")
 
-    restore = {
-        k: sizes.get(str(k), {}).get("restore", {}).get("same", {}).get("first_batch_ms")
-        for k in (mid, largest)
-    }
+    def restore(k: int, run: str) -> Any:
+        return sizes.get(str(k), {}).get("restore", {}).get(run, {}).get("first_batch_ms")
+
     targets = {
         **target(
             f"ordinary batch p50, 100% of key groups: {ten:,} / {small:,} keys "
@@ -422,13 +430,15 @@ def run(ctx: Context) -> dict[str, Any]:
             TARGET_FILES,
             at_least=False,
         ),
-        **target(
-            f"restore, first batch: {largest:,} / {mid:,} keys <= {TARGET_RESTORE}",
-            ratio(restore[largest], restore[mid], digits=2),
+    }
+    for run in ("same", "other"):
+        targets |= target(
+            f"restore, first batch, {run} partitions: {largest:,} / {mid:,} keys "
+            f"<= {TARGET_RESTORE}",
+            ratio(restore(largest, run), restore(mid, run), digits=2),
             TARGET_RESTORE,
             at_least=False,
-        ),
-    }
+        )
     return {
         "params": {"keys": list(size["keys"]), "max_parallelism": MAX_PARALLELISM, **size},
         "results": {"sizes": sizes},
@@ -467,7 +477,7 @@ def markdown(record: dict[str, Any]) -> str:
             one["write"]["ratio"],
             one["restore"]["same"]["first_batch_ms"],
             one["restore"]["other"]["first_batch_ms"],
-            round(one["peak_python_worker_bytes"] / 2**20),
+            round(one["peak_python_worker_anon_bytes"] / 2**20),
         ]
         for keys, one in sizes.items()
     ]
@@ -507,7 +517,7 @@ def markdown(record: dict[str, Any]) -> str:
                     "write ratio",
                     "restore first batch ms (same)",
                     "restore first batch ms (other)",
-                    "peak Python worker MB",
+                    "peak Python worker MB (private)",
                 ],
                 per_size,
             ),

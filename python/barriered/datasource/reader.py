@@ -69,6 +69,13 @@ _FATAL_DEFAULT: type[Exception] = CheckpointFailureLimitExceeded
 _AWAIT_POLL_S = 0.05
 
 
+def _raise_fatal(triggers: TriggerLog) -> None:
+    """Fail the query with the error of the trigger log's fatal message, if it has one."""
+    if triggers.fatal:
+        fatal = triggers.fatal
+        raise next((e for p, e in _FATAL if fatal.startswith(p)), _FATAL_DEFAULT)(fatal)
+
+
 @dataclass(frozen=True)
 class RangePartition(InputPartition):
     """Records ``[start, end)`` of one channel."""
@@ -353,9 +360,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         else:
             admission = self.settings.admission(self.channels)
         triggers = TriggerLog.read(self.layout.triggers_file)
-        if triggers.fatal:
-            fatal = triggers.fatal
-            raise next((e for p, e in _FATAL if fatal.startswith(p)), _FATAL_DEFAULT)(fatal)
+        _raise_fatal(triggers)
         self._watchdog.check(triggers.heartbeat, wall_time.now_ms())
         if triggers.last_completed != self._completed and triggers.completed_positions:
             # planned at every trigger, idle or not: the upstream hears of it at once
@@ -445,9 +450,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         deadline = wall_time.now_ms() + timeout_ms
         while True:
             triggers = TriggerLog.read(self.layout.triggers_file)
-            if triggers.fatal:
-                fatal = triggers.fatal
-                raise next((e for p, e in _FATAL if fatal.startswith(p)), _FATAL_DEFAULT)(fatal)
+            _raise_fatal(triggers)
             if (triggers.last_completed or 0) >= last:
                 return
             done = triggers.last_completed
@@ -489,9 +492,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         deadline = wall_time.now_ms() + timeout_ms
         while True:
             triggers = TriggerLog.read(self.layout.triggers_file)
-            if triggers.fatal:
-                fatal = triggers.fatal
-                raise next((e for p, e in _FATAL if fatal.startswith(p)), _FATAL_DEFAULT)(fatal)
+            _raise_fatal(triggers)
             if triggers.heartbeat != self._heartbeat_at_start:
                 return
             if wall_time.now_ms() >= deadline:

@@ -147,18 +147,7 @@ def state_changes(
                     rows = _replaced_rows(table_uri, other, owned)
                     deleted.setdefault(other.path, []).append(rows)
                     removable.add(other.path)
-    adds = [
-        NewFile(
-            f.path,
-            f.size,
-            f.rows,
-            dict(f.partition_values),
-            f.modification_time,
-            f.stats_json(),
-            notes.hidden,
-        )
-        for f, notes in new
-    ]
+    adds = [_new_file(f, notes.hidden) for f, notes in new]
     log.debug(
         "keyed state of %s: %d new file(s), rows deleted in %d file(s)",
         list(operators),
@@ -274,16 +263,18 @@ def commit_copies(
         The commit metadata.
     """
     table_files = state_files(layout, schema)
-    adds = [
-        NewFile(
-            f.path,
-            f.size,
-            f.rows,
-            dict(f.partition_values),
-            f.modification_time,
-            f.stats_json(),
-            hidden,
-        )
-        for f, hidden in files
-    ]
+    adds = [_new_file(f, hidden) for f, hidden in files]
     return commit_state(table_files, checkpoint_id, adds, {}, metadata, STATE_APP_ID)
+
+
+def _new_file(f: DataFile, hidden: np.ndarray) -> NewFile:
+    """The add of data file ``f`` whose rows ``hidden`` no version holds."""
+    return NewFile(
+        f.path,
+        f.size,
+        f.rows,
+        dict(f.partition_values),
+        f.modification_time,
+        f.stats_json(),
+        hidden,
+    )
