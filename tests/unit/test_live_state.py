@@ -19,7 +19,7 @@ from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
 from deltalake.transaction import create_table_with_add_actions
 
-from barriered.statestore import live_state, state_files
+from barriered.statestore import merge_plan, state_files
 from barriered.statestore.acks import DataFile
 from barriered.statestore.key_groups import partition_key_groups
 from barriered.statestore.live_manifest import RestoredFile, new_manifest
@@ -254,10 +254,10 @@ def test_random_changes_cuts_aborts_retries_and_restores(
 ) -> None:
     rng = random.Random(seed)
     if seed % 2:  # files of many small chunks: lookups and merges cross chunk bounds
-        for module in (state_files, live_state):
+        for module in (state_files, merge_plan):
             monkeypatch.setattr(module, "CHUNK_ROWS", rng.choice([5, 20]))
     # merges of the newest files only, over older ones the changes have not caught up with
-    monkeypatch.setattr(live_state, "MERGE_RATIO", rng.choice([0.25, 1, 4]))
+    monkeypatch.setattr(merge_plan, "MERGE_RATIO", rng.choice([0.25, 1, 4]))
     query = Query(
         tmp_path,
         partitions=rng.choice([1, 2, 3]),

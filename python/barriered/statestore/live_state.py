@@ -22,7 +22,8 @@ coordinator turns into deletion vectors in the checkpoint's single commit
 (:mod:`barriered.statestore.state_log`): the rows of older table files it replaces
 (``barriered.deletes``, from each changed key's previous entry) and its own marker rows
 (``barriered.hidden``). Past ``keyed.maxRuns`` table files the cut merges the newest of
-them into its file (:meth:`LiveState._to_absorb`; ``barriered.absorbs``); when that is
+them into its file (:func:`~barriered.statestore.merge_plan.to_absorb`;
+``barriered.absorbs``); when that is
 all of them, and at the first cut after a restore that did not claim its files
 (:func:`~barriered.statestore.live_manifest.new_manifest`), the file is the partition's
 whole state and replaces every older row of its key groups (``barriered.replaces``). A
@@ -53,6 +54,7 @@ from barriered.statestore.evolution import conform
 from barriered.statestore.fileio import join
 from barriered.statestore.key_groups import partition_key_groups
 from barriered.statestore.live_manifest import FORMAT, Manifest, Pending, Run
+from barriered.statestore.merge_plan import file_rows, merge_ranges, to_absorb
 from barriered.statestore.state_cache import (
     GONE,
     HASH,
@@ -63,7 +65,6 @@ from barriered.statestore.state_cache import (
 )
 from barriered.statestore.state_files import (
     CHECKPOINT_ID,
-    CHUNK_ROWS,
     KEY_GROUP,
     Chunk,
     FileWriter,
@@ -148,9 +149,6 @@ class Flushed:
 #: Origins of a buffered change (``__origin_run``): no file holds the key; a spilled file
 #: holds it.
 NO_FILE, SPILLED = -1, -2
-#: A cut merges an older table file only while it holds at most this many times the rows
-#: merged so far (:meth:`LiveState._to_absorb`).
-MERGE_RATIO = 4
 EMPTY = np.empty(0, np.int64)
 
 _DVS: dict[tuple[str, str], np.ndarray] = {}
@@ -392,7 +390,7 @@ class LiveState:
         name = f"p{self.manifest.partition}-{uuid.uuid4().hex}.parquet"
         uri = join(self.config.private_uri, name)
         writer = FileWriter(uri, self.config.file_schema, self.config.key_columns, 0, self.cache)
-        for low, high in self._ranges(entries, []):
+        for low, high in merge_ranges(self.key_groups, entries[KEY_GROUP].to_numpy(), []):
             writer.add(in_groups(entries, low, high))
         writer.close(deletes, ())
         self.manifest.runs.insert(0, self.manifest.add_run(uri=uri, rel=None, private=True))
@@ -439,35 +437,6 @@ class LiveState:
             return self.config.merge_schema.empty_table()
         return parts[0] if len(parts) == 1 else newest_first(parts, self.config.key_columns)
 
-    def _ranges(self, buffered: pa.Table, runs: Sequence[Run]) -> list[tuple[int, int]]:
-        """This partition's key groups in consecutive ranges of about
-        :data:`~barriered.statestore.state_files.CHUNK_ROWS` entries of ``buffered`` and
-        ``runs`` (a run's chunk counted evenly over its key groups): a merge holds one
-        range at a time."""
-        mine = self.key_groups
-        if not len(mine):
-            return []
-        rows = np.zeros(len(mine), np.float64)
-        groups = buffered[KEY_GROUP].to_numpy() - mine.start
-        rows += np.bincount(groups[(groups >= 0) & (groups < len(mine))], minlength=len(mine))
-        for run in runs:
-            info = file_info(run.uri, run.key_group)
-            for chunk in info.chunks:
-                low, high = max(chunk.low, mine.start), min(chunk.high, mine[-1])
-                if low <= high:
-                    n = info.starts[chunk.end] - info.starts[chunk.first]
-                    rows[low - mine.start : high - mine.start + 1] += n / (
-                        chunk.high - chunk.low + 1
-                    )
-        ranges, first, total = [], 0, 0.0
-        for i, n in enumerate(rows):
-            if i > first and total + n > CHUNK_ROWS:
-                ranges.append((mine.start + first, mine.start + i - 1))
-                first, total = i, 0.0
-            total += n
-        ranges.append((mine.start + first, mine[-1]))
-        return ranges
-
     def _merged(self, buffered: pa.Table, runs: Sequence[Run], low: int, high: int) -> pa.Table:
         """One entry per key of key groups ``low..high``: the buffered one, else the one
         of the newest of ``runs`` holding it (by hash)."""
@@ -494,7 +463,12 @@ class LiveState:
         manifest.pending = [p for p in manifest.pending if base is None or p.first_cut > base]
         private = [r for r in manifest.runs if r.private]
         table_runs = [r for r in manifest.runs if not r.private]
-        absorbed = table_runs if manifest.full_next else self._to_absorb(table_runs, private)
+        changed_rows = self.buffer.num_rows + sum(file_rows(r) for r in private)
+        absorbed = (
+            list(table_runs)
+            if manifest.full_next
+            else to_absorb(table_runs, changed_rows, self.config.max_runs)
+        )
         full = manifest.full_next or (bool(absorbed) and len(absorbed) == len(table_runs))
         written = None
         if full or absorbed or self.buffer.num_rows or private:
@@ -518,28 +492,6 @@ class LiveState:
         self.buffer = self.config.buffer_schema.empty_table()
         changed = {g for p in manifest.pending for g in p.groups}
         return Flushed(list(manifest.pending), changed, written, bool(absorbed))
-
-    def _to_absorb(self, table_runs: Sequence[Run], private: Sequence[Run]) -> list[Run]:
-        """The newest table files a cut merges with its changes once the partition has
-        ``keyed.maxRuns`` of them: enough to leave at most half as many, then each next
-        older one that holds at most :data:`MERGE_RATIO` times the rows merged so far.
-        Files of similar size merge; a large file stays until the changes over it reach
-        1 / :data:`MERGE_RATIO` of its rows, so a cut's merge costs about what changed
-        since the last merge, not the state. All of them: a whole-state compaction."""
-        if len(table_runs) < self.config.max_runs:
-            return []
-        keep_at_most = max(1, self.config.max_runs // 2)
-        merged = self.buffer.num_rows + sum(_rows(r) for r in private)
-        out: list[Run] = []
-        for i, run in enumerate(table_runs):
-            if run.rel is None:  # a restored file of another table: only replaced whole
-                return list(table_runs)
-            kept = len(table_runs) - i + 1  # this one, the older ones and the new file
-            if kept <= keep_at_most and _rows(run) > MERGE_RATIO * merged:
-                break
-            out.append(run)
-            merged += _rows(run)
-        return out
 
     def _my_rows(self, run: Run) -> np.ndarray:
         """The rows of ``run`` in this partition's key groups (every row of a file it
@@ -573,7 +525,7 @@ class LiveState:
         uri = join(self.config.table_uri, rel)
         writer = FileWriter(uri, self.config.file_schema, self.config.key_columns,
                             checkpoint_id, self.cache)  # fmt: skip
-        for low, high in self._ranges(buffered, sources):
+        for low, high in merge_ranges(self.key_groups, buffered[KEY_GROUP].to_numpy(), sources):
             entries = self._merged(buffered, sources, low, high)
             if drop_deleted:
                 entries = entries.filter(pc.invert(entries[GONE]))
@@ -596,8 +548,3 @@ class LiveState:
             first_cut=checkpoint_id,
         )
         return pending, self.manifest.add_run(uri=uri, rel=rel)
-
-
-def _rows(run: Run) -> int:
-    """The rows of a run's file (its footer)."""
-    return int(file_info(run.uri, run.key_group).starts[-1])
