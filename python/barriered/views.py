@@ -205,8 +205,14 @@ def state_table(
 
 def _arrow_frame(spark: SparkSession, table: pa.Table) -> DataFrame:
     """A Delta table read by delta-rs as a DataFrame of its own types (a timestamp
-    without time zone stays ``timestamp_ntz``; Spark's default makes it ``timestamp``)."""
-    return spark.createDataFrame(table, schema=from_arrow_schema(table.schema))
+    without time zone stays ``timestamp_ntz``; Spark's default makes it ``timestamp``).
+
+    Empty record batches are dropped first: ``createDataFrame`` keeps no row after one
+    (pyspark 4.3; delta-rs yields one for a file whose deletion vector holds every row,
+    and the rows of the files after it were lost)."""
+    batches = [b for b in table.to_batches() if b.num_rows]
+    whole = pa.Table.from_batches(batches, schema=table.schema)
+    return spark.createDataFrame(whole, schema=from_arrow_schema(table.schema))
 
 
 def _read_with_spark_delta(spark: SparkSession, uri: str, version: int) -> DataFrame | None:
