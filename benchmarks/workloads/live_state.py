@@ -48,7 +48,15 @@ SCHEMA = pa.schema([("user_id", pa.string()), ("count", pa.int64())])
 #: The chosen design's 128-key batch at the largest size against the smallest (issue 37:
 #: a batch costs what it touches).
 TARGET_SMALL_BATCH = 1.5
-WHY_MISSED: dict[str, str] = {}
+WHY_MISSED = {
+    "files: 128-key batch": "a lookup searches, for each key group the batch touches, "
+    "each run's chunk of it in the machine's cache (binary search by key hash in a mapped "
+    "Arrow unit): at 10M keys the partition holds more files and each touched unit is "
+    "larger, so the first touch of its pages costs more. The absolute cost stays a few "
+    "ms (7.1 ms at 10M, 2.5 ms at 1M); in Spark the ordinary batch at 10M keys is 0.9x "
+    "the one at 100k (the snapshot section). Fewer files per partition (compaction at a "
+    "lower keyed.maxRuns) would close part of it.",
+}
 
 
 def names(ids: np.ndarray) -> pa.Array:

@@ -154,12 +154,21 @@ def _configure(ctx: Context, server: Any, interval: str) -> None:
 
 def checkpoint_file_sizes(snap: str, checkpoint_id: int) -> list[int]:
     """Sizes of the state files checkpoint ``checkpoint_id`` wrote (live in the state
-    table: the keyed operator names them ``ckpt-<id>-<uuid>.parquet``)."""
+    table: a keyed partition names its file of a cut ``p<partition>-c<id>-<uuid>.parquet``).
+
+    Raises
+    ------
+    RuntimeError
+        When the table holds none (the comparison would divide nothing).
+    """
     layout = SnapshotLayout.configured(snap)
     state = open_table(layout.state_table, storage_options=layout.storage_options)
     files = current_files(state) if state is not None else []
-    name = f"ckpt-{checkpoint_id}-"
-    return sorted(f["size"] for f in files if f["path"].rsplit("/", 1)[-1].startswith(name))
+    name = re.compile(rf"p\d+-c{checkpoint_id}-")
+    sizes = sorted(f["size"] for f in files if name.match(f["path"].rsplit("/", 1)[-1]))
+    if not sizes:
+        raise RuntimeError(f"no state file of checkpoint {checkpoint_id} in {layout.state_table}")
+    return sizes
 
 
 def plain_upload(folder: str, sizes: list[int]) -> dict[str, Any]:

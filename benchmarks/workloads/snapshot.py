@@ -80,6 +80,13 @@ WHY_MISSED = {
     "rows, ~45 ms is the zstd encode and ~40 ms the cache copy, against a sequential write "
     "of raw bytes. Writing the cache copy on its own thread, or filling the cache lazily "
     "on the first read, would close most of it.",
+    "restore, first batch": "the restored query's first batch reads, for every key it "
+    "touches, the chunk of each restored file that holds the key's key group, and builds "
+    "that chunk's cached unit whole where the machine's cache does not hold it (decode, "
+    "hash, write); a chunk is at least one key group (780k rows at 100M keys), so 128 keys "
+    "spread over every key group cost O(state / key groups) each, not O(keys). Several "
+    "row groups per chunk by key-hash range, each read and cached on its own, would make "
+    "it O(keys touched); not built yet.",
 }
 SCHEMA = pa.schema([("user_id", pa.string()), ("amount", pa.int64())])
 
