@@ -23,13 +23,12 @@ coordinator turns into deletion vectors in the checkpoint's single commit
 (``barriered.deletes``, from each changed key's previous entry) and its own marker rows
 (``barriered.hidden``). Past ``keyed.maxRuns`` table files the cut merges the newest of
 them into its file (:func:`~barriered.statestore.merge_plan.to_absorb`;
-``barriered.absorbs``); when that is
-all of them, and at the first cut after a restore that did not claim its files
-(:func:`~barriered.statestore.live_manifest.new_manifest`), the file is the partition's
-whole state and replaces every older row of its key groups (``barriered.replaces``). A
-file stays *pending*, reported again at every cut, until a checkpoint at or after the
-cut that wrote it has completed (the ``base`` of a marker): an aborted checkpoint loses
-nothing.
+``barriered.absorbs``); when that is all of them, and at the first cut after a restore
+that did not claim its files (:func:`~barriered.statestore.live_manifest.new_manifest`),
+the file is the partition's whole state and replaces every older row of its key groups
+(``barriered.replaces``). A file stays *pending*, reported again at every cut, until a
+checkpoint at or after the cut that wrote it has completed (the ``base`` of a marker):
+an aborted checkpoint loses nothing.
 """
 
 from __future__ import annotations
