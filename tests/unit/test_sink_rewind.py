@@ -99,7 +99,7 @@ def test_a_restore_over_someone_elses_write_is_refused_and_writes_nothing(
         mode="append",
     )
     before = snapshot_of(tmp_path / "out", tmp_path / "snap")
-    for call in (rewind.check, lambda *a: rewind.rewind(*a, epoch=1)):
+    for call in (lambda *a: rewind.check(*a, {}), lambda *a: rewind.rewind(*a, epoch=1)):
         with pytest.raises(SinkRewindError) as err:
             call(layout, 1, committed)
         assert isinstance(err.value, RestoreError)
@@ -109,7 +109,7 @@ def test_a_restore_over_someone_elses_write_is_refused_and_writes_nothing(
         assert "Point the sink at a new table" in message
     assert snapshot_of(tmp_path / "out", tmp_path / "snap") == before
     # someone else's write after the latest checkpoint's output is left alone
-    rewind.check(layout, 2, committed)
+    rewind.check(layout, 2, committed, {})
 
 
 def test_a_restored_run_finishes_only_the_checkpoints_its_restore_covers(
@@ -128,3 +128,30 @@ def test_a_restored_run_finishes_only_the_checkpoints_its_restore_covers(
     SinkParticipants(layout, 2, continues=True).recover(committed, restored=None)
     assert rows_of(tmp_path / "out") == [("a", "eu", 1)]
     assert DeltaTable(str(tmp_path / "out")).version() == 1  # 1: the owner recorded
+
+
+@pytest.mark.s3
+def test_a_restore_check_opens_an_s3_sink_table_with_the_querys_own_storage_settings(
+    tmp_path: Path, s3_server: Any
+) -> None:
+    """The restore check in ``load()`` opens the sink tables the snapshot path's commits
+    name with the session's ``snapshotStorageOptions``, as the sinks do: not with no
+    settings when earlier queries of the process registered different ones for the same
+    bucket (issue 36: the full matrix's S3 outage test was refused at its restore)."""
+    from barriered.statestore import storage
+
+    out = s3_server.uri("rewind-check", "out")
+    write_deltalake(
+        out,
+        pa.table({"user_id": ["x"], "region": ["eu"], "n": [1]}, schema=SCHEMA),
+        storage_options=storage.StorageSettings(s3_server.storage_options).delta_options(),
+    )
+    storage.register(s3_server.uri("rewind-check", "a"), s3_server.storage_options)
+    elsewhere = {**s3_server.storage_options, "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
+    storage.register(s3_server.uri("rewind-check", "b"), elsewhere)
+    plan = committer.SinkPlan("s", out, 0, ((0, 0),))
+    committed: Committed = {1: (1, {committer.PLAN_KEY: committer.plans_json([plan])})}
+    layout = SnapshotLayout.at(str(tmp_path / "snap"))
+    rewind.check(layout, 1, committed, s3_server.storage_options)  # opened, nothing to undo
+    assert storage.registered(out) == storage.StorageSettings(s3_server.storage_options)
+    assert len(s3_server.keys("rewind-check/out/_delta_log/")) == 1  # nothing written

@@ -74,7 +74,8 @@ def checked(
         point.check_files()
         _check_extension(point, settings)
         if point.origin.root == layout.root:  # the sinks' tables can go back to its output
-            rewind.check(layout, point.checkpoint_id, committed_checkpoints(layout))
+            committed = committed_checkpoints(layout)
+            rewind.check(layout, point.checkpoint_id, committed, settings.conf.storage_options)
     return settings, layout, point
 
 

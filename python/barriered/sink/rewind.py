@@ -42,6 +42,7 @@ from barriered.sink.staging import DELTA
 from barriered.statestore.delta_tables import open_table
 from barriered.statestore.fileio import join, read_json, write_json
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.storage import register
 
 log = logging.getLogger(__name__)
 
@@ -157,14 +158,22 @@ def check(
     layout: SnapshotLayout,
     checkpoint_id: int,
     committed: Mapping[int, tuple[int, Mapping[str, Any]]],
+    storage_options: Mapping[str, str],
 ) -> None:
     """Refuse a restore whose sinks' tables cannot be rewound (nothing is written).
+
+    ``storage_options`` are the session's ``snapshotStorageOptions``: the query's sinks
+    open their tables with exactly these (:meth:`SinkOptions.register_storage
+    <barriered.sink.options.SinkOptions.register_storage>`), and so does this check, never
+    with those another query registered in this process for the same bucket.
 
     Raises
     ------
     SinkRewindError
         See :func:`plan`; or a Kafka sink already published a later checkpoint.
     """
+    for path in sink_tables(committed).values():
+        register(path, storage_options)
     plan(layout, checkpoint_id, committed)
     publisher.check_restore(layout, checkpoint_id)
 

@@ -21,8 +21,10 @@ a restore (``restoreFrom``) must then give the same final state as a run without
 
 Faults are small files under ``<snapshotPath>/_coordinator/faults/``, so the driver,
 the source's Python worker and executors all see them. The first party to reach the
-point claims the file with an atomic rename, so a fault fires once; :func:`fired` tells
-(without timing luck) when it has, and :func:`wait_fired` waits for it.
+point claims the arming with a create-if-absent write (a hard link locally, a conditional
+PUT on S3: a rename on S3 is a copy and a delete, which two parties can both win), so a
+fault fires once; :func:`fired` tells (without timing luck) when it has, and
+:func:`wait_fired` waits for it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import os
 import time
 from collections.abc import Callable
 from typing import Any
+from uuid import uuid4
 
 from barriered import crash_points
 from barriered.crash_points import (
@@ -46,7 +49,14 @@ from barriered.crash_points import (
     STATE_SNAPSHOT,
 )
 from barriered.errors import InjectedFault
-from barriered.statestore.fileio import exists, filesystem, join, read_json, write_json
+from barriered.statestore.fileio import (
+    create_if_absent,
+    delete_file,
+    exists,
+    join,
+    read_json,
+    write_json,
+)
 from barriered.statestore.layout import SnapshotLayout
 from barriered.wall_time import now_ms
 
@@ -120,7 +130,7 @@ def inject(
         )
     if action not in ACTIONS:
         raise ValueError(f"unknown fault action {action!r}; choose one of {ACTIONS}")
-    plan = {"from": checkpoint_id, "action": action, "block_s": block_s}
+    plan = {"from": checkpoint_id, "action": action, "block_s": block_s, "arming": uuid4().hex}
     write_json(_armed(SnapshotLayout.at(snapshot_path), point), plan)
 
 
@@ -152,11 +162,10 @@ def fire(
     plan = read_json(armed, default=None)
     if plan is None or checkpoint_id < int(plan.get("from", 1)):
         return
-    fs, path = filesystem(armed)
-    try:
-        fs.move(path, f"{path}.claimed")
-    except OSError:
+    claim = join(_folder(layout), f"{point}.{plan.get('arming', '')}.claimed")
+    if not create_if_absent(claim, str(os.getpid()).encode(), "fault claim"):
         return  # another party claimed it first
+    delete_file(armed)
     record = {
         "point": point,
         "checkpoint_id": checkpoint_id,
