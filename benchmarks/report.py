@@ -180,6 +180,5 @@ def write(folder: Path, target: Path | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    from benchmarks.run import HERE
-
-    print(write(HERE / "results", HERE / "RESULTS.md"))
+    here = Path(__file__).resolve().parent
+    print(write(here / "results", here / "RESULTS.md"))

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-os.environ["BARRIERED_FAULTS"] = "1"  # barriered.crash_points.ENV, read at import
+# barriered.crash_points.ENV, read at import: the module handling the fault points
+os.environ["BARRIERED_FAULTS"] = "barriered.testing.faults"
 
 if TYPE_CHECKING:
     from kafka_broker import KafkaBroker

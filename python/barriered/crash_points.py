@@ -2,9 +2,11 @@
 
 Production code calls :func:`hit` at each point below. The call does nothing (one
 boolean test) unless the process was started with the environment variable
-``BARRIERED_FAULTS=1``, which the test suite sets before any Spark process starts (its
-Python workers, executors and drivers inherit it); then a fault armed by
-:func:`barriered.testing.faults.inject` fires there. Users never set it.
+``BARRIERED_FAULTS`` naming the module that handles the hits, whose ``fire`` then runs
+at every hit (the same arguments as :func:`hit`). The test suite sets
+``BARRIERED_FAULTS=barriered.testing.faults`` before any Spark process starts (its Python
+workers, executors and drivers inherit it), so a fault armed by that module's ``inject``
+fires there; production code names no test module. Users never set it.
 
 ``aligning``
     The source planner (driver), while a checkpoint is aligning: its barrier positions
@@ -35,6 +37,7 @@ Python workers, executors and drivers inherit it); then a fault armed by
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -61,10 +64,15 @@ POINTS = (
     AFTER_SINK_COMMIT,
 )
 
-#: The environment variable that enables fault injection in a process (value ``1``).
+#: The environment variable that enables fault injection in a process: the module that
+#: handles the hits (``barriered.testing.faults``).
 ENV = "BARRIERED_FAULTS"
-#: Whether faults can fire in this process (read once, at import).
-ENABLED = os.environ.get(ENV) == "1"
+#: The module handling the hits in this process (read once, at import); None: off.
+HANDLER = os.environ.get(ENV) or None
+#: Whether faults can fire in this process.
+ENABLED = HANDLER is not None
+
+_fire: Callable[..., None] | None = None
 
 #: Start of the message of every injected crash.
 MESSAGE_PREFIX = "injected fault"
@@ -97,7 +105,8 @@ def hit(
     InjectedFault
         When an armed ``"raise"`` fault fires.
     """
-    if ENABLED:
-        from barriered.testing import faults
-
-        faults.fire(layout, point, checkpoint_id, on_crash, detail)
+    if HANDLER is not None:
+        global _fire
+        if _fire is None:
+            _fire = importlib.import_module(HANDLER).fire
+        _fire(layout, point, checkpoint_id, on_crash, detail)

@@ -29,7 +29,7 @@ import barriered
 from barriered.coordinator import ownership
 from barriered.errors import ConfigError, SinkError, SinkRewindError
 from barriered.sink import staging
-from barriered.sink.committer import SinkPlan
+from barriered.sink.commit_plan import SinkPlan
 from barriered.sink.kafka import options as kafka_options
 from barriered.sink.kafka import publisher
 from barriered.sink.kafka.options import KafkaSinkSettings

@@ -61,7 +61,7 @@ def test_production_code_reaches_faults_only_through_the_hook_when_enabled(tmp_p
     layout = SnapshotLayout.at(str(tmp_path / "snap"))
     faults.inject(layout.root, faults.BEFORE_COMMIT)
     armed = sorted(p.name for p in (tmp_path / "snap").rglob("*.json"))
-    # A process started without BARRIERED_FAULTS=1 (any user's): the armed fault never
+    # A process started without BARRIERED_FAULTS (any user's): the armed fault never
     # fires there, nothing is claimed, and arming one is refused.
     env = {k: v for k, v in os.environ.items() if k != crash_points.ENV}
     script = (
@@ -79,7 +79,7 @@ def test_production_code_reaches_faults_only_through_the_hook_when_enabled(tmp_p
     )
     assert run.returncode == 0, run.stderr
     assert "fault injection is off in this process: start it" in run.stdout
-    assert "BARRIERED_FAULTS=1" in run.stdout
+    assert "BARRIERED_FAULTS=barriered.testing.faults" in run.stdout
     assert sorted(p.name for p in (tmp_path / "snap").rglob("*.json")) == armed
     # This process has it on (tests/conftest.py): the same call fires.
     with pytest.raises(InjectedFault, match="injected fault at before_commit"):

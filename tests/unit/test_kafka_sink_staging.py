@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from barriered.errors import ConfigError
-from barriered.sink import committer, staging
+from barriered.sink import commit_plan, committer, staging
 from barriered.sink.kafka import options
 from barriered.sink.kafka.options import KafkaSinkSettings
 from barriered.sink.kafka.writer import FILE_PREFIX, RECORDS
@@ -47,11 +47,11 @@ def test_records_a_crashed_run_staged_after_its_cut_are_removed_by_retention(
     assert staging.read(layout, "s", 1, 5) == StagedBatch.from_dict(
         json.loads(Path(layout.staged_file("s", 1, 5)).read_text())
     )
-    (plan,) = committer.plan(layout, 2, 0)
+    (plan,) = commit_plan.plan(layout, 2, 0)
     assert (plan.kind, plan.batches, plan.path) == ("kafka", ((2, 0),), s.path)
-    assert committer.plans_from_metadata({committer.PLAN_KEY: committer.plans_json([plan])}) == [
-        plan
-    ]
+    assert commit_plan.plans_from_metadata(
+        {commit_plan.PLAN_KEY: commit_plan.plans_json([plan])}
+    ) == [plan]
     assert committer.sweep(layout, 2, 60_000) == 0  # younger than retention.minAge: kept
     assert committer.sweep(layout, 2, 0) == 1
     assert not orphan.exists() and not Path(layout.staged_file("s", 1, 5)).exists()

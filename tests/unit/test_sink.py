@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 from test_cli_tools import row
 
 from barriered.errors import ConfigError, SinkError
-from barriered.sink import committer, options, staging
+from barriered.sink import commit_plan, committer, options, staging
 from barriered.sink.options import SinkSettings
 from barriered.sink.participant import SinkParticipants
 from barriered.sink.staging import StagedBatch
@@ -110,7 +110,7 @@ def test_staged_output_is_invisible_until_its_checkpoint_commits(tmp_path: Path)
     stage_batch(layout, s, 0, 1, [("a", "eu", 2)])
     stage_batch(layout, s, 0, 2, [("c", "eu", 1)])  # after the cut
     assert not (tmp_path / "out" / "_delta_log").exists()
-    plans = committer.plan(layout, 0, cut_batch=1)
+    plans = commit_plan.plan(layout, 0, cut_batch=1)
     assert [(p.sink_id, p.batches) for p in plans] == [("out", ((0, 0), (0, 1)))]
     (done,) = committer.commit(layout, 7, plans)
     assert (done.version, done.rows) == (0, 3)
@@ -120,7 +120,7 @@ def test_staged_output_is_invisible_until_its_checkpoint_commits(tmp_path: Path)
     # version 1 records the sink's owner (barriered.sink.owner.out: the snapshot path)
     owner = DeltaTable(str(tmp_path / "out")).metadata().configuration
     assert owner == {"barriered.sink.owner.out": layout.root}
-    (later,) = committer.commit(layout, 8, committer.plan(layout, 0, cut_batch=2))
+    (later,) = committer.commit(layout, 8, commit_plan.plan(layout, 0, cut_batch=2))
     assert later.version == 2 and rows_of(tmp_path / "out", 2)[-1] == ("c", "eu", 1)
 
 
@@ -130,7 +130,7 @@ def test_a_commit_repeated_after_a_crash_changes_nothing(
     layout = SnapshotLayout.at(str(tmp_path / "snap"))
     s = settings(tmp_path)
     stage_batch(layout, s, 0, 0, [("a", "eu", 1)])
-    plans = committer.plan(layout, 0, cut_batch=0)
+    plans = commit_plan.plan(layout, 0, cut_batch=0)
 
     def crash(*args: object, **kwargs: object) -> None:
         raise OSError("crash after the Delta commit")
@@ -152,10 +152,10 @@ def test_update_merges_by_key_last_row_wins(tmp_path: Path) -> None:
     s = settings(tmp_path, mode="update", keyColumns="user_id", partitionBy="region")
     stage_batch(layout, s, 0, 0, [("a", "eu", 1), ("b", "us", 5)])
     stage_batch(layout, s, 0, 1, [("a", "eu", 3)])
-    (first,) = committer.commit(layout, 1, committer.plan(layout, 0, 1))
+    (first,) = committer.commit(layout, 1, commit_plan.plan(layout, 0, 1))
     assert rows_of(tmp_path / "out") == [("a", "eu", 3), ("b", "us", 5)]
     stage_batch(layout, s, 0, 2, [("b", "us", 9), ("c", "eu", 1)])
-    committer.commit(layout, 2, committer.plan(layout, 0, 2))
+    committer.commit(layout, 2, commit_plan.plan(layout, 0, 2))
     assert rows_of(tmp_path / "out") == [("a", "eu", 3), ("b", "us", 9), ("c", "eu", 1)]
     assert DeltaTable(str(tmp_path / "out")).metadata().partition_columns == ["region"]
     # the staged rows are read back and merged: their files go with their records
@@ -167,7 +167,7 @@ def test_append_writes_partition_folders(tmp_path: Path) -> None:
     layout = SnapshotLayout.at(str(tmp_path / "snap"))
     s = settings(tmp_path, partitionBy="region")
     stage_batch(layout, s, 0, 0, [("a", "eu", 1), ("b", "us", 1), ("c", "eu", 1)])
-    committer.commit(layout, 1, committer.plan(layout, 0, 0))
+    committer.commit(layout, 1, commit_plan.plan(layout, 0, 0))
     assert sorted(p.name for p in (tmp_path / "out").glob("region=*")) == ["region=eu", "region=us"]
     assert rows_of(tmp_path / "out") == [("a", "eu", 1), ("b", "us", 1), ("c", "eu", 1)]
 
@@ -179,7 +179,7 @@ def test_the_next_run_finishes_a_completed_checkpoints_commit(tmp_path: Path) ->
     stage_batch(layout, s, 0, 1, [("b", "eu", 1)])
     stage_batch(layout, s, 0, 2, [("orphan", "eu", 1)])  # staged after the cut of 4
     # checkpoint 4 completed (its plan is in the state commit) and the run died
-    metadata = {committer.PLAN_KEY: committer.plans_json(committer.plan(layout, 0, 1))}
+    metadata = {commit_plan.PLAN_KEY: commit_plan.plans_json(commit_plan.plan(layout, 0, 1))}
     committer.finish(layout, {4: (9, metadata)})
     assert rows_of(tmp_path / "out") == [("a", "eu", 1), ("b", "eu", 1)]
     committer.finish(layout, {4: (9, metadata)})  # once more: nothing changes
@@ -198,7 +198,7 @@ def test_a_plan_whose_staged_batch_is_gone_is_refused(tmp_path: Path) -> None:
     s = settings(tmp_path)
     stage_batch(layout, s, 0, 0, [("a", "eu", 1)])
     stage_batch(layout, s, 0, 1, [("b", "eu", 1)])
-    plans = committer.plan(layout, 0, 1)
+    plans = commit_plan.plan(layout, 0, 1)
     Path(layout.staged_file("out", 0, 0)).unlink()
     with pytest.raises(SinkError, match=r"commits the staged \(epoch, batch\) \[\(0, 0\)\]"):
         committer.commit(layout, 2, plans)

@@ -12,7 +12,7 @@ from deltalake import DeltaTable, write_deltalake
 from test_sink import SCHEMA, rows_of, settings, stage_batch
 
 from barriered.errors import RestoreError, SinkRewindError
-from barriered.sink import committer, rewind, staging
+from barriered.sink import commit_plan, committer, rewind, staging
 from barriered.sink.options import SinkSettings
 from barriered.sink.participant import SinkParticipants
 from barriered.statestore.layout import SnapshotLayout
@@ -32,8 +32,8 @@ def checkpoint(
 ) -> None:
     """Checkpoint ``cid`` of run ``epoch`` covers ``batch``: staged, planned, committed."""
     stage_batch(layout, s, epoch, batch, rows)
-    plans = committer.plan(layout, epoch, batch)
-    committed[cid] = (cid, {committer.PLAN_KEY: committer.plans_json(plans)})
+    plans = commit_plan.plan(layout, epoch, batch)
+    committed[cid] = (cid, {commit_plan.PLAN_KEY: commit_plan.plans_json(plans)})
     if sink_commit:
         committer.commit(layout, cid, plans)
 
@@ -149,8 +149,8 @@ def test_a_restore_check_opens_an_s3_sink_table_with_the_querys_own_storage_sett
     storage.register(s3_server.uri("rewind-check", "a"), s3_server.storage_options)
     elsewhere = {**s3_server.storage_options, "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
     storage.register(s3_server.uri("rewind-check", "b"), elsewhere)
-    plan = committer.SinkPlan("s", out, 0, ((0, 0),))
-    committed: Committed = {1: (1, {committer.PLAN_KEY: committer.plans_json([plan])})}
+    plan = commit_plan.SinkPlan("s", out, 0, ((0, 0),))
+    committed: Committed = {1: (1, {commit_plan.PLAN_KEY: commit_plan.plans_json([plan])})}
     layout = SnapshotLayout.at(str(tmp_path / "snap"))
     rewind.check(layout, 1, committed, s3_server.storage_options)  # opened, nothing to undo
     assert storage.registered(out) == storage.StorageSettings(s3_server.storage_options)

@@ -27,7 +27,7 @@ from pyspark.sql.types import (
 from test_sink import SCHEMA, rows_of, settings, stage_batch
 
 from barriered.errors import ConfigError, SinkError
-from barriered.sink import committer, owner, schema, staging
+from barriered.sink import commit_plan, committer, owner, schema, staging
 from barriered.sink.participant import SinkParticipants
 from barriered.sink.staging import StagedBatch
 from barriered.sink.writer import write_files
@@ -37,12 +37,12 @@ from file_tree import tree
 
 def commit_one(
     tmp_path: Path, snap: str, cid: int, rows: list[tuple[str, str, int]], **kw: str
-) -> tuple[SnapshotLayout, list[committer.SinkCommit]]:
+) -> tuple[SnapshotLayout, list[commit_plan.SinkCommit]]:
     """Stage one batch of ``rows`` on snapshot path ``snap`` and commit it as ``cid``."""
     layout = SnapshotLayout.at(str(tmp_path / snap))
     s = settings(tmp_path, snapshotPath=str(tmp_path / snap), **kw)
     stage_batch(layout, s, 0, cid, rows)
-    return layout, committer.commit(layout, cid, committer.plan(layout, 0, cid))
+    return layout, committer.commit(layout, cid, commit_plan.plan(layout, 0, cid))
 
 
 def test_a_second_query_on_the_same_table_and_sink_id_is_refused_and_writes_nothing(
@@ -56,7 +56,7 @@ def test_a_second_query_on_the_same_table_and_sink_id_is_refused_and_writes_noth
     s = settings(tmp_path, snapshotPath=second.root)
     stage_batch(second, s, 0, 0, [("b", "eu", 1)])
     before = tree(tmp_path / "out"), tree(tmp_path / "snap-b")
-    plans = committer.plan(second, 0, 0)
+    plans = commit_plan.plan(second, 0, 0)
     participants = SinkParticipants(second, 0)
     participants.ran(0)
     for attempt in (
@@ -103,7 +103,7 @@ def test_a_query_restored_from_the_owner_takes_the_table_over(tmp_path: Path) ->
     latest = owner.Lineage(first.root, 3)
     assert committer.guard(restored.root, s, SCHEMA, owner.Lineage(first.root, None))[1] is False
     stage_batch(restored, s, 0, 0, [("b", "eu", 1)])
-    committer.commit(restored, 4, committer.plan(restored, 0, 0), latest)
+    committer.commit(restored, 4, commit_plan.plan(restored, 0, 0), latest)
     assert rows_of(tmp_path / "out") == [("a", "eu", 1), ("b", "eu", 1)]
     assert owner.owners(DeltaTable(str(tmp_path / "out"))) == {"out": restored.root}
     with pytest.raises(SinkError, match="belongs to sink 'out' of another query"):
@@ -138,7 +138,7 @@ def test_a_table_no_sink_wrote_is_refused_unless_adopted(tmp_path: Path) -> None
     assert tree(tmp_path / "out") == before
     adopted = settings(tmp_path, adoptTable="true")
     stage_batch(layout, adopted, 0, 0, [("a", "eu", 1)])
-    committer.commit(layout, 1, committer.plan(layout, 0, 0))
+    committer.commit(layout, 1, commit_plan.plan(layout, 0, 0))
     assert rows_of(tmp_path / "out") == [("a", "eu", 1), ("x", "eu", 9)]
     assert owner.owners(DeltaTable(str(tmp_path / "out"))) == {"out": layout.root}
 
@@ -168,7 +168,7 @@ def test_a_table_overwritten_with_another_schema_between_runs_is_refused(tmp_pat
     stage_batch(layout, s, 0, 2, [("b", "eu", 1)])
     before = tree(tmp_path / "out")
     with pytest.raises(SinkError, match=r'n \(table: "string", output: "long"\)'):
-        committer.commit(layout, 2, committer.plan(layout, 0, 2))
+        committer.commit(layout, 2, commit_plan.plan(layout, 0, 2))
     assert tree(tmp_path / "out") == before
     with pytest.raises(SinkError, match=r"partition columns \(table: \[\], option partitionBy"):
         committer.guard(layout.root, settings(tmp_path, partitionBy="region"), changed.schema)
@@ -254,6 +254,6 @@ def test_mode_update_merges_rows_of_every_delta_type(tmp_path: Path) -> None:
     for batch, (i, key) in enumerate([(1, "a"), (2, "b"), (3, "a")]):
         files = write_files(s, pa.Table.from_pylist([row(i, key)], schema=typed))
         staging.stage(layout, StagedBatch(s, 0, batch, typed, tuple(files)))
-    committer.commit(layout, 1, committer.plan(layout, 0, 2))
+    committer.commit(layout, 1, commit_plan.plan(layout, 0, 2))
     got = DeltaTable(str(tmp_path / "out")).to_pyarrow_table().to_pylist()
     assert sorted(got, key=lambda r: r["k"]) == [row(3, "a"), row(2, "b")]

@@ -50,7 +50,7 @@ from barriered.errors import (
     CheckpointFailureLimitExceeded,
     FencedError,
 )
-from barriered.sink import committer
+from barriered.sink import commit_plan
 from barriered.sink import owner as sink_owner
 from barriered.sink.participant import SinkParticipants
 from barriered.statestore import checkpoints_table, maintenance, operators, retention
@@ -236,7 +236,7 @@ class QueryCoordinator:
             acks,
             list(self.layout.registrations().values()),  # the state table's columns
             self.epoch,
-            {committer.PLAN_KEY: committer.plans_json(sink_plans)},
+            {commit_plan.PLAN_KEY: commit_plan.plans_json(sink_plans)},
         )
         self._commits[done.checkpoint_id] = commit
         if self.epoch is not None and ownership.newer_epoch_exists(self.layout, self.epoch):

@@ -12,6 +12,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from barriered import wall_time
+from barriered.config import SNAPSHOT_PATH
 from barriered.datasource import mirror, preflight
 from barriered.datasource.columns import (
     BARRIER,
@@ -147,7 +148,11 @@ def _start_run(
     """What a run writes once it owns the snapshot path (every check passed): the
     upstream's manifest (a savepoint's, when one is restored into a new path), the resolved
     configuration, and a previous run's fatal error cleared. Returns the upstream to read."""
-    ensure_dir(layout.root)
+    ensure_dir(
+        layout.root,
+        f"Set {SNAPSHOT_PATH.key} (or the source option {SNAPSHOT_PATH.name!r}) to a folder "
+        "the driver and executors can write",
+    )
     if point is not None and _adopts_manifest(point, layout):
         copy_tree(point.origin.source_dir, layout.source_dir)
         upstream = upstream_of(settings, layout.source_dir, point.describe())

@@ -1,27 +1,27 @@
 """The sink's second phase: make the staged output of a completed checkpoint visible.
 
-The coordinator calls :func:`plan` while committing checkpoint ``n`` (the plan goes into
-the ``state`` table's commit metadata, the completion point, as ``barriered.sink``), and
-:func:`commit` right after that commit: one Delta commit per sink adding the files of
-every batch of the plan (mode append) or merging their rows by the key columns (mode
-update), with the app transaction ``(barriered.sink.<sink>, n)``. A crash in between is
-finished by the next run (:func:`finish`), from the plan in the state table; the app
-transaction makes a repeated commit a no-op. Staged batches nothing will commit (staged
+The coordinator plans checkpoint ``n`` while committing it
+(:func:`barriered.sink.commit_plan.plan`: the plan goes into the ``state`` table's
+commit metadata, the completion point), and calls :func:`commit` right after that
+commit: one Delta commit per sink adding the files of every batch of the plan (mode
+append) or merging their rows by the key columns (mode update), with the app
+transaction ``(barriered.sink.<sink>, n)``. A crash in between is finished by the next
+run (:func:`finish`), from the plan in the state table; the app transaction makes a
+repeated commit a no-op. Staged batches nothing will commit (staged
 by a crashed run after the cut it was restored from) are deleted by :func:`sweep`.
 
 A run that *continues* an older one (a restart from Spark's own checkpoint location, no
 ``restoreFrom``) does not re-run the older run's batches below its first one: those
-still staged are *carried* into its first checkpoint's plan; the older run's batches
-from the new run's first batch on are run again and so are dropped.
+still staged are *carried* into its first checkpoint's plan (:mod:`barriered.sink.commit_plan`);
+the older run's batches from the new run's first batch on are run again and so are
+dropped (:func:`sweep`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -33,18 +33,18 @@ from barriered import wall_time
 from barriered.errors import SinkError
 from barriered.sink import owner, staging
 from barriered.sink import schema as output_schema
+from barriered.sink.commit_plan import SinkCommit, SinkPlan, plans_from_metadata
+from barriered.sink.kafka import publisher
 from barriered.sink.kafka.options import KIND as KAFKA
 from barriered.sink.options import UPDATE, SinkSettings
-from barriered.sink.staging import StagedBatch
+from barriered.sink.staging import StagedBatch, forget
 from barriered.statestore.delta_tables import commit_files, committed_version, open_table
-from barriered.statestore.fileio import delete_file, filesystem, join, list_names
+from barriered.statestore.fileio import filesystem, join, list_names
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.storage import delta_options
 
 log = logging.getLogger(__name__)
 
-#: Key of the plan in the ``state`` table's commit metadata.
-PLAN_KEY = "barriered.sink"
 PARTICIPANT_PREFIX = "sink/"
 #: Commit metadata of the sink's creation of an empty table (mode update).
 CREATED_KEY = "barriered.created"
@@ -55,92 +55,6 @@ ROW = "__barriered_row"
 def participant(sink_id: str) -> str:
     """Participant name of a sink: acknowledged once the checkpoint's cut batch is staged."""
     return PARTICIPANT_PREFIX + sink_id
-
-
-@dataclass(frozen=True)
-class SinkPlan:
-    """What checkpoint ``n`` commits to one sink: staged ``(epoch, batch)`` in order.
-
-    ``epoch`` is the run that planned the commit (its commit metadata carries it);
-    ``kind`` the sink (``delta``: ``path`` is the output table; ``kafka``: the folder of
-    its staged records, published by :mod:`barriered.sink.kafka.publisher`).
-    """
-
-    sink_id: str
-    path: str
-    epoch: int
-    batches: tuple[tuple[int, int], ...]
-    kind: str = staging.DELTA
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form (in the state commit's metadata)."""
-        extra = {} if self.kind == staging.DELTA else {"kind": self.kind}
-        return {
-            "path": self.path,
-            "epoch": self.epoch,
-            "batches": [list(b) for b in self.batches],
-            **extra,
-        }
-
-
-@dataclass(frozen=True)
-class SinkCommit:
-    """What a sink commit did: the output table's version and what it added."""
-
-    sink_id: str
-    version: int | None
-    rows: int = 0
-    bytes: int = 0
-
-
-def carried(layout: SnapshotLayout, sink_id: str, epoch: int, below: int) -> list[tuple[int, int]]:
-    """Batches older runs of ``sink_id`` staged below batch ``below`` (still recorded)."""
-    return [
-        (old, b)
-        for old in staging.epochs(layout, sink_id)
-        if old < epoch
-        for b in staging.staged_ids(layout, sink_id, old)
-        if b < below
-    ]
-
-
-def plan(
-    layout: SnapshotLayout, epoch: int, cut_batch: int, carry: Mapping[str, int] | None = None
-) -> list[SinkPlan]:
-    """The batches the run of ``epoch`` staged up to ``cut_batch``, per sink; with
-    ``carry`` (sink -> this run's first batch), first those older runs staged below it."""
-    plans = []
-    for sink_id in staging.sink_ids(layout, epoch):
-        below = (carry or {}).get(sink_id)
-        batches = [] if below is None else carried(layout, sink_id, epoch, below)
-        batches += [
-            (epoch, b) for b in staging.staged_ids(layout, sink_id, epoch) if b <= cut_batch
-        ]
-        last = staging.read(layout, sink_id, *batches[-1]) if batches else None
-        if last is not None:
-            kind = staging.kind(last.settings)
-            plans.append(SinkPlan(sink_id, last.settings.path, epoch, tuple(batches), kind))
-    return plans
-
-
-def plans_json(plans: Sequence[SinkPlan]) -> str:
-    """The plans as the JSON of the commit metadata."""
-    return json.dumps({p.sink_id: p.to_dict() for p in plans}, sort_keys=True)
-
-
-def plans_from_metadata(metadata: Mapping[str, Any]) -> list[SinkPlan]:
-    """The plans recorded in a state commit's metadata (none before this sink existed)."""
-    raw = json.loads(metadata.get(PLAN_KEY) or "{}")
-    return [
-        SinkPlan(
-            sid,
-            str(p["path"]),
-            int(p["epoch"]),
-            tuple((int(e), int(b)) for e, b in p["batches"]),
-            str(p.get("kind", staging.DELTA)),
-        )
-        for sid, p in raw.items()
-    ]
 
 
 def _already(path: str, app_id: str, checkpoint_id: int, epoch: int) -> int | None:
@@ -303,8 +217,6 @@ def commit(
         When a staged batch of the plan is no longer recorded, or the table is not the
         sink's to write (:func:`guard`), or a Kafka transaction failed.
     """
-    from barriered.sink.kafka import publisher  # it builds on this module
-
     return [
         publisher.publish(layout, checkpoint_id, p, epoch)
         if p.kind == KAFKA
@@ -335,16 +247,6 @@ def finish(
         ]
         if plans:
             commit(layout, checkpoint_id, plans, lineage, epoch)
-
-
-def forget(layout: SnapshotLayout, batches: Sequence[StagedBatch], delete_data: bool) -> None:
-    """Delete the records of committed (or orphaned) batches, and their data files when
-    no table version reads them (mode update's staged rows, orphans)."""
-    for batch in batches:
-        if delete_data:
-            for f in batch.files:
-                delete_file(join(batch.settings.path, f.path))
-        delete_file(batch.file(layout))
 
 
 def sweep(

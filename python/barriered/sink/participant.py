@@ -28,8 +28,8 @@ from typing import Any
 
 from barriered import wall_time
 from barriered.errors import SinkError
-from barriered.sink import committer, owner, rewind, staging
-from barriered.sink.committer import SinkCommit, SinkPlan
+from barriered.sink import commit_plan, committer, owner, rewind, staging
+from barriered.sink.commit_plan import SinkCommit, SinkPlan
 from barriered.sink.kafka import publisher
 from barriered.sink.options import SinkSettings
 from barriered.statestore.fileio import exists
@@ -50,7 +50,7 @@ class SinkParticipants:
     continues : bool, default False
         The run continues the previous one from Spark's checkpoint location (no
         ``restoreFrom``): what older runs staged below this run's first batch is carried
-        into this run's first checkpoint (see :mod:`barriered.sink.committer`).
+        into this run's first checkpoint (see :mod:`barriered.sink.commit_plan`).
     lineage : Lineage, optional
         The run was restored from another snapshot path: it may take over the output
         tables that path's sinks own (:mod:`barriered.sink.owner`).
@@ -171,7 +171,7 @@ class SinkParticipants:
         if self.epoch is None or cut_batch is None:
             return []
         self._cuts.pop(checkpoint_id, None)
-        plans = committer.plan(self.layout, self.epoch, cut_batch, self.carry)
+        plans = commit_plan.plan(self.layout, self.epoch, cut_batch, self.carry)
         self._check_own(plans)
         for p in plans:  # the checkpoint does not complete with output it cannot commit
             last = staging.read(self.layout, p.sink_id, *p.batches[-1])

@@ -34,7 +34,8 @@ from typing import Any
 from deltalake.transaction import CommitProperties
 
 from barriered.errors import SinkRewindError
-from barriered.sink.committer import CREATED_KEY, SinkPlan, plans_from_metadata
+from barriered.sink.commit_plan import SinkPlan, plans_from_metadata
+from barriered.sink.committer import CREATED_KEY
 from barriered.sink.kafka import publisher
 from barriered.sink.options import PATH
 from barriered.sink.owner import RECORDED_KEY, SINK_ID_KEY, SNAPSHOT_PATH_KEY

@@ -16,6 +16,7 @@ table's folder, the ``barriered-kafka`` sink's (its rows as Kafka records) under
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,7 @@ from barriered.sink.kafka.options import KIND as KAFKA
 from barriered.sink.kafka.options import KafkaSinkSettings
 from barriered.sink.options import SinkSettings
 from barriered.statestore.acks import DataFile
-from barriered.statestore.fileio import join, list_names, read_json, write_json
+from barriered.statestore.fileio import delete_file, join, list_names, read_json, write_json
 from barriered.statestore.layout import SnapshotLayout
 
 DELTA = "delta"
@@ -120,3 +121,13 @@ def read(layout: SnapshotLayout, sink_id: str, epoch: int, batch_id: int) -> Sta
     """The staged batch, or None when it is not (or no longer) recorded."""
     raw = read_json(layout.staged_file(sink_id, epoch, batch_id), default=None)
     return None if raw is None else StagedBatch.from_dict(raw)
+
+
+def forget(layout: SnapshotLayout, batches: Sequence[StagedBatch], delete_data: bool) -> None:
+    """Delete the records of committed (or orphaned) batches, and their data files when
+    no table version reads them (mode update's staged rows, orphans)."""
+    for batch in batches:
+        if delete_data:
+            for f in batch.files:
+                delete_file(join(batch.settings.path, f.path))
+        delete_file(batch.file(layout))

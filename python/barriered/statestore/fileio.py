@@ -217,18 +217,15 @@ def list_names(uri: str, folders: bool = False) -> list[str]:
     )
 
 
-def ensure_dir(uri: str) -> None:
-    """Create folder ``uri`` (and parents); fail clearly when that is impossible."""
+def ensure_dir(uri: str, fix: str = "") -> None:
+    """Create folder ``uri`` (and parents); fail clearly when that is impossible, the
+    message ending with ``fix`` (what to do, in the caller's terms)."""
     fs, path = filesystem(uri)
     try:
         fs.create_dir(path, recursive=True)
     except OSError as exc:
-        from barriered.config import SNAPSHOT_PATH  # here: barriered.config imports fileio
-
         raise SnapshotStoreError(
-            f"snapshot path {uri!r} cannot be created or written: {exc}. Set "
-            f"{SNAPSHOT_PATH.key} (or the source option {SNAPSHOT_PATH.name!r}) to a folder "
-            "the driver and executors can write"
+            f"folder {uri!r} cannot be created or written: {exc}" + (f". {fix}" if fix else "")
         ) from exc
 
 

@@ -3,8 +3,9 @@
 Arm a fault with :func:`inject` before starting (or while running) a query; the first
 party that reaches the point (:data:`barriered.crash_points.POINTS`, where they are
 described) for a matching checkpoint crashes there. Faults fire only in processes
-started with ``BARRIERED_FAULTS=1`` (:data:`barriered.crash_points.ENV`): set it before
-the first Spark process starts, as ``tests/conftest.py`` does.
+started with ``BARRIERED_FAULTS=barriered.testing.faults``
+(:data:`barriered.crash_points.ENV`, naming this module as the handler of the hits): set
+it before the first Spark process starts, as ``tests/conftest.py`` does.
 
 A fault's *action* is ``"raise"`` (the default: the party fails with
 :class:`~barriered.errors.InjectedFault`) or ``"block"``: the party records where it is
@@ -126,7 +127,8 @@ def inject(
     if not crash_points.ENABLED:
         raise RuntimeError(
             f"fault injection is off in this process: start it (and so the Spark processes "
-            f"it starts) with {crash_points.ENV}=1, or the fault at {point!r} never fires"
+            f"it starts) with {crash_points.ENV}={__name__}, or the fault at {point!r} never "
+            "fires"
         )
     if action not in ACTIONS:
         raise ValueError(f"unknown fault action {action!r}; choose one of {ACTIONS}")

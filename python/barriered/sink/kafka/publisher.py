@@ -36,9 +36,9 @@ from barriered import crash_points
 from barriered.coordinator import ownership
 from barriered.errors import FencedError, InjectedFault, SinkError, SinkRewindError
 from barriered.sink import staging
-from barriered.sink.committer import SinkCommit, SinkPlan, forget
+from barriered.sink.commit_plan import SinkCommit, SinkPlan
 from barriered.sink.kafka.options import KafkaSinkSettings, redact
-from barriered.sink.staging import StagedBatch
+from barriered.sink.staging import StagedBatch, forget
 from barriered.statestore.fileio import filesystem, join, list_names, read_json, write_json
 from barriered.statestore.layout import SnapshotLayout
 
