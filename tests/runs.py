@@ -27,10 +27,10 @@ from barriered.datasource.offsets import SourceOffset
 from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams.rate import RateUpstream
 from barriered.examples import RecordNumbers, RunningTotals
+from barriered.files.storage import delta_options
 from barriered.statestore import checkpoints_table
 from barriered.statestore.delta_tables import scan
 from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.storage import delta_options
 from barriered.testing.expected import running_totals
 
 PREFIX = "spark.sql.streaming.barriered."

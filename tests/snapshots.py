@@ -13,10 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from barriered.config import BarrieredConf
+from barriered.files.fileio import filesystem, make_parent, write_json
 from barriered.statestore import checkpoints_table, retention
 from barriered.statestore.acks import DataFile, write_data_file
 from barriered.statestore.delta_tables import INFLIGHT_PARTITIONS, as_json, commit_files
-from barriered.statestore.fileio import filesystem, make_parent, write_json
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.state_commit import commit_state_table
 from barriered.statestore.state_files import FileNotes

@@ -15,6 +15,7 @@ from barriered.barrier import AbortReason
 from barriered.config import BarrieredConf
 from barriered.coordinator.driver import QueryCoordinator
 from barriered.datasource.offsets import AbortedCheckpoint, Cut, SourceOffset, StartedCheckpoint
+from barriered.files.fileio import write_json
 from barriered.statestore.acks import (
     Ack,
     DataFile,
@@ -23,7 +24,6 @@ from barriered.statestore.acks import (
     write_ack,
     write_data_file,
 )
-from barriered.statestore.fileio import write_json
 from barriered.statestore.layout import SnapshotLayout
 from snapshots import registration, state_file, state_rows
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from barriered.api import records
-from barriered.statestore.fileio import join
+from barriered.files.fileio import join
 from benchmarks.harness import (
     NATIVE_OPTIONS,
     Context,

@@ -16,7 +16,7 @@ the checkpoint covering it is awaited (``checkpointInterval=1s``). Its end-to-en
 (trigger → completion, from ``_checkpoints``) and its snapshot write throughput (state
 bytes / end-to-end) are compared between the stores; on each store the throughput is
 compared with a plain upload of the same bytes with the same client (pyarrow's filesystem of
-:func:`barriered.statestore.fileio.filesystem`, the one the keyed operator writes its files
+:func:`barriered.files.fileio.filesystem`, the one the keyed operator writes its files
 with): the same number of files of the same sizes (those of the last measured checkpoint)
 written one after the other, and one file of their total size (median of 3 each).
 
@@ -48,9 +48,9 @@ from typing import Any
 from urllib.parse import unquote
 
 from barriered.config import SNAPSHOT_STORAGE_OPTIONS
-from barriered.statestore import storage
+from barriered.files import storage
+from barriered.files.fileio import filesystem, join
 from barriered.statestore.delta_tables import current_files, open_table
-from barriered.statestore.fileio import filesystem, join
 from barriered.statestore.layout import SnapshotLayout
 from benchmarks import env
 from benchmarks.harness import (

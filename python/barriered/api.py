@@ -36,16 +36,16 @@ from barriered.datasource.columns import (
 )
 from barriered.datasource.options import RESTORE_FROM
 from barriered.errors import CheckpointError, ConfigError, KeyedStateError
+from barriered.files.fileio import read_json
+from barriered.files.storage import settings_for
 from barriered.session import installed_listeners, listener_of
 from barriered.statestore.delta_tables import open_table
-from barriered.statestore.fileio import read_json
 from barriered.statestore.key_groups import group_values
 from barriered.statestore.keyed import LIVE_STATE_DDL, KeyedOperator, LiveSettings, OperatorSpec
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restored_state import restored_files
 from barriered.statestore.savepoints import Savepoint, export
 from barriered.statestore.state_schema import struct_schema, table_schema
-from barriered.statestore.storage import settings_for
 
 log = logging.getLogger(__name__)
 

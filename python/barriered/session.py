@@ -25,11 +25,11 @@ from barriered.datasource import preflight
 from barriered.datasource.options import SESSION_CONF_OPTION, SESSION_EXTENSIONS
 from barriered.datasource.source import BarrieredDataSource
 from barriered.errors import CheckpointError
+from barriered.files import storage
 from barriered.sink import BarrieredDeltaSink, writer
 from barriered.sink.kafka import writer as kafka_writer
 from barriered.sink.kafka.writer import BarrieredKafkaSink
 from barriered.sink.options import PATH as SINK_PATH
-from barriered.statestore import storage
 
 log = logging.getLogger(__name__)
 

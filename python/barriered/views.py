@@ -21,9 +21,9 @@ from pyspark.sql.types import StructType
 
 from barriered.api import snapshot_path
 from barriered.errors import CheckpointError, SnapshotStoreError
+from barriered.files.fileio import read_json
 from barriered.statestore import checkpoints_table, operators
 from barriered.statestore.delta_tables import scan
-from barriered.statestore.fileio import read_json
 from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.state_schema import columns_schema

@@ -24,10 +24,10 @@ import pytest
 from deltalake import DeltaTable
 from standalone import Cluster, alive
 
+from barriered.files.storage import delta_options
 from barriered.statestore import checkpoints_table
 from barriered.statestore.delta_tables import current_files, open_table
 from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.storage import delta_options
 from barriered.testing import faults
 from runs import MODES, SOURCE, commit_metadata, start, state_at, totals_before, upstream
 from runs import wait_final_checkpoint as wait_final

@@ -44,7 +44,8 @@ from test_executor_loss import kill_at, referenced
 from test_provider_eviction import PAST, _state_keys
 from test_s3_recovery import FILES_SIZES, _put_files, _state_rows
 
-from barriered.statestore import checkpoints_table, storage
+from barriered.files import storage
+from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from barriered.testing import faults
 from runs import (

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from barriered.statestore.fileio import read_json, write_json
+from barriered.files.fileio import read_json, write_json
 from runs import FILES_SOURCE, MODES, run, start, state_at, write_files
 
 pytestmark = pytest.mark.spark

@@ -14,8 +14,8 @@ from pyspark.sql import functions as F
 
 import barriered
 from barriered.errors import ConfigError
+from barriered.files.fileio import exists
 from barriered.statestore import checkpoints_table
-from barriered.statestore.fileio import exists
 from barriered.statestore.layout import SnapshotLayout
 from file_tree import tree
 from runs import FILES_SOURCE, MODES, run, start, write_files

@@ -13,8 +13,8 @@ import barriered
 from barriered.config import KEYS, PREFIX, resolve
 from barriered.datasource.columns import BARRIER, META_MAX_PARALLELISM
 from barriered.datasource.triggers import TriggerLog
+from barriered.files.fileio import read_json
 from barriered.session import listener_registered
-from barriered.statestore.fileio import read_json
 from barriered.statestore.layout import SnapshotLayout
 from runs import BOTH
 

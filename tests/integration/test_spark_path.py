@@ -25,8 +25,9 @@ import barriered
 from barriered import cli
 from barriered.datasource.offsets import SourceOffset
 from barriered.examples import RunningTotals
+from barriered.files import storage
 from barriered.session import ROCKSDB_PROVIDER, STATE_STORE_PROVIDER
-from barriered.statestore import checkpoints_table, storage
+from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from runs import (
     CHANNELS,

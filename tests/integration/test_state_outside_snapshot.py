@@ -20,8 +20,8 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 import barriered
 from barriered.coordinator.stateful_operators import OPERATORS
 from barriered.examples import RunningTotals
+from barriered.files.fileio import exists
 from barriered.statestore import checkpoints_table
-from barriered.statestore.fileio import exists
 from barriered.statestore.layout import SnapshotLayout
 from foreign_state import CountRows, CountRowsRow, count_per_key
 from runs import MODES, PREFIX, SOURCE

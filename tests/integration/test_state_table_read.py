@@ -17,9 +17,9 @@ from deltalake import DeltaTable
 import barriered
 from barriered import views
 from barriered.config import BarrieredConf
+from barriered.files.fileio import write_json
 from barriered.statestore import checkpoints_table
 from barriered.statestore.delta_tables import as_json, scan
-from barriered.statestore.fileio import write_json
 from barriered.statestore.layout import SnapshotLayout
 from snapshots import commit_state, registration, state_file, state_rows
 

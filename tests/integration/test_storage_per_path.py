@@ -14,7 +14,7 @@ import pytest
 import barriered
 from barriered.errors import ConfigError
 from barriered.examples import RunningTotals
-from barriered.statestore import storage
+from barriered.files import storage
 from barriered.statestore.layout import SnapshotLayout
 from runs import PREFIX, SOURCE
 

@@ -27,7 +27,8 @@ from queries import CONF, MODES, PREFIX, SOURCE, expected_eviction, stream, upst
 from test_provider_eviction import PAST, _state_keys
 
 import barriered
-from barriered.statestore import checkpoints_table, storage
+from barriered.files import storage
+from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from hadoop_aws import missing
 from runs import kill_driver_when, wait_final_checkpoint

@@ -26,7 +26,8 @@ import pytest
 from deltalake import DeltaTable
 from test_sink_recovery import crash_driver
 
-from barriered.statestore import checkpoints_table, storage
+from barriered.files import storage
+from barriered.statestore import checkpoints_table
 from barriered.statestore.delta_tables import scan
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import resolve

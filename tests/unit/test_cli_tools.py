@@ -13,8 +13,8 @@ from PIL import Image
 from barriered import cli
 from barriered.config import BarrieredConf
 from barriered.errors import CheckpointError
+from barriered.files.fileio import write_json
 from barriered.statestore import checkpoints_table
-from barriered.statestore.fileio import write_json
 from barriered.statestore.layout import SnapshotLayout
 from barriered.tools.history import format_history, retained_ids, select_checkpoint
 from barriered.tools.plot import ABORTED_STYLE, STYLES, checkpoint_figure, save_checkpoint_plot

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from barriered.coordinator import deferred_registrations
 from barriered.coordinator.stateful_operators import undeclared, unrestored_keyed
-from barriered.statestore.fileio import read_json, write_json
+from barriered.files.fileio import read_json, write_json
 
 SPEC = {"operator": "totals", "partitions": 4}
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from barriered.statestore import storage
-from barriered.statestore.fileio import read_json, write_json
+from barriered.files import storage
+from barriered.files.fileio import read_json, write_json
 from s3_server import S3Server
 
 pytestmark = pytest.mark.s3

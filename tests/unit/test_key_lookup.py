@@ -22,8 +22,8 @@ from barriered.barrier import Mode
 from barriered.config import BarrieredConf
 from barriered.coordinator.driver import QueryCoordinator
 from barriered.datasource.offsets import Cut, SourceOffset, StartedCheckpoint
+from barriered.files.fileio import write_json
 from barriered.statestore.acks import Ack, DataFile, state_participant, write_ack
-from barriered.statestore.fileio import write_json
 from barriered.statestore.key_groups import key_group_for_key, shuffle_partition, spark_hash
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.state_schema import file_schema

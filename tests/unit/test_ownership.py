@@ -25,10 +25,10 @@ from barriered.coordinator.driver import QueryCoordinator
 from barriered.datasource.offsets import Cut, SourceOffset, StartedCheckpoint
 from barriered.datasource.triggers import TriggerLog
 from barriered.errors import FencedError, SnapshotPathInUseError, SnapshotStoreError
+from barriered.files.fileio import write_json
 from barriered.statestore import checkpoints_table
 from barriered.statestore.acks import Ack, read_acks, state_participant, write_ack
 from barriered.statestore.delta_tables import commit_files
-from barriered.statestore.fileio import write_json
 from barriered.statestore.layout import SnapshotLayout
 from snapshots import registration, state_file, state_rows
 

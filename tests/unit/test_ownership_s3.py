@@ -12,7 +12,7 @@ import pytest
 from barriered.coordinator import ownership
 from barriered.coordinator.driver import QueryCoordinator
 from barriered.errors import SnapshotPathInUseError
-from barriered.statestore import storage
+from barriered.files import storage
 from barriered.statestore.layout import SnapshotLayout
 from s3_server import S3Server
 

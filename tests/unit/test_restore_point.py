@@ -14,10 +14,10 @@ from barriered.datasource.options import SESSION_CONF_OPTION
 from barriered.datasource.planner import PlanInput, plan
 from barriered.datasource.triggers import TriggerLog, TriggerRequest
 from barriered.errors import ConfigError, InjectedFault, RestoreError, SnapshotStoreError
+from barriered.files.fileio import write_json
 from barriered.provider import EXTENSION_CLASS
 from barriered.statestore import checkpoints_table
 from barriered.statestore.acks import Ack, write_ack
-from barriered.statestore.fileio import write_json
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import highest_checkpoint_id, resolve
 from barriered.statestore.savepoints import export

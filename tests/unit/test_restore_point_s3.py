@@ -9,7 +9,7 @@ import re
 import pytest
 
 from barriered.errors import RestoreError
-from barriered.statestore import storage
+from barriered.files import storage
 from barriered.statestore.restore_point import resolve
 from s3_server import S3Server
 from snapshots import snapshot_path

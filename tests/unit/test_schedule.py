@@ -22,7 +22,7 @@ from barriered.datasource.offsets import Cut, SourceOffset
 from barriered.datasource.planner import PlanInput, plan
 from barriered.datasource.schedule import Schedule, SchedulePublisher
 from barriered.datasource.triggers import TriggerLog, TriggerRequest
-from barriered.statestore.fileio import read_json, write_json
+from barriered.files.fileio import read_json, write_json
 from barriered.statestore.layout import SnapshotLayout
 
 # -- the planner ----------------------------------------------------------------------------

@@ -138,7 +138,7 @@ def test_a_restore_check_opens_an_s3_sink_table_with_the_querys_own_storage_sett
     name with the session's ``snapshotStorageOptions``, as the sinks do: not with no
     settings when earlier queries of the process registered different ones for the same
     bucket (issue 36: the full matrix's S3 outage test was refused at its restore)."""
-    from barriered.statestore import storage
+    from barriered.files import storage
 
     out = s3_server.uri("rewind-check", "out")
     write_deltalake(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from barriered.statestore.fileio import join
+from barriered.files.fileio import join
 from barriered.statestore.layout import SnapshotLayout
 from jvm_checks import run_check
 

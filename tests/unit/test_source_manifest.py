@@ -21,7 +21,7 @@ from barriered.datasource.options import SESSION_CONF_OPTION
 from barriered.datasource.reader import BarrieredStreamReader
 from barriered.datasource.source import BarrieredDataSource
 from barriered.errors import ConfigError, RestoreError, SnapshotStoreError
-from barriered.statestore.fileio import write_json
+from barriered.files.fileio import write_json
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import resolve
 from barriered.statestore.savepoints import export

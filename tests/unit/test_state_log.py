@@ -138,8 +138,8 @@ def test_a_gap_in_the_log_is_refused_naming_it(tmp_path: Path) -> None:
 def test_on_s3_a_log_entry_is_created_only_if_absent(s3_server: S3Server) -> None:
     """Two writers of one version on S3: the conditional PUT lets exactly one win, and a
     checkpoint committed there reads back through delta-rs with its deletion vector."""
-    from barriered.statestore import storage
-    from barriered.statestore.fileio import create_if_absent, read_bytes
+    from barriered.files import storage
+    from barriered.files.fileio import create_if_absent, read_bytes
 
     storage.register(s3_server.uri(), s3_server.storage_options)
     target = s3_server.uri("log", "00000000000000000007.json")

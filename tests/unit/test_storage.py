@@ -1,4 +1,4 @@
-"""One way to pass storage settings (``barriered.statestore.storage``): what each client
+"""One way to pass storage settings (``barriered.files.storage``): what each client
 gets from ``snapshotStorageOptions``, what is written (no secret), and the snapshot-path
 files and Delta tables on the local S3 server (``tests/s3_server.py``) through them."""
 
@@ -14,9 +14,8 @@ import pytest
 
 from barriered.config import BarrieredConf, resolve
 from barriered.errors import ConfigError, SnapshotStoreError
-from barriered.statestore import storage
-from barriered.statestore.delta_tables import append_rows, open_table
-from barriered.statestore.fileio import (
+from barriered.files import storage, storage_options
+from barriered.files.fileio import (
     delete_tree,
     exists,
     filesystem,
@@ -25,8 +24,9 @@ from barriered.statestore.fileio import (
     write_atomic,
     write_json,
 )
+from barriered.files.storage import REDACTED, StorageSettings
+from barriered.statestore.delta_tables import append_rows, open_table
 from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.storage import REDACTED, StorageSettings
 from s3_server import S3Server
 
 S3 = {
@@ -92,8 +92,8 @@ def test_azure_and_gcs_keys_map_to_hadoop() -> None:
 def test_secrets_are_redacted_in_what_is_written_and_in_repr() -> None:
     names = ["AWS_SECRET_ACCESS_KEY", "aws_session_token", "AZURE_STORAGE_ACCOUNT_KEY"]
     names += ["AZURE_STORAGE_SAS_KEY", "GOOGLE_SERVICE_ACCOUNT_KEY", "AZURE_CLIENT_SECRET"]
-    assert all(storage.is_secret(n) for n in names)
-    assert not any(storage.is_secret(n) for n in ["AWS_ACCESS_KEY_ID", "AWS_REGION"])
+    assert all(storage_options.is_secret(n) for n in names)
+    assert not any(storage_options.is_secret(n) for n in ["AWS_ACCESS_KEY_ID", "AWS_REGION"])
     settings = StorageSettings(S3)
     assert "very-secret" not in repr(settings) and "token-secret" not in repr(settings)
     assert settings.redacted()["AWS_SECRET_ACCESS_KEY"] == REDACTED
@@ -170,7 +170,7 @@ def test_misspelt_storage_options_are_refused_naming_them_not_their_values() -> 
     )
     assert "very-secret" not in str(caught.value)
     for known in ("AWS_S3_ALLOW_UNSAFE_RENAME", "max_retries", "azure_storage_sas_token"):
-        storage.check_option_names({known: "x"}, "here")  # delta-rs's own names pass
+        storage_options.check_option_names({known: "x"}, "here")  # delta-rs's own names pass
 
 
 def test_plain_http_needs_allow_http() -> None:

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
+from barriered.files.fileio import write_json
 from barriered.statestore import maintenance, operators, retention
 from barriered.statestore.acks import Ack, DataFile, write_ack
-from barriered.statestore.fileio import write_json
 from barriered.statestore.layout import SnapshotLayout
 
 NAME = "0-default"

@@ -16,7 +16,7 @@ from deltalake import write_deltalake
 from barriered.datasource.upstreams import make_upstream
 from barriered.datasource.upstreams.files import FilesUpstream
 from barriered.errors import SnapshotStoreError
-from barriered.statestore import storage
+from barriered.files import storage
 from s3_server import S3Server
 
 pytestmark = pytest.mark.s3

@@ -27,7 +27,6 @@ from barriered.config.declaration import (
     ConfigKey,
     ConfigValue,
     ValueType,
-    closest,
 )
 from barriered.config.keys import (
     ALIGNED_CHECKPOINT_TIMEOUT,
@@ -86,7 +85,6 @@ __all__ = [
     "ConfigValue",
     "ValueType",
     "check_restore_compatible",
-    "closest",
     "key",
     "resolve",
     "split_options",

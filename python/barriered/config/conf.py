@@ -27,8 +27,8 @@ from barriered.config.keys import (
     suggestion,
 )
 from barriered.errors import ConfigError
-from barriered.statestore.fileio import folder_problem
-from barriered.statestore.storage import check_option_names
+from barriered.files.fileio import folder_problem
+from barriered.files.storage_options import check_option_names
 
 __all__ = ["BarrieredConf", "check_restore_compatible", "field_value", "resolve", "split_options"]
 

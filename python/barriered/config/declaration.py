@@ -17,18 +17,17 @@ Values are strings, as in Spark's conf:
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from barriered.durations import DURATION_FORMS, duration_ms, format_duration
 from barriered.errors import ConfigError
 
-__all__ = ["PREFIX", "ConfigKey", "ConfigValue", "ValueType", "closest", "lookup"]
+__all__ = ["PREFIX", "ConfigKey", "ConfigValue", "ValueType", "lookup"]
 
 #: Prefix of every session configuration key of spark-barriered.
 PREFIX = "spark.sql.streaming.barriered."
@@ -360,18 +359,3 @@ def lookup(options: Mapping[str, str], name: str) -> str | None:
         if str(given).lower() == lower:
             return value
     return None
-
-
-def closest(name: str, names: Iterable[str]) -> str | None:
-    """The one of ``names`` that ``name`` most likely misspells (any case), or None.
-
-    The "did you mean" of every unknown key or option (session keys, the source's and
-    the sink's options): ``names`` in their declared spelling, compared lower-cased
-    (PySpark passes option names lower-cased).
-    """
-    by_lower = {n.lower(): n for n in names}
-    lower = name.lower()
-    if lower in by_lower:
-        return by_lower[lower]
-    close = difflib.get_close_matches(lower, list(by_lower), n=1, cutoff=0.6)
-    return by_lower[close[0]] if close else None

@@ -12,8 +12,9 @@ This module does not import PySpark: the Spark adapter passes
 
 from __future__ import annotations
 
-from barriered.config.declaration import PREFIX, ConfigKey, closest
+from barriered.config.declaration import PREFIX, ConfigKey
 from barriered.errors import ConfigError
+from barriered.spelling import closest
 
 #: Every declared key by short name (filled by the declarations below).
 KEYS_BY_NAME: dict[str, ConfigKey] = {}

@@ -31,7 +31,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from barriered.statestore.fileio import read_json, write_json
+from barriered.files.fileio import read_json, write_json
 
 log = logging.getLogger(__name__)
 

@@ -50,6 +50,7 @@ from barriered.errors import (
     CheckpointFailureLimitExceeded,
     FencedError,
 )
+from barriered.files.fileio import read_json
 from barriered.sink import commit_plan
 from barriered.sink import owner as sink_owner
 from barriered.sink.participant import SinkParticipants
@@ -60,7 +61,6 @@ from barriered.statestore.checkpoint_commit import (
     commit_checkpoint,
     upstream_start,
 )
-from barriered.statestore.fileio import read_json
 from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
 

@@ -21,8 +21,8 @@ from barriered.coordinator.stateful_operators import (
 from barriered.datasource.mirror import two_sources_refusal
 from barriered.datasource.offsets import SourceOffset
 from barriered.errors import RestoreError
+from barriered.files.fileio import read_json
 from barriered.provider import CAPTURED_METRIC
-from barriered.statestore.fileio import read_json
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import resolve
 

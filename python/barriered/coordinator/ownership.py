@@ -42,8 +42,8 @@ from deltalake.transaction import CommitProperties
 
 from barriered import wall_time
 from barriered.errors import FencedError, SnapshotPathInUseError, SnapshotStoreError
+from barriered.files.fileio import exists, join, read_json, write_json
 from barriered.statestore.delta_tables import open_table
-from barriered.statestore.fileio import exists, join, read_json, write_json
 from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)

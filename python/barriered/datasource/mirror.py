@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from barriered.errors import MirrorError
-from barriered.statestore.fileio import join, list_names, read_json, write_json
+from barriered.files.fileio import join, list_names, read_json, write_json
 from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)

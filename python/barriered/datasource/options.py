@@ -19,7 +19,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from barriered.config import KEYS, BarrieredConf, ConfigKey, closest, resolve, split_options
+from barriered.config import KEYS, BarrieredConf, ConfigKey, resolve, split_options
 from barriered.config.declaration import lookup
 from barriered.datasource.upstreams.options import (
     UPSTREAM,
@@ -28,6 +28,7 @@ from barriered.datasource.upstreams.options import (
     parse_channel_factors,
 )
 from barriered.errors import ConfigError
+from barriered.spelling import closest
 
 SESSION_CONF_OPTION = "barriered.sessionconf"
 #: The one session key outside ``spark.sql.streaming.barriered.*`` the hidden option

@@ -17,10 +17,10 @@ from typing import Any
 from barriered.config import check_restore_compatible
 from barriered.datasource.options import SourceSettings, parse_source_options
 from barriered.errors import RestoreError
+from barriered.files.fileio import read_json
 from barriered.provider import EXTENSION_CLASS
 from barriered.sink import rewind
 from barriered.statestore import operators
-from barriered.statestore.fileio import read_json
 from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint, resolve

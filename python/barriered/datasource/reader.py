@@ -47,8 +47,8 @@ from barriered.errors import (
     SnapshotPathInUseError,
     UnsupportedOperatorError,
 )
+from barriered.files.fileio import delete_file, exists
 from barriered.statestore import checkpoints_table, operators
-from barriered.statestore.fileio import delete_file, exists
 from barriered.statestore.inflight import capture
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint, highest_checkpoint_id

@@ -19,7 +19,7 @@ from pyspark.sql.datasource import InputPartition
 from barriered.datasource.columns import CHANNEL, SEQ
 from barriered.datasource.offsets import Replay
 from barriered.errors import RestoreError
-from barriered.statestore.fileio import filesystem, join
+from barriered.files.fileio import filesystem, join
 from barriered.statestore.restore_point import RestorePoint
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from barriered.barrier import Mode
 from barriered.datasource.triggers import TriggerRequest
-from barriered.statestore.fileio import read_json, write_json
+from barriered.files.fileio import read_json, write_json
 
 __all__ = ["Schedule", "SchedulePublisher"]
 

@@ -36,8 +36,7 @@ from barriered.datasource.upstreams.options import (
     Options,
 )
 from barriered.errors import ConfigError, RestoreError
-from barriered.statestore import checkpoints_table
-from barriered.statestore.fileio import (
+from barriered.files.fileio import (
     copy_tree,
     ensure_dir,
     exists,
@@ -45,9 +44,10 @@ from barriered.statestore.fileio import (
     read_json,
     write_json,
 )
+from barriered.files.storage import redact_conf, register, store_of
+from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint
-from barriered.statestore.storage import redact_conf, register, store_of
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ def upstream_of(settings: SourceSettings, state_dir: str, required_by: str | Non
     """The upstream the source options name, keeping its manifest in ``state_dir``.
 
     Its folders (``path``, ``archiveTo``) in the snapshot path's store get the query's
-    storage settings in this process (:func:`barriered.statestore.storage.register`):
+    storage settings in this process (:func:`barriered.files.storage.register`):
     the query names them, so they are its paths."""
     root = settings.conf.require_snapshot_path()
     for option in (PATH, ARCHIVE_TO):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from barriered.barrier import Mode
-from barriered.statestore.fileio import read_json, write_json
+from barriered.files.fileio import read_json, write_json
 
 #: How many recent requests/cancellations the file keeps.
 _KEEP = 32

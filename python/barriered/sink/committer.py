@@ -31,6 +31,8 @@ from deltalake.transaction import CommitProperties, Transaction
 
 from barriered import wall_time
 from barriered.errors import SinkError
+from barriered.files.fileio import filesystem, join, list_names
+from barriered.files.storage import delta_options
 from barriered.sink import owner, staging
 from barriered.sink import schema as output_schema
 from barriered.sink.commit_plan import SinkCommit, SinkPlan, plans_from_metadata
@@ -39,9 +41,7 @@ from barriered.sink.kafka.options import KIND as KAFKA
 from barriered.sink.options import UPDATE, SinkSettings
 from barriered.sink.staging import StagedBatch, forget
 from barriered.statestore.delta_tables import commit_files, committed_version, open_table
-from barriered.statestore.fileio import filesystem, join, list_names
 from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.storage import delta_options
 
 log = logging.getLogger(__name__)
 

@@ -8,11 +8,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from barriered.config import SNAPSHOT_PATH, SNAPSHOT_STORAGE_OPTIONS, ConfigKey, closest
+from barriered.config import SNAPSHOT_PATH, SNAPSHOT_STORAGE_OPTIONS, ConfigKey
 from barriered.datasource.options import SESSION_CONF_OPTION
 from barriered.errors import ConfigError
-from barriered.statestore.fileio import to_local_or_uri
-from barriered.statestore.storage import check_option_names, register
+from barriered.files.fileio import to_local_or_uri
+from barriered.files.storage import register
+from barriered.files.storage_options import check_option_names
+from barriered.spelling import closest
 
 APPEND = "append"
 UPDATE = "update"
@@ -134,7 +136,7 @@ class SinkSettings:
     def register_storage(self) -> None:
         """Register :attr:`storage_options` in this process for the output table, and for
         the snapshot path when there are some (without, the snapshot path keeps what its
-        source registered) (:func:`barriered.statestore.storage.register`). The table
+        source registered) (:func:`barriered.files.storage.register`). The table
         gets exactly these, none when there are none: never those another query
         registered for its bucket."""
         register(self.path, self.storage_options)

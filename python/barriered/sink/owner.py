@@ -35,8 +35,8 @@ from deltalake import DeltaTable
 from deltalake.transaction import CommitProperties
 
 from barriered.errors import SinkError
+from barriered.files.fileio import read_json
 from barriered.sink.options import ADOPT_TABLE, PATH, SinkSettings
-from barriered.statestore.fileio import read_json
 from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)

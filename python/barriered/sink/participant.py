@@ -28,11 +28,11 @@ from typing import Any
 
 from barriered import wall_time
 from barriered.errors import SinkError
+from barriered.files.fileio import exists
 from barriered.sink import commit_plan, committer, owner, rewind, staging
 from barriered.sink.commit_plan import SinkCommit, SinkPlan
 from barriered.sink.kafka import publisher
 from barriered.sink.options import SinkSettings
-from barriered.statestore.fileio import exists
 from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)

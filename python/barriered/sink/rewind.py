@@ -34,6 +34,8 @@ from typing import Any
 from deltalake.transaction import CommitProperties
 
 from barriered.errors import SinkRewindError
+from barriered.files.fileio import join, read_json, write_json
+from barriered.files.storage import register
 from barriered.sink.commit_plan import SinkPlan, plans_from_metadata
 from barriered.sink.committer import CREATED_KEY
 from barriered.sink.kafka import publisher
@@ -41,9 +43,7 @@ from barriered.sink.options import PATH
 from barriered.sink.owner import RECORDED_KEY, SINK_ID_KEY, SNAPSHOT_PATH_KEY
 from barriered.sink.staging import DELTA
 from barriered.statestore.delta_tables import open_table
-from barriered.statestore.fileio import join, read_json, write_json
 from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.storage import register
 
 log = logging.getLogger(__name__)
 

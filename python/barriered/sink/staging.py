@@ -22,11 +22,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from barriered.files.fileio import delete_file, join, list_names, read_json, write_json
 from barriered.sink.kafka.options import KIND as KAFKA
 from barriered.sink.kafka.options import KafkaSinkSettings
 from barriered.sink.options import SinkSettings
 from barriered.statestore.acks import DataFile
-from barriered.statestore.fileio import delete_file, join, list_names, read_json, write_json
 from barriered.statestore.layout import SnapshotLayout
 
 DELTA = "delta"

@@ -40,6 +40,7 @@ from barriered.datasource.options import RESTORE_FROM, SESSION_CONF_OPTION, pars
 from barriered.datasource.source import config_record, upstream_of
 from barriered.datasource.upstreams.base import Upstream
 from barriered.errors import StateProcessorError
+from barriered.files.fileio import copy_tree, write_json
 from barriered.session import session_conf
 from barriered.state_processor import stores
 from barriered.state_processor.stores import SparkState
@@ -49,7 +50,6 @@ from barriered.statestore import checkpoints_table, operators
 from barriered.statestore.acks import DataFile
 from barriered.statestore.delta_tables import as_json
 from barriered.statestore.evolution import widens
-from barriered.statestore.fileio import copy_tree, write_json
 from barriered.statestore.keyed import OperatorSpec
 from barriered.statestore.savepoints import Savepoint
 from barriered.statestore.state_commit import commit_copies

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from barriered.errors import SnapshotStoreError
-from barriered.statestore.fileio import delete_tree, exists, filesystem, list_names
+from barriered.files.fileio import delete_tree, exists, filesystem, list_names
 from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)

@@ -28,10 +28,10 @@ from pyspark.sql.types import StructField, StructType
 from barriered.api import key_group_column
 from barriered.datasource.columns import KEY_GROUP
 from barriered.errors import StateProcessorError
+from barriered.files.fileio import join
 from barriered.state_processor.target import Target
 from barriered.state_processor.writer import KeyGroupWriter, write_state
 from barriered.statestore.acks import DataFile
-from barriered.statestore.fileio import join
 from barriered.statestore.keyed import OperatorSpec
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint, resolve

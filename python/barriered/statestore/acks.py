@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from barriered import wall_time
-from barriered.statestore.fileio import (
+from barriered.files.fileio import (
     filesystem,
     join,
     list_names,

@@ -19,10 +19,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from barriered.coordinator.model import CompletedCheckpoint
+from barriered.files.fileio import filesystem
 from barriered.statestore import operators
 from barriered.statestore.acks import Ack
 from barriered.statestore.delta_tables import INFLIGHT_PARTITIONS, as_json, commit_files
-from barriered.statestore.fileio import filesystem
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.retention import store_versions
 from barriered.statestore.state_commit import commit_state_table

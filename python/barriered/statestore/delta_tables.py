@@ -35,9 +35,9 @@ from deltalake.transaction import (
 
 from barriered import wall_time
 from barriered.errors import SnapshotStoreError
+from barriered.files.fileio import delete_file, filesystem, join, list_names
+from barriered.files.storage import delta_options
 from barriered.statestore.acks import Ack, DataFile
-from barriered.statestore.fileio import delete_file, filesystem, join, list_names
-from barriered.statestore.storage import delta_options
 
 log = logging.getLogger(__name__)
 

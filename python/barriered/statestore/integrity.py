@@ -20,9 +20,9 @@ from typing import Any
 
 from barriered.datasource.options import RESTORE_FROM
 from barriered.errors import SnapshotStoreError
+from barriered.files.fileio import exists, join
 from barriered.statestore import checkpoints_table
 from barriered.statestore.delta_tables import log_file_problem, open_table
-from barriered.statestore.fileio import exists, join
 from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)

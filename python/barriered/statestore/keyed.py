@@ -39,16 +39,16 @@ from barriered import crash_points
 from barriered.datasource.columns import BARRIER, BARRIER_META, CHANNEL, KEY_GROUP, SEQ, SLOT
 from barriered.datasource.options import RESTORE_FROM
 from barriered.errors import KeyedStateError, KeyGroupError
+from barriered.files.fileio import join
+from barriered.files.storage import register
 from barriered.statestore.acks import Ack, DataFile, state_participant, write_acks
 from barriered.statestore.contract import Contract
-from barriered.statestore.fileio import join
 from barriered.statestore.key_groups import group_values, key_group_for_key, key_types
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.live_manifest import RestoredFile, new_manifest
 from barriered.statestore.live_state import Flushed, Found, LiveConfig, LiveState
 from barriered.statestore.state_cache import Unit, build_unit, cache
 from barriered.statestore.state_schema import columns_schema
-from barriered.statestore.storage import register
 from barriered.statestore.vectorized import BatchProcessor, PerKey
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,7 @@ class KeyedOperator:
     Called by ``applyInPandasWithState`` as ``(key, frames, state)``; the processor is
     either a :class:`~barriered.statestore.vectorized.BatchProcessor` or a per-key one
     (``process(key, rows, state)``). ``storage`` is the storage settings of the snapshot
-    path's store (:mod:`barriered.statestore.storage`), handed to the executors' Python
+    path's store (:mod:`barriered.files.storage`), handed to the executors' Python
     workers with the operator itself, never in a file.
     """
 

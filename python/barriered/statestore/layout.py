@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from barriered.errors import SnapshotStoreError
-from barriered.statestore.fileio import (
+from barriered.files.fileio import (
     exists,
     folder_problem,
     join,
@@ -41,7 +41,7 @@ from barriered.statestore.fileio import (
     read_json,
     to_local_or_uri,
 )
-from barriered.statestore.storage import register, registered
+from barriered.files.storage import register, registered
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class SnapshotLayout:
     def at(cls, root: str, storage_options: Mapping[str, str] | None = None) -> SnapshotLayout:
         """Return the layout rooted at ``root`` (made absolute when local), with
         ``storage_options`` registered for its store in this process over those
-        registered before (:func:`barriered.statestore.storage.register`)."""
+        registered before (:func:`barriered.files.storage.register`)."""
         root = to_local_or_uri(root)
         return cls(root, register(root, storage_options).delta_options())
 

@@ -47,10 +47,10 @@ import pyarrow.compute as pc
 from barriered import wall_time
 from barriered.datasource.options import RESTORE_FROM
 from barriered.errors import KeyedStateError
+from barriered.files.fileio import join
 from barriered.statestore.deletion_vectors import DeletionVector, contains, distinct, union
 from barriered.statestore.entries import in_groups, newest_first, unchanged, with_columns
 from barriered.statestore.evolution import conform
-from barriered.statestore.fileio import join
 from barriered.statestore.key_groups import partition_key_groups
 from barriered.statestore.live_manifest import FORMAT, Manifest, Pending, Run
 from barriered.statestore.merge_plan import file_rows, merge_ranges, to_absorb

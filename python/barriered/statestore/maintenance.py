@@ -36,6 +36,14 @@ from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 
+from barriered.files.fileio import (
+    delete_file,
+    delete_tree,
+    filesystem,
+    join,
+    list_names,
+    read_json,
+)
 from barriered.statestore import checkpoints_table
 from barriered.statestore.acks import read_acks
 from barriered.statestore.delta_tables import (
@@ -43,14 +51,6 @@ from barriered.statestore.delta_tables import (
     keep_removes_for,
     open_table,
     truncate_log,
-)
-from barriered.statestore.fileio import (
-    delete_file,
-    delete_tree,
-    filesystem,
-    join,
-    list_names,
-    read_json,
 )
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.retention import (

@@ -31,9 +31,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from barriered import wall_time
-from barriered.statestore.acks import Ack, DataFile
-from barriered.statestore.delta_tables import as_json, commit_files, current_files, open_table
-from barriered.statestore.fileio import (
+from barriered.files.fileio import (
     copy_file,
     delete_file,
     filesystem,
@@ -42,6 +40,8 @@ from barriered.statestore.fileio import (
     read_json,
     write_json,
 )
+from barriered.statestore.acks import Ack, DataFile
+from barriered.statestore.delta_tables import as_json, commit_files, current_files, open_table
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.retention import OPERATORS, record_removed
 

@@ -28,10 +28,10 @@ from barriered.datasource.options import RESTORE_FROM as RESTORE_FROM_OPTION
 from barriered.datasource.schedule import Schedule
 from barriered.datasource.triggers import TriggerLog
 from barriered.errors import RestoreError
+from barriered.files.fileio import exists, filesystem, join, list_names, read_json
 from barriered.statestore import checkpoints_table, integrity
 from barriered.statestore.deletion_vectors import DeletionVector
 from barriered.statestore.delta_tables import open_table
-from barriered.statestore.fileio import exists, filesystem, join, list_names, read_json
 from barriered.statestore.integrity import PathIntegrity, committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.state_log import StateFiles

@@ -22,8 +22,8 @@ from typing import Any, cast
 from pyspark.sql.types import StructType, _parse_datatype_string
 
 from barriered.errors import RestoreError
+from barriered.files.fileio import exists, join, read_json
 from barriered.statestore.evolution import check_defaults, compare
-from barriered.statestore.fileio import exists, join, read_json
 from barriered.statestore.keyed import OperatorSpec, Restored
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.live_manifest import RestoredFile

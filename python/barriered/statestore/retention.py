@@ -37,6 +37,7 @@ from typing import Any
 import pyarrow as pa
 
 from barriered import wall_time
+from barriered.files.fileio import delete_file, delete_tree, join, read_json, write_json
 from barriered.statestore.acks import Ack, read_acks
 from barriered.statestore.delta_tables import (
     INFLIGHT_PARTITIONS,
@@ -44,7 +45,6 @@ from barriered.statestore.delta_tables import (
     current_files,
     open_table,
 )
-from barriered.statestore.fileio import delete_file, delete_tree, join, read_json, write_json
 from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)

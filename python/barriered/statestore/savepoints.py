@@ -33,10 +33,7 @@ import pyarrow.parquet as pq
 
 from barriered import wall_time
 from barriered.errors import SnapshotStoreError
-from barriered.statestore import checkpoints_table, operators
-from barriered.statestore.acks import DataFile, write_data_file
-from barriered.statestore.delta_tables import INFLIGHT_PARTITIONS, commit_files, open_table
-from barriered.statestore.fileio import (
+from barriered.files.fileio import (
     copy_file,
     copy_tree,
     exists,
@@ -45,6 +42,9 @@ from barriered.statestore.fileio import (
     list_names,
     write_json,
 )
+from barriered.statestore import checkpoints_table, operators
+from barriered.statestore.acks import DataFile, write_data_file
+from barriered.statestore.delta_tables import INFLIGHT_PARTITIONS, commit_files, open_table
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import (
     TableFile,

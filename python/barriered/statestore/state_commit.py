@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 from deltalake import Schema as DeltaSchema
 from deltalake.transaction import create_table_with_add_actions
 
+from barriered.files.fileio import filesystem, join
 from barriered.statestore.acks import DataFile
 from barriered.statestore.deletion_vectors import union
 from barriered.statestore.delta_tables import (
@@ -42,7 +43,6 @@ from barriered.statestore.delta_tables import (
     committed_version,
     open_table,
 )
-from barriered.statestore.fileio import filesystem, join
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.state_files import KEY_GROUP, FileNotes
 from barriered.statestore.state_log import (

@@ -30,8 +30,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from barriered.files.fileio import filesystem, make_parent
 from barriered.statestore.deletion_vectors import deserialize, serialize, z85_decode, z85_encode
-from barriered.statestore.fileio import filesystem, make_parent
 from barriered.statestore.state_cache import GONE, HASH, POS, StateCache, build_unit
 
 log = logging.getLogger(__name__)

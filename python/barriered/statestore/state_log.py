@@ -14,7 +14,7 @@ lists them with a table's files, so this module
   vectors of the files whose rows they replace (a file whose every row is deleted is
   removed instead), the app transaction ``(barriered.state, checkpoint id)`` and the
   commit metadata, as the log file of the next version, created only if absent
-  (:func:`~barriered.statestore.fileio.create_if_absent`). Metadata commits (creating
+  (:func:`~barriered.files.fileio.create_if_absent`). Metadata commits (creating
   the table, adding a new operator's columns) stay delta-rs's.
 """
 
@@ -31,14 +31,14 @@ import pyarrow.parquet as pq
 
 from barriered import wall_time
 from barriered.errors import SnapshotStoreError
-from barriered.statestore.deletion_vectors import DeletionVector, union
-from barriered.statestore.fileio import (
+from barriered.files.fileio import (
     create_if_absent,
     filesystem,
     join,
     list_names,
     read_bytes,
 )
+from barriered.statestore.deletion_vectors import DeletionVector, union
 
 log = logging.getLogger(__name__)
 

@@ -50,7 +50,7 @@ from barriered.crash_points import (
     STATE_SNAPSHOT,
 )
 from barriered.errors import InjectedFault
-from barriered.statestore.fileio import (
+from barriered.files.fileio import (
     create_if_absent,
     delete_file,
     exists,

@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from barriered.errors import SnapshotStoreError
+from barriered.files.fileio import filesystem, join
 from barriered.statestore import operators
 from barriered.statestore.delta_tables import current_files, open_table, read_table
-from barriered.statestore.fileio import filesystem, join
 from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.state_log import StateFiles

@@ -14,8 +14,8 @@ from typing import Any
 
 from barriered.config import BarrieredConf
 from barriered.errors import CheckpointError
+from barriered.files.fileio import read_json
 from barriered.statestore import checkpoints_table
-from barriered.statestore.fileio import read_json
 from barriered.statestore.layout import SnapshotLayout
 from barriered.tools.text import human_bytes, human_ms, local_time, text_table
 

@@ -26,9 +26,9 @@ from typing import Any
 import pyarrow.compute as pc
 
 from barriered.errors import ConfigError
+from barriered.files.fileio import join, list_names, read_json
 from barriered.statestore import operators
 from barriered.statestore.delta_tables import open_table, read_table
-from barriered.statestore.fileio import join, list_names, read_json
 from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.key_groups import (
     epoch_micros,

@@ -102,7 +102,7 @@ def read_delta(spark: Any, path: str) -> Any:
     from deltalake import DeltaTable
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from barriered.statestore.storage import delta_options
+    from barriered.files.storage import delta_options
 
     try:
         return spark.read.format("delta").load(path)

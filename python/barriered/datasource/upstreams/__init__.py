@@ -23,7 +23,7 @@ def make_upstream(
     state_dir : str
         A folder under the snapshot path where the upstream may keep its own manifest: a
         local (or mounted) path or a URI of any store (every upstream writes it through
-        :mod:`barriered.statestore.fileio`).
+        :mod:`barriered.files.fileio`).
     required_by : str or None
         What already refers to this stream's positions (a restore point, the snapshot
         path's configuration or checkpoints): a manifest upstream then refuses to start

@@ -44,8 +44,8 @@ from barriered.datasource.upstreams.manifest import (
 )
 from barriered.datasource.upstreams.options import Options, prefixed_options
 from barriered.errors import ConfigError, SnapshotStoreError
-from barriered.statestore.fileio import join, to_local_or_uri
-from barriered.statestore.storage import delta_options
+from barriered.files.fileio import join, to_local_or_uri
+from barriered.files.storage import delta_options
 
 MANIFEST_NAME = "delta_manifest.jsonl"
 

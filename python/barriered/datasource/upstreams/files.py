@@ -55,7 +55,7 @@ from barriered.datasource.upstreams.manifest import (
 )
 from barriered.datasource.upstreams.options import Options, schema_option
 from barriered.errors import ConfigError, SnapshotStoreError
-from barriered.statestore.fileio import join, to_local_or_uri
+from barriered.files.fileio import join, to_local_or_uri
 
 log = logging.getLogger(__name__)
 

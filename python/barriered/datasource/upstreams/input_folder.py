@@ -1,6 +1,6 @@
 """The ``files`` upstream's input folder on any store: listing, a file's state, reading.
 
-Every operation goes through :func:`barriered.statestore.fileio.filesystem` (pyarrow's
+Every operation goes through :func:`barriered.files.fileio.filesystem` (pyarrow's
 local filesystem, or an object store's with the settings registered for it), so the
 input folder, its archive folder and the manifest may be local paths or URIs
 (``s3://bucket/events``). What tells a file that changed after it was recorded apart
@@ -31,8 +31,8 @@ from urllib.parse import unquote, urlsplit
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from barriered.statestore.fileio import filesystem, make_parent, to_local_or_uri
-from barriered.statestore.storage import store_of
+from barriered.files.fileio import filesystem, make_parent, to_local_or_uri
+from barriered.files.storage import store_of
 
 _SECOND = 1_000_000_000
 

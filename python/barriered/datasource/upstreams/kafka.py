@@ -41,7 +41,7 @@ from barriered.datasource.upstreams import options as opt
 from barriered.datasource.upstreams.base import Upstream
 from barriered.datasource.upstreams.options import prefixed_options
 from barriered.errors import ConfigError, SnapshotStoreError, UpstreamError
-from barriered.statestore.fileio import read_json, write_json
+from barriered.files.fileio import read_json, write_json
 
 log = logging.getLogger(__name__)
 

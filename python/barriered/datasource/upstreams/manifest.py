@@ -4,7 +4,7 @@ A manifest is a JSON-lines file written atomically: a header line (the options t
 positions), then one line per data file. Here: reading and writing it, resuming a stream
 from it, and the per-channel index that maps positions onto files. The manifest's folder
 may be local or on an object store: every read and write goes through
-:mod:`barriered.statestore.fileio`.
+:mod:`barriered.files.fileio`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from barriered.datasource.upstreams.arrow_rows import ARROW_ERRORS
 from barriered.datasource.upstreams.base import Upstream
 from barriered.datasource.upstreams.input_folder import Signature, file_signature
 from barriered.errors import ConfigError, SnapshotStoreError
-from barriered.statestore.fileio import join, read_bytes, to_local_or_uri, write_atomic
+from barriered.files.fileio import join, read_bytes, to_local_or_uri, write_atomic
 
 #: Manifests with at most this many files travel inside the pickled upstream; larger
 #: ones are re-read from ``state_dir`` on the executor.

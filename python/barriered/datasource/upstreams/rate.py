@@ -29,7 +29,7 @@ from barriered.datasource.upstreams.options import (
     parse_channel_factors,
 )
 from barriered.errors import ConfigError
-from barriered.statestore.fileio import join, read_json, write_json
+from barriered.files.fileio import join, read_json, write_json
 
 SCHEMA = pa.schema([("user_id", pa.string()), ("amount", pa.int64())])
 

@@ -16,13 +16,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from barriered.config import SNAPSHOT_PATH, ConfigKey, closest
+from barriered.config import SNAPSHOT_PATH, ConfigKey
 from barriered.datasource.options import SESSION_CONF_OPTION
 from barriered.datasource.upstreams.options import KAFKA_CLIENT
 from barriered.errors import ConfigError
+from barriered.files.fileio import join, to_local_or_uri
 from barriered.sink import options as delta_options
 from barriered.sink.options import SPARK_OPTIONS
-from barriered.statestore.fileio import join, to_local_or_uri
+from barriered.spelling import closest
 from barriered.statestore.layout import SnapshotLayout
 
 #: ``kind`` of the settings of a barriered-kafka sink in a staged batch and a sink plan.

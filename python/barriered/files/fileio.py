@@ -6,7 +6,7 @@ each is written whole to a temporary name and renamed into place, so a reader se
 old file or the new one, never half of one, and a crash of any party leaves nothing
 half-written behind. Paths may be local folders, mounted volumes (``/Volumes/...``) or
 URIs that :mod:`pyarrow.fs` understands, opened with the storage settings of their store
-(:mod:`barriered.statestore.storage`).
+(:mod:`barriered.files.storage`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from barriered.errors import SnapshotStoreError
-from barriered.statestore.storage import settings_for
+from barriered.files.storage import settings_for
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ TORN_READ_ATTEMPTS = 10
 def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     """Return the pyarrow filesystem and the path inside it for ``uri``: a local one, or
     the one of the object store with the settings registered for it in this process
-    (:mod:`barriered.statestore.storage`)."""
+    (:mod:`barriered.files.storage`)."""
     if "://" not in uri:
         return pafs.LocalFileSystem(), os.path.abspath(uri)
     return settings_for(uri).filesystem(uri)
