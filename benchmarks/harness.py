@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from barriered.config import PREFIX
-from barriered.datasource.offsets import SourceOffset
+from barriered.control.offsets import SourceOffset
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 

@@ -16,7 +16,7 @@ from pyspark import cloudpickle
 from pyspark.sql import functions as F
 
 import barriered
-from barriered.datasource.columns import CHANNEL
+from barriered.control.columns import CHANNEL
 from benchmarks.harness import barriered_stream
 
 #: The keyed state the benchmarks keep, and the rows they emit per key and batch.

@@ -23,8 +23,8 @@ import pytest
 from deltalake import DeltaTable
 
 import barriered
-from barriered.datasource.offsets import SourceOffset
-from barriered.datasource.triggers import TriggerLog
+from barriered.control.offsets import SourceOffset
+from barriered.control.triggers import TriggerLog
 from barriered.datasource.upstreams.rate import RateUpstream
 from barriered.examples import RecordNumbers, RunningTotals
 from barriered.files.storage import delta_options

@@ -13,8 +13,8 @@ import pyarrow as pa
 
 from barriered.barrier import AbortReason
 from barriered.config import BarrieredConf
+from barriered.control.offsets import AbortedCheckpoint, Cut, SourceOffset, StartedCheckpoint
 from barriered.coordinator.driver import QueryCoordinator
-from barriered.datasource.offsets import AbortedCheckpoint, Cut, SourceOffset, StartedCheckpoint
 from barriered.files.fileio import write_json
 from barriered.statestore.acks import (
     Ack,

@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from barriered.config import INFLIGHT_CAPTURE
-from barriered.datasource.options import ADMISSION_FACTORS
+from barriered.config.source_options import ADMISSION_FACTORS
 from benchmarks.harness import Context, ratio, target, timed_coordinator
 from benchmarks.jobs import per_record_cost, rate_options
 from benchmarks.markdown import cell, table

@@ -21,10 +21,8 @@ from barriered.config.keys import (
     KEYED_MAX_RUNS,
     KEYED_WRITE_BUFFER_SIZE,
 )
-from barriered.coordinator import deferred_registrations
-from barriered.coordinator.driver import QueryCoordinator
-from barriered.coordinator.listener import BarrieredListener
-from barriered.datasource.columns import (
+from barriered.config.source_options import RESTORE_FROM
+from barriered.control.columns import (
     BARRIER,
     KEY_GROUP,
     META_MAX_PARALLELISM,
@@ -34,7 +32,9 @@ from barriered.datasource.columns import (
     SEQ,
     SLOT,
 )
-from barriered.datasource.options import RESTORE_FROM
+from barriered.coordinator import deferred_registrations
+from barriered.coordinator.driver import QueryCoordinator
+from barriered.coordinator.listener import BarrieredListener
 from barriered.errors import CheckpointError, ConfigError, KeyedStateError
 from barriered.files.fileio import read_json
 from barriered.files.storage import settings_for

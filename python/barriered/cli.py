@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from barriered.datasource.options import RESTORE_FROM
+from barriered.config.source_options import RESTORE_FROM
 from barriered.errors import BarrieredError
 from barriered.tools import offline_state
 from barriered.tools.progress import reporting

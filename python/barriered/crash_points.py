@@ -40,10 +40,7 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from barriered.statestore.layout import SnapshotLayout
+from typing import Any, Protocol
 
 ALIGNING = "aligning"
 INFLIGHT_CAPTURE = "inflight_capture"
@@ -74,12 +71,21 @@ ENABLED = HANDLER is not None
 
 _fire: Callable[..., None] | None = None
 
+
+class SnapshotPath(Protocol):
+    """The query's snapshot path (a :class:`~barriered.statestore.layout.SnapshotLayout`),
+    under which armed faults live; the handler reads it, this module only passes it on."""
+
+    @property
+    def root(self) -> str: ...
+
+
 #: Start of the message of every injected crash.
 MESSAGE_PREFIX = "injected fault"
 
 
 def hit(
-    layout: SnapshotLayout,
+    layout: SnapshotPath,
     point: str,
     checkpoint_id: int,
     on_crash: Callable[[str], None] | None = None,
@@ -89,7 +95,7 @@ def hit(
 
     Parameters
     ----------
-    layout : SnapshotLayout
+    layout : SnapshotPath
         The query's snapshot path (armed faults live under it).
     point : str
         One of :data:`POINTS`.

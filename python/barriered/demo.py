@@ -32,10 +32,9 @@ from barriered.config import (
     UNALIGNED_ADAPTIVE,
     UNALIGNED_ENABLED,
 )
-from barriered.datasource.options import MAX_ROWS_PER_CHANNEL
+from barriered.config.source_options import KAFKA_CLIENT, MAX_ROWS_PER_CHANNEL
 from barriered.datasource.upstreams.options import (
     CHANNELS,
-    KAFKA_CLIENT,
     KEYS,
     ROWS_PER_SECOND,
     SKEW,

@@ -20,9 +20,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from barriered.config import PREFIX
+from barriered.config.source_options import SESSION_CONF_OPTION, SESSION_EXTENSIONS
 from barriered.coordinator.listener import BarrieredListener
 from barriered.datasource import preflight
-from barriered.datasource.options import SESSION_CONF_OPTION, SESSION_EXTENSIONS
 from barriered.datasource.source import BarrieredDataSource
 from barriered.errors import CheckpointError
 from barriered.files import storage

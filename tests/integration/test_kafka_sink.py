@@ -26,7 +26,6 @@ import pytest
 from confluent_kafka import KafkaException
 
 import barriered
-from barriered.coordinator import ownership
 from barriered.errors import ConfigError, SinkError, SinkRewindError
 from barriered.sink import staging
 from barriered.sink.commit_plan import SinkPlan
@@ -35,7 +34,7 @@ from barriered.sink.kafka import publisher
 from barriered.sink.kafka.options import KafkaSinkSettings
 from barriered.sink.kafka.writer import FILE_PREFIX, RECORDS
 from barriered.sink.staging import StagedBatch
-from barriered.statestore import checkpoints_table
+from barriered.statestore import checkpoints_table, ownership
 from barriered.statestore.acks import write_data_file
 from barriered.statestore.layout import SnapshotLayout
 from barriered.testing import faults

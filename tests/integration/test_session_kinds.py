@@ -11,8 +11,8 @@ import pytest
 
 import barriered
 from barriered.config import KEYS, PREFIX, resolve
-from barriered.datasource.columns import BARRIER, META_MAX_PARALLELISM
-from barriered.datasource.triggers import TriggerLog
+from barriered.control.columns import BARRIER, META_MAX_PARALLELISM
+from barriered.control.triggers import TriggerLog
 from barriered.files.fileio import read_json
 from barriered.session import listener_registered
 from barriered.statestore.layout import SnapshotLayout

@@ -23,7 +23,7 @@ from deltalake import DeltaTable
 
 import barriered
 from barriered import cli
-from barriered.datasource.offsets import SourceOffset
+from barriered.control.offsets import SourceOffset
 from barriered.examples import RunningTotals
 from barriered.files import storage
 from barriered.session import ROCKSDB_PROVIDER, STATE_STORE_PROVIDER

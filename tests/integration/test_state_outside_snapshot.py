@@ -18,11 +18,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 import barriered
-from barriered.coordinator.stateful_operators import OPERATORS
 from barriered.examples import RunningTotals
 from barriered.files.fileio import exists
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.stateful_operators import OPERATORS
 from foreign_state import CountRows, CountRowsRow, count_per_key
 from runs import MODES, PREFIX, SOURCE
 

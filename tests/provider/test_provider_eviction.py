@@ -39,7 +39,7 @@ from queries import (
 )
 from test_provider_recovery import _kill_after_checkpoint, _table_equals_state_reader
 
-from barriered.datasource.triggers import TriggerLog
+from barriered.control.triggers import TriggerLog
 from barriered.statestore import checkpoints_table, operators
 from barriered.statestore.layout import SnapshotLayout
 from runs import commit_metadata, wait_final_checkpoint

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from barriered.datasource.offsets import SourceOffset
+from barriered.control.offsets import SourceOffset
 from barriered.session import listener_of
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout

@@ -16,7 +16,8 @@ import pytest
 
 from barriered import cli
 from barriered.config import BarrieredConf
-from barriered.datasource.options import SESSION_CONF_OPTION, parse_source_options
+from barriered.config.source_options import SESSION_CONF_OPTION
+from barriered.datasource.options import parse_source_options
 from barriered.errors import ConfigError, RestoreError
 from barriered.statestore import integrity
 from barriered.statestore.layout import SnapshotLayout

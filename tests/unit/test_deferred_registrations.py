@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from barriered.coordinator import deferred_registrations
-from barriered.coordinator.stateful_operators import undeclared, unrestored_keyed
 from barriered.files.fileio import read_json, write_json
+from barriered.statestore.stateful_operators import undeclared, unrestored_keyed
 
 SPEC = {"operator": "totals", "partitions": 4}
 

@@ -20,8 +20,8 @@ import pytest
 from barriered import cli
 from barriered.barrier import Mode
 from barriered.config import BarrieredConf
+from barriered.control.offsets import Cut, SourceOffset, StartedCheckpoint
 from barriered.coordinator.driver import QueryCoordinator
-from barriered.datasource.offsets import Cut, SourceOffset, StartedCheckpoint
 from barriered.files.fileio import write_json
 from barriered.statestore.acks import Ack, DataFile, state_participant, write_ack
 from barriered.statestore.key_groups import key_group_for_key, shuffle_partition, spark_hash

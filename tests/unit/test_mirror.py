@@ -16,9 +16,11 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from barriered.config.source_options import SESSION_CONF_OPTION
+from barriered.control import offsets
+from barriered.control.offsets import SourceOffset
+from barriered.control.triggers import TriggerLog, TriggerRequest
 from barriered.datasource import mirror
-from barriered.datasource.offsets import SourceOffset
-from barriered.datasource.options import SESSION_CONF_OPTION
 from barriered.datasource.reader import (
     BarrieredStreamReader,
     InflightPartition,
@@ -26,7 +28,6 @@ from barriered.datasource.reader import (
     WithMarkers,
 )
 from barriered.datasource.source import BarrieredDataSource
-from barriered.datasource.triggers import TriggerLog, TriggerRequest
 from barriered.errors import MirrorError, SnapshotPathInUseError
 from barriered.statestore.layout import SnapshotLayout
 from file_tree import tree
@@ -170,9 +171,9 @@ def test_two_workers_of_one_process_share_the_run_identity() -> None:
 
 def test_two_planning_sources_in_one_progress_are_refused_naming_both() -> None:
     one = {"snapshotPath": "/a", "epoch": 0}
-    assert mirror.two_sources_refusal([one, {"snapshotPath": "/a", "mirror": True}]) is None
-    message = mirror.two_sources_refusal([one, {"snapshotPath": "/b", "epoch": 3}])
-    assert message is not None and message.startswith(mirror.MESSAGE_PREFIX)
+    assert offsets.two_sources_refusal([one, {"snapshotPath": "/a", "mirror": True}]) is None
+    message = offsets.two_sources_refusal([one, {"snapshotPath": "/b", "epoch": 3}])
+    assert message is not None and message.startswith(offsets.TWO_SOURCES_PREFIX)
     assert "snapshotPath '/a' (epoch 0) and snapshotPath '/b' (epoch 3)" in message
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from barriered.barrier import AbortReason, Mode
-from barriered.datasource.offsets import (
+from barriered.control.offsets import (
     FORMAT_VERSION,
     AbortedCheckpoint,
     ActiveCheckpoint,
@@ -16,7 +16,7 @@ from barriered.datasource.offsets import (
     SourceOffset,
     StartedCheckpoint,
 )
-from barriered.datasource.triggers import TriggerLog, TriggerRequest
+from barriered.control.triggers import TriggerLog, TriggerRequest
 from barriered.errors import SnapshotStoreError
 
 

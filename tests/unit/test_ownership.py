@@ -20,13 +20,12 @@ from deltalake import DeltaTable
 
 from barriered.barrier import Mode
 from barriered.config import BarrieredConf
-from barriered.coordinator import ownership
+from barriered.control.offsets import Cut, SourceOffset, StartedCheckpoint
+from barriered.control.triggers import TriggerLog
 from barriered.coordinator.driver import QueryCoordinator
-from barriered.datasource.offsets import Cut, SourceOffset, StartedCheckpoint
-from barriered.datasource.triggers import TriggerLog
 from barriered.errors import FencedError, SnapshotPathInUseError, SnapshotStoreError
 from barriered.files.fileio import write_json
-from barriered.statestore import checkpoints_table
+from barriered.statestore import checkpoints_table, ownership
 from barriered.statestore.acks import Ack, read_acks, state_participant, write_ack
 from barriered.statestore.delta_tables import commit_files
 from barriered.statestore.layout import SnapshotLayout
@@ -94,7 +93,7 @@ def run_elsewhere(layout: SnapshotLayout, code: str) -> None:
     """Run ``code`` (with ``o`` = ownership and ``L`` = the layout) in another process."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     prelude = (
-        "from barriered.coordinator import ownership as o\n"
+        "from barriered.statestore import ownership as o\n"
         "from barriered.statestore.layout import SnapshotLayout\n"
         f"L = SnapshotLayout.at({layout.root!r})\n"
     )

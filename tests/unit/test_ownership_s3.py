@@ -9,10 +9,10 @@ import threading
 
 import pytest
 
-from barriered.coordinator import ownership
 from barriered.coordinator.driver import QueryCoordinator
 from barriered.errors import SnapshotPathInUseError
 from barriered.files import storage
+from barriered.statestore import ownership
 from barriered.statestore.layout import SnapshotLayout
 from s3_server import S3Server
 

@@ -30,16 +30,16 @@ from barriered.barrier import (
     Mode,
     TimeAdvance,
 )
-from barriered.datasource.alignment import Alignment, Chunk
-from barriered.datasource.offsets import (
+from barriered.control.offsets import (
     AbortedCheckpoint,
     ActiveCheckpoint,
     Cut,
     SourceOffset,
     StartedCheckpoint,
 )
-from barriered.datasource.planner import FINAL_REASON, PlanInput, Planner, plan
-from barriered.datasource.triggers import TriggerRequest
+from barriered.control.triggers import FINAL_REASON, TriggerRequest
+from barriered.datasource.alignment import Alignment, Chunk
+from barriered.datasource.planner import PlanInput, Planner, plan
 from barriered.testing.recording import RecordingController
 
 ALIGNED_MODES = ("aligned", "aligned_with_timeout")

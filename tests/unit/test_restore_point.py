@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from barriered.config import BarrieredConf
+from barriered.config.source_options import SESSION_CONF_OPTION
+from barriered.control.offsets import Replay, SourceOffset
+from barriered.control.triggers import TriggerLog, TriggerRequest
 from barriered.datasource import preflight
-from barriered.datasource.offsets import Replay, SourceOffset
-from barriered.datasource.options import SESSION_CONF_OPTION
 from barriered.datasource.planner import PlanInput, plan
-from barriered.datasource.triggers import TriggerLog, TriggerRequest
 from barriered.errors import ConfigError, InjectedFault, RestoreError, SnapshotStoreError
 from barriered.files.fileio import write_json
 from barriered.provider import EXTENSION_CLASS

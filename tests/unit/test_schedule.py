@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from barriered.config import BarrieredConf
+from barriered.control.offsets import Cut, SourceOffset
+from barriered.control.schedule import Schedule, SchedulePublisher
+from barriered.control.triggers import TriggerLog, TriggerRequest
 from barriered.coordinator import ChannelSignals, CheckpointCoordinator, CoordinatorSettings
 from barriered.coordinator.clock import ManualClock
 from barriered.coordinator.driver import QueryCoordinator
-from barriered.datasource.offsets import Cut, SourceOffset
 from barriered.datasource.planner import PlanInput, plan
-from barriered.datasource.schedule import Schedule, SchedulePublisher
-from barriered.datasource.triggers import TriggerLog, TriggerRequest
 from barriered.files.fileio import read_json, write_json
 from barriered.statestore.layout import SnapshotLayout
 

@@ -71,7 +71,7 @@ FIELDS_OF_THE_SAME_NAME = {
     ("session.py", "partitionBy"): "a parameter of Spark's DataStreamWriter.start",
     ("coordinator/listener.py", "snapshotPath"): "field of the source's progress report",
     ("datasource/reader.py", "snapshotPath"): "field of the source's progress report",
-    ("datasource/mirror.py", "snapshotPath"): "field of the source's progress report",
+    ("control/offsets.py", "snapshotPath"): "field of the source's progress report",
 }
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from barriered import cli
 from barriered.config import BarrieredConf
-from barriered.datasource.options import SESSION_CONF_OPTION
+from barriered.config.source_options import SESSION_CONF_OPTION
 from barriered.datasource.reader import BarrieredStreamReader
 from barriered.datasource.source import BarrieredDataSource
 from barriered.errors import ConfigError, RestoreError, SnapshotStoreError

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from barriered.config import KEYS, PREFIX
-from barriered.datasource.offsets import SourceOffset
-from barriered.datasource.options import SESSION_CONF_OPTION, parse_source_options
+from barriered.config.source_options import SESSION_CONF_OPTION
+from barriered.control.offsets import SourceOffset
+from barriered.datasource.options import parse_source_options
 from barriered.datasource.source import BarrieredDataSource
 from barriered.errors import ConfigError
 from file_tree import tree

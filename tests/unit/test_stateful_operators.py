@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from barriered.coordinator.stateful_operators import (
+from barriered.statestore.stateful_operators import (
     KEYED_OPERATOR,
     MESSAGE_PREFIX,
     RESTORE_PREFIX,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from barriered.datasource.triggers import TriggerLog
+from barriered.control.triggers import TriggerLog
 from barriered.datasource.watchdog import MIN_BATCHES, CoordinatorWatchdog
 from barriered.errors import CheckpointError, CoordinatorLostError
 

@@ -9,11 +9,7 @@ aligned or unaligned per checkpoint from measured channel signals. See
 from __future__ import annotations
 
 from barriered.barrier.modes import Mode
-from barriered.coordinator.clock import Clock, ManualClock, SystemClock
-from barriered.coordinator.coordinator import CheckpointCoordinator
-from barriered.coordinator.events import Participants
-from barriered.coordinator.failures import CheckpointFailureManager
-from barriered.coordinator.model import (
+from barriered.control.model import (
     CHECKPOINT,
     SAVEPOINT,
     AckResult,
@@ -22,6 +18,12 @@ from barriered.coordinator.model import (
     CheckpointStatus,
     CompletedCheckpoint,
 )
+from barriered.control.stats import STATS_COLUMNS, CheckpointStats, CheckpointStatsTracker
+from barriered.control.triggers import TriggerRequest
+from barriered.coordinator.clock import Clock, ManualClock, SystemClock
+from barriered.coordinator.coordinator import CheckpointCoordinator
+from barriered.coordinator.events import Participants
+from barriered.coordinator.failures import CheckpointFailureManager
 from barriered.coordinator.outcomes import Committer
 from barriered.coordinator.pending import PendingCheckpoint
 from barriered.coordinator.policy import (
@@ -32,8 +34,6 @@ from barriered.coordinator.policy import (
     predict,
 )
 from barriered.coordinator.settings import SETTING_KEYS, CoordinatorSettings
-from barriered.coordinator.stats import STATS_COLUMNS, CheckpointStats, CheckpointStatsTracker
-from barriered.datasource.triggers import TriggerRequest
 
 __all__ = [
     "CHECKPOINT",

@@ -57,18 +57,18 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from barriered.control.model import CHECKPOINT, SAVEPOINT, CheckpointKind, CompletedCheckpoint
+from barriered.control.schedule import Schedule
+from barriered.control.stats import CheckpointStats
+from barriered.control.triggers import TriggerRequest
 from barriered.coordinator.clock import Clock
 from barriered.coordinator.effects import Effects, Listeners
 from barriered.coordinator.events import CheckpointEvents, Participants
-from barriered.coordinator.model import CHECKPOINT, SAVEPOINT, CheckpointKind, CompletedCheckpoint
 from barriered.coordinator.outcomes import CheckpointOutcomes, Committer
 from barriered.coordinator.pending import PendingCheckpoint
 from barriered.coordinator.policy import ChannelSignals, ModeDecision, decide_mode
 from barriered.coordinator.scheduling import PeriodicScheduler
 from barriered.coordinator.settings import CoordinatorSettings
-from barriered.coordinator.stats import CheckpointStats
-from barriered.datasource.schedule import Schedule
-from barriered.datasource.triggers import TriggerRequest
 from barriered.errors import CheckpointError
 
 __all__ = ["CheckpointCoordinator"]

@@ -9,7 +9,7 @@ After every micro-batch the listener hands the barriered source's progress to
 3. lets the coordinator complete checkpoints (one Delta commit each, see
    :mod:`barriered.statestore.delta_tables`), expire old ones, hand out requested savepoints
    (written to the trigger log the planner reads) and publish the schedule of the next
-   periodic one (:mod:`barriered.datasource.schedule`), which the planner starts itself
+   periodic one (:mod:`barriered.control.schedule`), which the planner starts itself
    when it is due; the coordinator adopts it from the offset that reports it started.
 
 Finished checkpoints are appended to the ``_checkpoints`` table. After a completion the
@@ -17,7 +17,7 @@ coordinator tells the source, through the trigger log, the positions before whic
 retained checkpoint needs the upstream's records any more (the upstream may release
 them). Savepoints are requested with :meth:`QueryCoordinator.request_savepoint`.
 
-The coordinator writes for its run's epoch only (:mod:`barriered.coordinator.ownership`):
+The coordinator writes for its run's epoch only (:mod:`barriered.statestore.ownership`):
 before every commit and every write to the trigger log, ``_checkpoints`` or retention it
 checks that no newer run took the path over; a fenced coordinator writes nothing more.
 """
@@ -33,17 +33,15 @@ from typing import Any
 
 from barriered import crash_points, wall_time
 from barriered.config import BarrieredConf
-from barriered.coordinator import ownership
+from barriered.control.model import AckStats, CompletedCheckpoint
+from barriered.control.offsets import SourceOffset
+from barriered.control.schedule import SchedulePublisher
+from barriered.control.stats import CheckpointStats
+from barriered.control.triggers import FINAL_REASON, TriggerLog, TriggerRequest
 from barriered.coordinator.clock import SystemClock
 from barriered.coordinator.coordinator import CheckpointCoordinator
-from barriered.coordinator.model import AckStats, CompletedCheckpoint
 from barriered.coordinator.policy import ChannelSignals
 from barriered.coordinator.settings import settings_from_conf
-from barriered.coordinator.stats import CheckpointStats
-from barriered.datasource.offsets import SourceOffset
-from barriered.datasource.planner import FINAL_REASON
-from barriered.datasource.schedule import SchedulePublisher
-from barriered.datasource.triggers import TriggerLog, TriggerRequest
 from barriered.errors import (
     BarrieredError,
     CheckpointError,
@@ -54,7 +52,7 @@ from barriered.files.fileio import read_json
 from barriered.sink import commit_plan
 from barriered.sink import owner as sink_owner
 from barriered.sink.participant import SinkParticipants
-from barriered.statestore import checkpoints_table, maintenance, operators, retention
+from barriered.statestore import checkpoints_table, maintenance, operators, ownership, retention
 from barriered.statestore.acks import Ack, inflight_participant, read_acks, state_participant
 from barriered.statestore.checkpoint_commit import (
     CheckpointCommit,

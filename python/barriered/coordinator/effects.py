@@ -13,8 +13,8 @@ import functools
 import logging
 from collections.abc import Callable
 
-from barriered.coordinator.model import CompletedCheckpoint
-from barriered.coordinator.stats import CheckpointStats
+from barriered.control.model import CompletedCheckpoint
+from barriered.control.stats import CheckpointStats
 
 __all__ = ["Effects", "Listeners"]
 

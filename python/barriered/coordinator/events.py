@@ -18,9 +18,9 @@ from collections.abc import Set as AbstractSet
 from typing import TypeAlias
 
 from barriered.barrier.modes import Mode
+from barriered.control.model import CHECKPOINT, AckResult, AckStats
 from barriered.coordinator.clock import Clock
 from barriered.coordinator.effects import Effects
-from barriered.coordinator.model import CHECKPOINT, AckResult, AckStats
 from barriered.coordinator.outcomes import CheckpointOutcomes
 from barriered.coordinator.pending import PendingCheckpoint
 from barriered.coordinator.scheduling import PeriodicScheduler
@@ -232,7 +232,7 @@ class CheckpointEvents:
         Returns
         -------
         {"success", "duplicate", "unknown", "discarded"}
-            See :data:`~barriered.coordinator.model.AckResult`. On ``"discarded"`` the
+            See :data:`~barriered.control.model.AckResult`. On ``"discarded"`` the
             participant's files belong to an aborted checkpoint and may be deleted.
 
         Raises

@@ -9,22 +9,21 @@ from typing import Any
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from barriered.control.offsets import SourceOffset, two_sources_refusal
 from barriered.coordinator import deferred_registrations
 from barriered.coordinator.driver import QueryCoordinator
-from barriered.coordinator.stateful_operators import (
+from barriered.errors import RestoreError
+from barriered.files.fileio import read_json
+from barriered.provider import CAPTURED_METRIC
+from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.restore_point import resolve
+from barriered.statestore.stateful_operators import (
     KEYED_OPERATOR,
     refusal,
     undeclared,
     unrestored,
     unrestored_keyed,
 )
-from barriered.datasource.mirror import two_sources_refusal
-from barriered.datasource.offsets import SourceOffset
-from barriered.errors import RestoreError
-from barriered.files.fileio import read_json
-from barriered.provider import CAPTURED_METRIC
-from barriered.statestore.layout import SnapshotLayout
-from barriered.statestore.restore_point import resolve
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +81,7 @@ class BarrieredListener(StreamingQueryListener):
     Errors inside the listener never reach Spark's listener bus: they are logged, and
     the fatal "too many failed checkpoints" error is handed to the source, which fails
     the query with it. So is the refusal of a query whose first progress shows a state
-    operator no snapshot captures (:mod:`barriered.coordinator.stateful_operators`).
+    operator no snapshot captures (:mod:`barriered.statestore.stateful_operators`).
     """
 
     def __init__(self) -> None:

@@ -23,14 +23,14 @@ import logging
 from collections.abc import Callable
 from typing import TypeAlias
 
+from barriered.control.model import CHECKPOINT, AckResult, CompletedCheckpoint
+from barriered.control.stats import CheckpointStatsTracker
+from barriered.control.triggers import TriggerRequest
 from barriered.coordinator.effects import Effects, Listeners
 from barriered.coordinator.failures import EXPIRED, SUBSUMED, CheckpointFailureManager
-from barriered.coordinator.model import CHECKPOINT, AckResult, CompletedCheckpoint
 from barriered.coordinator.pending import PendingCheckpoint
 from barriered.coordinator.scheduling import PeriodicScheduler
 from barriered.coordinator.settings import SETTING_KEYS, CoordinatorSettings
-from barriered.coordinator.stats import CheckpointStatsTracker
-from barriered.datasource.triggers import TriggerRequest
 from barriered.errors import CheckpointFailureLimitExceeded
 
 __all__ = ["FAILED_REASON", "CheckpointOutcomes", "Committer"]

@@ -12,14 +12,14 @@ import logging
 from collections.abc import Iterable, Mapping
 
 from barriered.barrier.modes import Mode
-from barriered.coordinator.model import (
+from barriered.control.model import (
     AckResult,
     AckStats,
     CheckpointKind,
     CheckpointStatus,
     CompletedCheckpoint,
 )
-from barriered.coordinator.stats import CheckpointStats
+from barriered.control.stats import CheckpointStats
 from barriered.errors import CheckpointError
 
 __all__ = ["PendingCheckpoint"]
@@ -141,7 +141,7 @@ class PendingCheckpoint:
             self.effective_mode = effective_mode
 
     def acknowledge(self, participant: str, stats: AckStats) -> AckResult:
-        """Count an acknowledgement; see :data:`~barriered.coordinator.model.AckResult`."""
+        """Count an acknowledgement; see :data:`~barriered.control.model.AckResult`."""
         if participant not in self.expected:
             return "unknown"
         if participant in self.acks:

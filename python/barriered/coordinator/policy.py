@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from barriered.barrier.modes import Mode
-from barriered.coordinator.model import CHECKPOINT, SAVEPOINT, CheckpointKind
+from barriered.control.model import CHECKPOINT, SAVEPOINT, CheckpointKind
 from barriered.coordinator.settings import SETTING_KEYS, CoordinatorSettings
 from barriered.errors import CheckpointError
 

@@ -1,7 +1,7 @@
 """When the next periodic checkpoint is due, and the id reserved for it (coordinator side).
 
 The coordinator publishes the next periodic checkpoint as a
-:class:`~barriered.datasource.schedule.Schedule`, which the source planner starts when
+:class:`~barriered.control.schedule.Schedule`, which the source planner starts when
 it is due; the coordinator adopts it from the offset. Rules:
 
 - **Interval**: due ``checkpoint_interval_ms`` after the start of the last periodic
@@ -20,9 +20,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection
 
+from barriered.control.schedule import Schedule
 from barriered.coordinator.policy import ModeDecision
 from barriered.coordinator.settings import CoordinatorSettings
-from barriered.datasource.schedule import Schedule
 
 __all__ = ["PeriodicScheduler"]
 

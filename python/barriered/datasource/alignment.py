@@ -39,7 +39,7 @@ from barriered.barrier import (
     Phase,
     TimeAdvance,
 )
-from barriered.datasource.offsets import ActiveCheckpoint
+from barriered.control.offsets import ActiveCheckpoint
 
 __all__ = ["Alignment", "BatchController", "Chunk", "TraceEntry", "feed"]
 

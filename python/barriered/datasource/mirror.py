@@ -41,8 +41,6 @@ log = logging.getLogger(__name__)
 
 PLAN = "plan"
 FOLLOWER = "follower-"
-#: The prefix of the trigger log's ``fatal`` message for :func:`two_sources_refusal`.
-MESSAGE_PREFIX = "two barriered sources in one query: "
 
 
 def new_source_id() -> str:
@@ -243,28 +241,3 @@ class Follower:
                 "resumes from its last committed batch)"
             )
         return dict(plan["end"])
-
-
-def two_sources_refusal(reports: list[dict[str, Any]]) -> str | None:
-    """Why a query whose progress shows these barriered reports cannot be barriered, or
-    None. Mirroring instances' reports (``mirror``) are the leader's own source and do not
-    count; two planning barriered sources (other snapshot paths, or other options) each
-    cut on their own, so no checkpoint holds one consistent cut of the query.
-
-    Parameters
-    ----------
-    reports : list of dict
-        The ``barriered`` part of every source's ``latestOffset`` report of one progress.
-    """
-    planning = [r for r in reports if not r.get("mirror")]
-    if len(planning) < 2:
-        return None
-    named = " and ".join(
-        f"snapshotPath {r.get('snapshotPath')!r} (epoch {r.get('epoch')})" for r in planning
-    )
-    return (
-        f"{MESSAGE_PREFIX}the query reads {named}: each plans its own checkpoints, so no "
-        "checkpoint would hold one consistent cut of the query. Read one barriered source "
-        "(load it once, with one snapshotPath) and use that DataFrame on every side, "
-        "filtering it per side"
-    )

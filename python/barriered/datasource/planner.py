@@ -7,7 +7,7 @@ trigger log, the clock), so a restarted driver plans exactly the same batches.
 How a checkpoint ``n`` travels (see docs/design.md, "The model, in micro-batch terms"):
 
 1. ``n`` starts: a periodic checkpoint in the first batch planned once the coordinator's
-   schedule (:mod:`barriered.datasource.schedule`) says it is due and not paused, a
+   schedule (:mod:`barriered.control.schedule`) says it is due and not paused, a
    savepoint when the coordinator's request for ``n`` in the
    trigger log is picked up. The barrier positions are fixed,
    ``B_n(c) = min(available(c), D(c) + bufferPerChannel)``. The source has one
@@ -18,7 +18,7 @@ How a checkpoint ``n`` travels (see docs/design.md, "The model, in micro-batch t
    controller) decides, batch after batch, which channels deliver how far, when the
    cut is, its mode and its in-flight ranges (rules R1-R10 of the conformance spec,
    the alignment timeout included). The planner keeps it across batches; the offset
-   carries its state (:class:`~barriered.datasource.offsets.ActiveCheckpoint`), from
+   carries its state (:class:`~barriered.control.offsets.ActiveCheckpoint`), from
    which it is rebuilt after a restart.
 3. The cut batch carries marker rows (one per key group) and in-flight capture tasks.
 """
@@ -30,22 +30,20 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from barriered.barrier import AbortReason, Mode
-from barriered.datasource.alignment import Alignment, Chunk
-from barriered.datasource.offsets import (
+from barriered.control.offsets import (
     AbortedCheckpoint,
     ActiveCheckpoint,
     Cut,
     SourceOffset,
     StartedCheckpoint,
 )
-from barriered.datasource.schedule import Schedule
-from barriered.datasource.triggers import TriggerRequest
+from barriered.control.schedule import Schedule
+from barriered.control.triggers import FINAL_REASON, TriggerRequest
+from barriered.datasource.alignment import Alignment, Chunk
 
-__all__ = ["FINAL_REASON", "PlanInput", "Planner", "plan"]
+__all__ = ["PlanInput", "Planner", "plan"]
 
 log = logging.getLogger(__name__)
-
-FINAL_REASON = "final checkpoint of an availableNow run"
 
 
 @dataclass(frozen=True)

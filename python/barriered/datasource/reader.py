@@ -26,14 +26,15 @@ from pyspark.sql.streaming.datasource import (
 
 from barriered import crash_points, wall_time
 from barriered.config import CHECKPOINT_TIMEOUT
-from barriered.coordinator import ownership, stateful_operators
+from barriered.config.source_options import RESTORE_FROM
+from barriered.control import offsets
+from barriered.control.columns import data_batch, marker_batch
+from barriered.control.offsets import SourceOffset
+from barriered.control.schedule import Schedule
+from barriered.control.triggers import TriggerLog
 from barriered.datasource import mirror, replay
-from barriered.datasource.columns import data_batch, marker_batch
-from barriered.datasource.offsets import SourceOffset
-from barriered.datasource.options import RESTORE_FROM, SourceSettings
+from barriered.datasource.options import SourceSettings
 from barriered.datasource.planner import PlanInput, Planner
-from barriered.datasource.schedule import Schedule
-from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams.base import Upstream
 from barriered.datasource.watchdog import CoordinatorWatchdog
 from barriered.errors import (
@@ -48,7 +49,7 @@ from barriered.errors import (
     UnsupportedOperatorError,
 )
 from barriered.files.fileio import delete_file, exists
-from barriered.statestore import checkpoints_table, operators
+from barriered.statestore import checkpoints_table, operators, ownership, stateful_operators
 from barriered.statestore.inflight import capture
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint, highest_checkpoint_id
@@ -62,7 +63,7 @@ _FATAL: tuple[tuple[str, type[Exception]], ...] = (
     (stateful_operators.MESSAGE_PREFIX, UnsupportedOperatorError),
     (stateful_operators.RESTORE_PREFIX, RestoreError),
     (stateful_operators.UNDECLARED_PREFIX, ConfigError),
-    (mirror.MESSAGE_PREFIX, MirrorError),
+    (offsets.TWO_SOURCES_PREFIX, MirrorError),
 )
 _FATAL_DEFAULT: type[Exception] = CheckpointFailureLimitExceeded
 #: How often the end of an availableNow run looks whether its last checkpoint finished.

@@ -16,8 +16,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import InputPartition
 
-from barriered.datasource.columns import CHANNEL, SEQ
-from barriered.datasource.offsets import Replay
+from barriered.control.columns import CHANNEL, SEQ
+from barriered.control.offsets import Replay
 from barriered.errors import RestoreError
 from barriered.files.fileio import filesystem, join
 from barriered.statestore.restore_point import RestorePoint

@@ -13,8 +13,8 @@ from pyspark.sql.types import StructField, StructType
 
 from barriered import wall_time
 from barriered.config import SNAPSHOT_PATH
-from barriered.datasource import mirror, preflight
-from barriered.datasource.columns import (
+from barriered.config.source_options import RESTORE_FROM
+from barriered.control.columns import (
     BARRIER,
     META_MAX_PARALLELISM,
     META_RESTORE,
@@ -22,9 +22,10 @@ from barriered.datasource.columns import (
     META_SOURCE_ID,
     output_schema,
 )
-from barriered.datasource.options import RESTORE_FROM, SourceSettings
+from barriered.control.triggers import TriggerLog
+from barriered.datasource import mirror, preflight
+from barriered.datasource.options import SourceSettings
 from barriered.datasource.reader import BarrieredStreamReader
-from barriered.datasource.triggers import TriggerLog
 from barriered.datasource.upstreams import make_upstream
 from barriered.datasource.upstreams.base import Upstream
 from barriered.datasource.upstreams.options import (

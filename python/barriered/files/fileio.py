@@ -110,7 +110,7 @@ def create_if_absent(uri: str, data: bytes, what: str = "") -> bool:
     stores have no such request in the clients used here: the file is written after an
     existence test and read back, so a writer that lost a race finds another's bytes
     and reports False (a narrow window where both write remains; one run owns a
-    snapshot path, :mod:`barriered.coordinator.ownership`).
+    snapshot path, :mod:`barriered.statestore.ownership`).
 
     Raises
     ------

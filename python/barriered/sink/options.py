@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from barriered.config import SNAPSHOT_PATH, SNAPSHOT_STORAGE_OPTIONS, ConfigKey
-from barriered.datasource.options import SESSION_CONF_OPTION
+from barriered.config.source_options import SESSION_CONF_OPTION
 from barriered.errors import ConfigError
 from barriered.files.fileio import to_local_or_uri
 from barriered.files.storage import register

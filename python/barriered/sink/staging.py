@@ -4,7 +4,7 @@ The driver-side ``commit`` of every micro-batch writes one JSON file (atomically
 ``<snapshotPath>/_sink/<sink>/e<epoch>/<batch>.json`` naming the data files the batch's
 tasks wrote into the output table's folder, their sizes and rows, the output schema and
 the sink's settings. Nothing is visible in the output table yet. Staged batches are named
-by the epoch of the run that staged them (:mod:`barriered.coordinator.ownership`): Spark
+by the epoch of the run that staged them (:mod:`barriered.statestore.ownership`): Spark
 numbers the batches of a restored run from 0 again, and the batches a crashed run staged
 after the restored cut must never be committed.
 

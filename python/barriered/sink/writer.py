@@ -29,8 +29,7 @@ from pyspark.sql.types import StructType
 
 from barriered import wall_time
 from barriered.config import PREFIX
-from barriered.coordinator.ownership import current_owner
-from barriered.datasource.columns import BARRIER
+from barriered.control.columns import BARRIER
 from barriered.errors import ConfigError, SinkError
 from barriered.sink import committer, options
 from barriered.sink import owner as table_owner
@@ -40,6 +39,7 @@ from barriered.sink.staging import StagedBatch, stage
 from barriered.statestore.acks import DataFile, write_data_file
 from barriered.statestore.delta_tables import open_table
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.ownership import current_owner
 
 log = logging.getLogger(__name__)
 

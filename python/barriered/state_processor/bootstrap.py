@@ -35,8 +35,9 @@ from pyspark.sql.types import StructType
 from barriered import wall_time
 from barriered.api import key_group_column, operator_spec
 from barriered.config import SNAPSHOT_PATH
-from barriered.datasource.columns import KEY_GROUP
-from barriered.datasource.options import RESTORE_FROM, SESSION_CONF_OPTION, parse_source_options
+from barriered.config.source_options import RESTORE_FROM, SESSION_CONF_OPTION
+from barriered.control.columns import KEY_GROUP
+from barriered.datasource.options import parse_source_options
 from barriered.datasource.source import config_record, upstream_of
 from barriered.datasource.upstreams.base import Upstream
 from barriered.errors import StateProcessorError

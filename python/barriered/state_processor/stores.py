@@ -30,7 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from barriered.datasource.columns import BARRIER, BARRIER_META, CHANNEL, SEQ
+from barriered.control.columns import BARRIER, BARRIER_META, CHANNEL, SEQ
 from barriered.errors import StateProcessorError
 from barriered.provider import PROVIDER_CLASS
 from barriered.statestore import operators

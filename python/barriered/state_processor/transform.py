@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from barriered.api import key_group_column
-from barriered.datasource.columns import KEY_GROUP
+from barriered.control.columns import KEY_GROUP
 from barriered.errors import StateProcessorError
 from barriered.files.fileio import join
 from barriered.state_processor.target import Target

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
-from barriered.datasource.columns import KEY_GROUP
+from barriered.control.columns import KEY_GROUP
 from barriered.errors import StateProcessorError
 from barriered.statestore.acks import DataFile, write_data_file
 from barriered.statestore.keyed import OperatorSpec, bound_processor

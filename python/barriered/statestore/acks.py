@@ -6,7 +6,7 @@ of checkpoint ``n`` it writes one JSON file under ``_acks/<n>/``, listing the da
 it wrote (ready to be added to a Delta table in the coordinator's single commit) and its
 sizes; the key groups of one keyed call write theirs in one file (``{"acks": [...]}``,
 named after the first). Rewriting an ack (a retried task) replaces it whole. An ack
-carries the epoch of the run that wrote it (see :mod:`barriered.coordinator.ownership`)
+carries the epoch of the run that wrote it (see :mod:`barriered.statestore.ownership`)
 and is named after it, so the acks of a fenced run and of the run that took the path
 over never collide, and a coordinator only collects the acks of its own epoch.
 """

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from barriered.coordinator.model import CompletedCheckpoint
+from barriered.control.model import CompletedCheckpoint
 from barriered.files.fileio import filesystem
 from barriered.statestore import operators
 from barriered.statestore.acks import Ack

@@ -14,8 +14,8 @@ import pyarrow as pa
 from deltalake import write_deltalake
 from deltalake.transaction import CommitProperties
 
-from barriered.coordinator.stats import STATS_COLUMNS
-from barriered.datasource.options import RESTORE_FROM
+from barriered.config.source_options import RESTORE_FROM
+from barriered.control.stats import STATS_COLUMNS
 from barriered.errors import SnapshotStoreError
 from barriered.statestore.delta_tables import (
     Commit,

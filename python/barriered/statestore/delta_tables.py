@@ -349,7 +349,7 @@ def committed_version(table: DeltaTable, checkpoint_id: int, epoch: int | None =
     """Return the table version whose commit carries ``checkpoint_id``.
 
     With ``epoch``, that commit must be this run's: a run that lost the snapshot path
-    (see :mod:`barriered.coordinator.ownership`) may have committed the same id in the
+    (see :mod:`barriered.statestore.ownership`) may have committed the same id in the
     moment between its ownership check and its commit, and taking that commit for this
     run's checkpoint would be silently wrong.
     """

@@ -10,10 +10,12 @@ then acknowledges as participant ``inflight/<channel>``.
 from __future__ import annotations
 
 import logging
+from typing import Protocol
+
+import pyarrow as pa
 
 from barriered import crash_points
-from barriered.datasource.columns import data_batch
-from barriered.datasource.upstreams.base import Upstream
+from barriered.control.columns import data_batch
 from barriered.statestore.acks import (
     Ack,
     DataFile,
@@ -26,9 +28,20 @@ from barriered.statestore.layout import SnapshotLayout
 log = logging.getLogger(__name__)
 
 
+class Records(Protocol):
+    """What a capture needs of the source's upstream (its ``Upstream`` has it): a
+    channel's records in a position range, their positions, the schema."""
+
+    def schema(self) -> pa.Schema: ...
+
+    def positions(self, rows: pa.Table, start: int) -> pa.Array: ...
+
+    def read(self, channel: int, start: int, end: int) -> pa.Table: ...
+
+
 def capture(
     layout: SnapshotLayout,
-    upstream: Upstream,
+    upstream: Records,
     checkpoint_id: int,
     channel: int,
     start: int,

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from barriered.datasource.options import RESTORE_FROM
+from barriered.config.source_options import RESTORE_FROM
 from barriered.errors import SnapshotStoreError
 from barriered.files.fileio import exists, join
 from barriered.statestore import checkpoints_table

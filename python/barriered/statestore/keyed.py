@@ -36,8 +36,8 @@ import pandas as pd
 import pyarrow as pa
 
 from barriered import crash_points
-from barriered.datasource.columns import BARRIER, BARRIER_META, CHANNEL, KEY_GROUP, SEQ, SLOT
-from barriered.datasource.options import RESTORE_FROM
+from barriered.config.source_options import RESTORE_FROM
+from barriered.control.columns import BARRIER, BARRIER_META, CHANNEL, KEY_GROUP, SEQ, SLOT
 from barriered.errors import KeyedStateError, KeyGroupError
 from barriered.files.fileio import join
 from barriered.files.storage import register

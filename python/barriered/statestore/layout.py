@@ -165,7 +165,7 @@ class SnapshotLayout:
     @property
     def schedule_file(self) -> str:
         """The coordinator's schedule of the next periodic checkpoint, which the source
-        planner starts (:mod:`barriered.datasource.schedule`)."""
+        planner starts (:mod:`barriered.control.schedule`)."""
         return join(self.root, "_coordinator", "schedule.json")
 
     @property

@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from barriered import wall_time
-from barriered.datasource.options import RESTORE_FROM
+from barriered.config.source_options import RESTORE_FROM
 from barriered.errors import KeyedStateError
 from barriered.files.fileio import join
 from barriered.statestore.deletion_vectors import DeletionVector, contains, distinct, union

@@ -24,9 +24,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from barriered.config import BarrieredConf, check_restore_compatible
-from barriered.datasource.options import RESTORE_FROM as RESTORE_FROM_OPTION
-from barriered.datasource.schedule import Schedule
-from barriered.datasource.triggers import TriggerLog
+from barriered.config.source_options import RESTORE_FROM as RESTORE_FROM_OPTION
+from barriered.control.schedule import Schedule
+from barriered.control.triggers import TriggerLog
 from barriered.errors import RestoreError
 from barriered.files.fileio import exists, filesystem, join, list_names, read_json
 from barriered.statestore import checkpoints_table, integrity
@@ -34,6 +34,7 @@ from barriered.statestore.deletion_vectors import DeletionVector
 from barriered.statestore.delta_tables import open_table
 from barriered.statestore.integrity import PathIntegrity, committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.source_manifest import MANIFESTS, manifest_ends
 from barriered.statestore.state_log import StateFiles
 
 log = logging.getLogger(__name__)
@@ -166,11 +167,8 @@ class RestorePoint:
         RestoreError
             Naming the manifest file. Nothing is changed.
         """
-        from barriered.datasource.upstreams import manifest_name
-        from barriered.datasource.upstreams.manifest import manifest_ends
-
         upstream = str(dict(self.config.get("upstream", {})).get("upstream", ""))
-        name = manifest_name(upstream)
+        name = MANIFESTS.get(upstream)
         if name is None:
             return
         path = join(self.origin.source_dir, name)

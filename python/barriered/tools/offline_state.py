@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from barriered.datasource.options import RESTORE_FROM
+from barriered.config.source_options import RESTORE_FROM
 from barriered.errors import ConfigError
 
 

@@ -51,17 +51,4 @@ def make_upstream(
     raise ConfigError(f"{UPSTREAM.where} must be one of {UPSTREAM.choices}, got {name!r}")
 
 
-def manifest_name(upstream: str) -> str | None:
-    """The manifest file upstream ``upstream`` keeps in its state folder (None: none)."""
-    if upstream == "files":
-        from barriered.datasource.upstreams.files import MANIFEST_NAME as files_manifest
-
-        return files_manifest
-    if upstream == "delta":
-        from barriered.datasource.upstreams.delta import MANIFEST_NAME as delta_manifest
-
-        return delta_manifest
-    return None
-
-
-__all__ = ["Upstream", "make_upstream", "manifest_name"]
+__all__ = ["Upstream", "make_upstream"]

@@ -46,8 +46,7 @@ from barriered.datasource.upstreams.options import Options, prefixed_options
 from barriered.errors import ConfigError, SnapshotStoreError
 from barriered.files.fileio import join, to_local_or_uri
 from barriered.files.storage import delta_options
-
-MANIFEST_NAME = "delta_manifest.jsonl"
+from barriered.statestore.source_manifest import DELTA_MANIFEST
 
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
 
@@ -147,7 +146,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
     """
 
     name = "delta"
-    manifest_name = MANIFEST_NAME
+    manifest_name = DELTA_MANIFEST
     manifest_version = 1
     header_keys = ("path", "channels", "channelBy", "startingVersion", "schema", "lastVersion")
 
@@ -309,7 +308,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
             str(header["channelBy"]),
             context.get("storage_options") or {},
             int(header["startingVersion"]),
-            schema_from_text(str(header["schema"]), join(state_dir, MANIFEST_NAME)),
+            schema_from_text(str(header["schema"]), join(state_dir, DELTA_MANIFEST)),
             [str(c) for c in header.get("partitionColumns", [])],
             int(header.get("schemaVersion", -1)),
             state_dir,

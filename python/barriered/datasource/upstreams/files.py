@@ -56,10 +56,9 @@ from barriered.datasource.upstreams.manifest import (
 from barriered.datasource.upstreams.options import Options, schema_option
 from barriered.errors import ConfigError, SnapshotStoreError
 from barriered.files.fileio import join, to_local_or_uri
+from barriered.statestore.source_manifest import FILES_MANIFEST
 
 log = logging.getLogger(__name__)
-
-MANIFEST_NAME = "files_manifest.jsonl"
 
 
 # --------------------------------------------------------------------------------------
@@ -154,7 +153,7 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
     """
 
     name = "files"
-    manifest_name = MANIFEST_NAME
+    manifest_name = FILES_MANIFEST
     manifest_version = 1
     header_keys = ("path", "format", "channels", "channelBy", "schema", "columns")
 
@@ -286,7 +285,7 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             int(header["channels"]),
             str(header["channelBy"]),
             [str(f) for f in header.get("folders", [])],
-            schema_from_text(str(header["schema"]), join(state_dir, MANIFEST_NAME)),
+            schema_from_text(str(header["schema"]), join(state_dir, FILES_MANIFEST)),
             context.get("archive_to"),
             state_dir,
         )

@@ -36,6 +36,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from barriered.config.source_options import KAFKA_CLIENT
 from barriered.datasource.upstreams import kafka_cluster as cluster
 from barriered.datasource.upstreams import options as opt
 from barriered.datasource.upstreams.base import Upstream
@@ -164,7 +165,7 @@ class KafkaUpstream(Upstream):
         SnapshotStoreError
             When the manifest is missing although ``required_by`` refers to positions.
         """
-        prefix = opt.KAFKA_CLIENT.name
+        prefix = KAFKA_CLIENT.name
         client = prefixed_options(options, prefix)
         if not client.get("bootstrap.servers"):
             raise ConfigError(

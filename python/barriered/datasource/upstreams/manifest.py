@@ -22,49 +22,12 @@ from barriered.datasource.upstreams.arrow_rows import ARROW_ERRORS
 from barriered.datasource.upstreams.base import Upstream
 from barriered.datasource.upstreams.input_folder import Signature, file_signature
 from barriered.errors import ConfigError, SnapshotStoreError
-from barriered.files.fileio import join, read_bytes, to_local_or_uri, write_atomic
+from barriered.files.fileio import join, to_local_or_uri, write_atomic
+from barriered.statestore.source_manifest import read_records
 
 #: Manifests with at most this many files travel inside the pickled upstream; larger
 #: ones are re-read from ``state_dir`` on the executor.
 PICKLE_MANIFEST_LIMIT = 2000
-
-
-def read_records(path: str) -> list[dict[str, Any]] | None:
-    """Return the JSON documents of manifest ``path``, one per line; None if missing.
-
-    Raises
-    ------
-    SnapshotStoreError
-        When the file cannot be read or a line is not a JSON object.
-    """
-    raw = read_bytes(path, "upstream manifest")
-    if raw is None:
-        return None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SnapshotStoreError(
-            f"upstream manifest {path!r} is corrupt ({exc}); restore it from a backup, or "
-            "start the stream on a new snapshot path"
-        ) from exc
-    out: list[dict[str, Any]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError as exc:
-            raise SnapshotStoreError(
-                f"upstream manifest {path!r} is corrupt at line {number} ({exc}); restore "
-                "it from a backup, or start the stream on a new snapshot path"
-            ) from exc
-        if not isinstance(record, dict):
-            raise SnapshotStoreError(
-                f"upstream manifest {path!r} is corrupt at line {number} (not an object); "
-                "restore it from a backup, or start the stream on a new snapshot path"
-            )
-        out.append(record)
-    return out
 
 
 def open_manifest(
@@ -104,29 +67,6 @@ def open_manifest(
             "checkpointLocation"
         )
     return None, None
-
-
-def manifest_ends(manifest_path: str, channels: int) -> list[int] | None:
-    """Per channel, the end of the positions manifest ``manifest_path`` records (None if
-    the file is missing or empty)."""
-    records = read_records(manifest_path)
-    if not records:
-        return None
-    ends = [0] * channels
-    for record in records[1:]:
-        channel = record.get("channel")
-        if record.get("kind") != "file" or not isinstance(channel, int):
-            continue
-        try:
-            end = int(record["start"]) + int(record["rows"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SnapshotStoreError(
-                f"upstream manifest {manifest_path!r} has a malformed file entry {record!r} "
-                f"({exc}); restore it from a backup"
-            ) from exc
-        if 0 <= channel < channels:
-            ends[channel] = max(ends[channel], end)
-    return ends
 
 
 def dumps(record: Mapping[str, Any]) -> str:

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from barriered import ddl
 from barriered.config import ConfigKey
+from barriered.config.source_options import KAFKA_CLIENT
 from barriered.errors import ConfigError
 
 _OWNER = "upstream option"
@@ -206,14 +207,6 @@ POLL_TIMEOUT_MS = ConfigKey(
     "120000",
     "How long (ms) a task waits for records it knows exist before it fails.",
     min_value=1,
-    owner=_OWNER,
-)
-KAFKA_CLIENT = ConfigKey(
-    "kafka.",
-    "prefix",
-    None,
-    "librdkafka client settings: `kafka.bootstrap.servers` (required: the brokers), "
-    "`kafka.security.protocol`, `kafka.sasl.*`, `kafka.isolation.level`, ...",
     owner=_OWNER,
 )
 

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from barriered.config import SNAPSHOT_PATH, ConfigKey
-from barriered.datasource.options import SESSION_CONF_OPTION
-from barriered.datasource.upstreams.options import KAFKA_CLIENT
+from barriered.config.source_options import KAFKA_CLIENT, SESSION_CONF_OPTION
 from barriered.errors import ConfigError
 from barriered.files.fileio import join, to_local_or_uri
 from barriered.sink import options as delta_options

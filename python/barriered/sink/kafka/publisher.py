@@ -33,13 +33,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from barriered import crash_points
-from barriered.coordinator import ownership
 from barriered.errors import FencedError, InjectedFault, SinkError, SinkRewindError
 from barriered.files.fileio import filesystem, join, list_names, read_json, write_json
 from barriered.sink import staging
 from barriered.sink.commit_plan import SinkCommit, SinkPlan
 from barriered.sink.kafka.options import KafkaSinkSettings, redact
 from barriered.sink.staging import StagedBatch, forget
+from barriered.statestore import ownership
 from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)

@@ -33,8 +33,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from barriered.coordinator.ownership import current_owner
-from barriered.datasource.columns import BARRIER
+from barriered.control.columns import BARRIER
 from barriered.errors import ConfigError, SinkError
 from barriered.sink.kafka import options
 from barriered.sink.kafka.options import PROGRESS_TOPIC, TOPIC, KafkaSinkSettings, redact
@@ -44,6 +43,7 @@ from barriered.sink.staging import StagedBatch, stage
 from barriered.sink.writer import StagedFiles, run_epoch
 from barriered.statestore.acks import write_data_file
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.ownership import current_owner
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from barriered.barrier import Mode
-from barriered.datasource.triggers import TriggerRequest
+from barriered.control.triggers import TriggerRequest
 from barriered.files.fileio import read_json, write_json
 
 __all__ = ["Schedule", "SchedulePublisher"]

@@ -1,7 +1,7 @@
 """Value types exchanged between the coordinator and its driver (the Spark listener).
 
 A checkpoint's mode is :class:`barriered.barrier.Mode` (the conformance spec's names); a
-trigger request is :class:`barriered.datasource.triggers.TriggerRequest`.
+trigger request is :class:`barriered.control.triggers.TriggerRequest`.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from barriered.barrier.modes import Mode
-from barriered.coordinator.model import CheckpointKind, CheckpointStatus
+from barriered.control.model import CheckpointKind, CheckpointStatus
 from barriered.errors import CheckpointError
 
 __all__ = ["STATS_COLUMNS", "CheckpointStats", "CheckpointStatsTracker"]

@@ -293,3 +293,32 @@ class SourceOffset:
     def carried(self) -> SourceOffset:
         """Return the state carried into the next batch (per-batch events dropped)."""
         return replace(self, cut=None, started=(), aborted=())
+
+
+#: The prefix of the trigger log's ``fatal`` message for :func:`two_sources_refusal`.
+TWO_SOURCES_PREFIX = "two barriered sources in one query: "
+
+
+def two_sources_refusal(reports: list[dict[str, Any]]) -> str | None:
+    """Why a query whose progress shows these barriered reports cannot be barriered, or
+    None. Mirroring instances' reports (``mirror``) are the leader's own source and do not
+    count; two planning barriered sources (other snapshot paths, or other options) each
+    cut on their own, so no checkpoint holds one consistent cut of the query.
+
+    Parameters
+    ----------
+    reports : list of dict
+        The ``barriered`` part of every source's ``latestOffset`` report of one progress.
+    """
+    planning = [r for r in reports if not r.get("mirror")]
+    if len(planning) < 2:
+        return None
+    named = " and ".join(
+        f"snapshotPath {r.get('snapshotPath')!r} (epoch {r.get('epoch')})" for r in planning
+    )
+    return (
+        f"{TWO_SOURCES_PREFIX}the query reads {named}: each plans its own checkpoints, so no "
+        "checkpoint would hold one consistent cut of the query. Read one barriered source "
+        "(load it once, with one snapshotPath) and use that DataFrame on every side, "
+        "filtering it per side"
+    )

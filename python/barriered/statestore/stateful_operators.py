@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from barriered.datasource.options import RESTORE_FROM
+from barriered.config.source_options import RESTORE_FROM
 
 #: The progress name of ``applyInPandasWithState``, the one barriered.keyed() uses.
 KEYED_OPERATOR = "applyInPandasWithState"

@@ -21,6 +21,9 @@ from typing import Any
 from barriered.barrier import Mode
 from barriered.files.fileio import read_json, write_json
 
+#: The reason of the trigger request of an ``availableNow`` run's final checkpoint.
+FINAL_REASON = "final checkpoint of an availableNow run"
+
 #: How many recent requests/cancellations the file keeps.
 _KEEP = 32
 
