@@ -109,6 +109,7 @@ class Files:
     def restarted(self, cold: bool) -> Files:
         """The state as a restore on this machine (warm cache) or another (cold) finds it:
         the files of the last cut, read as restored files."""
+        self.cache.flush()  # what the cut handed to the cache's thread is on disk
         again = Files.__new__(Files)
         again.root, again.config, again.checkpoint_id = self.root, self.config, 0
         cache_dir = self.root / ("cache-cold" if cold else "cache")

@@ -75,18 +75,19 @@ TARGET_WRITE, TARGET_FILES, TARGET_RESTORE = 0.25, 3, 1.5
 #: Why a target is missed and what would close it (by target label prefix; RESULTS.md).
 WHY_MISSED = {
     "changed bytes written": "a task's write at a cut is the changes merged in key-hash "
-    "order, encoded as zstd Parquet (one row group per chunk) and written once more as "
-    "Arrow IPC into the machine's cache, in one Python thread: of ~170 ms per 500k changed "
-    "rows, ~45 ms is the zstd encode and ~40 ms the cache copy, against a sequential write "
-    "of raw bytes. Writing the cache copy on its own thread, or filling the cache lazily "
-    "on the first read, would close most of it.",
-    "restore, first batch": "the restored query's first batch reads, for every key it "
-    "touches, the chunk of each restored file that holds the key's key group, and builds "
-    "that chunk's cached unit whole where the machine's cache does not hold it (decode, "
-    "hash, write); a chunk is at least one key group (780k rows at 100M keys), so 128 keys "
-    "spread over every key group cost O(state / key groups) each, not O(keys). Several "
-    "row groups per chunk by key-hash range, each read and cached on its own, would make "
-    "it O(keys touched); not built yet.",
+    "order and encoded as zstd Parquet in one Python thread, against a sequential write of "
+    "raw bytes; of ~170 ms per 500k changed rows, ~45 ms was the zstd encode and ~40 ms the "
+    "copy into the machine's cache (run 20261128T230451Z). The copy runs on the cache's "
+    "own thread since (not measured in Spark yet); row groups of 8,192 rows cost the "
+    "encode about 15% more.",
+    "restore, first batch": "in run 20261128T230451Z the restored query's first batch read, "
+    "for every key it touched, the chunk of each restored file that held the key's key "
+    "group, and built that chunk's cached unit whole where the machine's cache did not "
+    "hold it (decode, hash, write); a chunk is at least one key group (780k rows at 100M "
+    "keys), so 128 keys spread over every key group cost O(state / key groups) each. Row "
+    "groups of 8,192 rows with their first key hashes in the footer, read on their own by "
+    "a cold lookup, make it O(keys touched) since (the live_state section measures it "
+    "outside Spark; not measured in Spark yet).",
 }
 SCHEMA = pa.schema([("user_id", pa.string()), ("amount", pa.int64())])
 

@@ -256,6 +256,10 @@ def test_random_changes_cuts_aborts_retries_and_restores(
     if seed % 2:  # files of many small chunks: lookups and merges cross chunk bounds
         for module in (state_files, merge_plan):
             monkeypatch.setattr(module, "CHUNK_ROWS", rng.choice([5, 20]))
+    # chunks of several row groups: a restore with a cold cache reads only the row groups
+    # a lookup's hashes fall in (seeds 2, 3, 6, 7)
+    cold = seed % 4 >= 2
+    monkeypatch.setattr(state_files, "ROW_GROUP_ROWS", rng.choice([1, 2, 3]) if cold else 8192)
     # merges of the newest files only, over older ones the changes have not caught up with
     monkeypatch.setattr(merge_plan, "MERGE_RATIO", rng.choice([0.25, 1, 4]))
     query = Query(
@@ -305,6 +309,9 @@ def test_random_changes_cuts_aborts_retries_and_restores(
     assert max(chunks) > 1 if seed % 2 else max(chunks) == 1
     if not committed:
         return
+    if cold:
+        sizes = [file_info(f"{files.uri}/{f}").starts for f in files.refresh().files]
+        assert max(len(s) for s in sizes) > 2  # files of several row groups
     # restore the newest and an older checkpoint into other partition counts
     for cid in (max(committed), min(committed)):
         version, expected = committed[cid]
@@ -315,7 +322,12 @@ def test_random_changes_cuts_aborts_retries_and_restores(
             restored=restored_files(files.uri, version),
         )
         restored.config = query.config.__class__(**{**query.config.__dict__, "max_runs": 3})
-        restored.cache = query.cache
+        if cold:  # another machine: none of the files cached
+            restored.cache = StateCache(str(tmp_path / f"cold{cid}"), 1 << 30)
+            few = rng.sample(universe, 3)
+            assert restored.state(few) == {k: expected[k] for k in few if k in expected}
+        else:
+            restored.cache = query.cache
         assert restored.state(universe) == expected
         restored.batch({1: {"total": 100, "name": "after"}, 2: None})
         expected = {**expected, 1: {"total": 100, "name": "after"}}
@@ -326,3 +338,39 @@ def test_random_changes_cuts_aborts_retries_and_restores(
         v = commit(files, 100 + cid, restored.cut(100 + cid, cid))
         assert table_state(files.uri, v) == expected
         assert restored.state(universe) == expected
+
+
+def test_a_cold_lookup_of_a_few_keys_reads_only_their_row_groups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restore on a machine without the files cached: a batch of a few keys reads the
+    row groups their hashes fall in, not the chunk, until half the chunk was read so;
+    then the chunk is cached whole. Every answer equals the warm machine's."""
+    monkeypatch.setattr(state_files, "ROW_GROUP_ROWS", 16)
+    query = Query(tmp_path, partitions=1)
+    files = new_table(query.config.table_uri)
+    expected = {k: {"total": k, "name": f"n{k}"} for k in range(4000)}
+    query.batch(dict(expected))
+    version = commit(files, 1, query.cut(1, None))
+    (uri,) = [f"{files.uri}/{f}" for f in files.refresh().files]
+    info = file_info(uri)
+    assert info.hashes is not None and len(info.hashes) == len(info.starts) - 1 == 250
+    assert all(b - a > 1 for a, b in ((c.first, c.end) for c in info.chunks))
+    read: list[list[int]] = []
+    load_rows = state_files.load_rows
+
+    def counted(uri: str, info: Any, groups: Any, columns: Any) -> pa.Table:
+        read.append(list(groups))
+        return load_rows(uri, info, groups, columns)
+
+    monkeypatch.setattr(state_files, "load_rows", counted)
+    restored = Query(tmp_path / "r", partitions=1, restored=restored_files(files.uri, version))
+    restored.config = query.config
+    restored.cache = StateCache(str(tmp_path / "cold"), 1 << 30)
+    few = [7, 1234, 3999]
+    assert restored.state(few) == {k: expected[k] for k in few}
+    assert [len(g) for g in read] == [3]  # of the chunk's 250: one of 16 rows per key
+    assert not any(restored.cache.has(uri, c.part) for c in info.chunks)
+    read.clear()
+    assert restored.state(list(range(4000))) == expected  # most row groups: cached whole
+    assert all(restored.cache.has(uri, c.part) for c in info.chunks)

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,10 +65,11 @@ from barriered.statestore.state_cache import (
 from barriered.statestore.state_files import (
     CHECKPOINT_ID,
     KEY_GROUP,
-    Chunk,
     FileWriter,
+    chunk_units,
     file_info,
-    load_chunk,
+    lookup_unit,
+    overlapping,
     read_notes,
 )
 
@@ -217,21 +218,6 @@ class LiveState:
 
     # -- reads ---------------------------------------------------------------------------
 
-    def _chunks(self, run: Run, low: int, high: int) -> list[tuple[Chunk, Unit]]:
-        """The chunks of ``run`` that may hold key groups ``low..high``, each with its
-        cached unit (built from the file on this machine's first use)."""
-        info = file_info(run.uri, run.key_group)
-        cols = self.config.key_columns
-
-        def load(chunk: Chunk) -> Callable[[], pa.Table]:
-            return lambda: load_chunk(run.uri, info, chunk, cols)
-
-        return [
-            (chunk, self.cache.unit(run.uri, chunk.part, load(chunk)))
-            for chunk in info.chunks
-            if chunk.low <= high and chunk.high >= low
-        ]
-
     def _not_state(self, run: Run) -> np.ndarray | None:
         """A restored run's deleted rows (the restored version's deletion vector)."""
         if run.dv is None:
@@ -272,10 +258,12 @@ class LiveState:
                 break
             groups = key_groups[todo]
             not_state = self._not_state(run)
-            for chunk, unit in self._chunks(run, int(groups.min()), int(groups.max())):
+            info = file_info(run.uri, run.key_group)
+            for chunk in overlapping(info, int(groups.min()), int(groups.max())):
                 ask = todo[(groups >= chunk.low) & (groups <= chunk.high)]
                 if not len(ask):
                     continue
+                unit = lookup_unit(self.cache, run.uri, info, chunk, cols, hashes[ask])
                 query, here = unit.find(hashes[ask], keys.take(pa.array(ask)), cols)
                 rows = unit.table.take(pa.array(here))
                 positions = rows[POS].to_numpy()
@@ -423,7 +411,8 @@ class LiveState:
         """The entries of ``run`` in key groups ``low..high`` (merge schema, by hash)."""
         not_state = self._not_state(run)
         parts = []
-        for _, unit in self._chunks(run, low, high):
+        info = file_info(run.uri, run.key_group)
+        for unit in chunk_units(self.cache, run.uri, info, low, high, self.config.key_columns):
             rows = unit.table
             groups = rows[KEY_GROUP].to_numpy()
             keep = (groups >= low) & (groups <= high)
@@ -500,7 +489,8 @@ class LiveState:
         if all(mine.start <= c.low and c.high <= mine[-1] for c in info.chunks):
             return np.arange(int(info.starts[-1]), dtype=np.int64)
         parts = []
-        for _, unit in self._chunks(run, mine.start, mine[-1]):
+        cols = self.config.key_columns
+        for unit in chunk_units(self.cache, run.uri, info, mine.start, mine[-1], cols):
             groups = unit.table[KEY_GROUP].to_numpy()
             inside = (groups >= mine.start) & (groups <= mine[-1])
             parts.append(unit.table[POS].to_numpy()[inside])

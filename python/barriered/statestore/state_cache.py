@@ -15,9 +15,11 @@ larger than memory stays on disk.
 
 A unit is built on first use (the file's row group read once on this machine) or when
 the operator writes the file (write-through: its own new files are cached as they are
-written). The cache folder holds at most ``keyed.localCacheSize`` bytes; the least
-recently opened units go first. Two Python workers on one machine share it (a unit is
-written to a temporary name and renamed).
+written, on a background thread of the process so that a cut does not wait for the
+copy; until it is on disk, the process serves the unit from memory). The cache folder
+holds at most ``keyed.localCacheSize`` bytes; the least recently opened units go first.
+Two Python workers on one machine share it (a unit is written to a temporary name and
+renamed).
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ import hashlib
 import logging
 import os
 import tempfile
+import threading
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -205,6 +209,9 @@ class StateCache:
         self.setting = setting
         self._open: OrderedDict[str, Unit] = OrderedDict()
         self._bytes_written = 0
+        self._writing: dict[str, tuple[pa.Table, Future[None]]] = {}
+        self._lock = threading.Lock()
+        self._writer: ThreadPoolExecutor | None = None
 
     def _path(self, source: str, part: str) -> str:
         digest = hashlib.sha1(f"{FORMAT}|{source}|{part}".encode()).hexdigest()
@@ -218,6 +225,10 @@ class StateCache:
         if unit is not None:
             self._open.move_to_end(path)
             return unit
+        with self._lock:
+            writing = self._writing.get(path)
+        if writing is not None:
+            return Unit(writing[0].combine_chunks())
         try:
             unit = self._map(path)
         except FileNotFoundError:
@@ -239,11 +250,43 @@ class StateCache:
     def has(self, source: str, part: str) -> bool:
         """Whether this machine has ``part`` of ``source`` cached."""
         path = self._path(source, part)
+        with self._lock:
+            if path in self._writing:
+                return True
         return path in self._open or os.path.exists(path)
 
     def put(self, source: str, part: str, unit_table: pa.Table) -> None:
-        """Cache ``part`` of a file this process just wrote (write-through)."""
-        self._write(self._path(source, part), unit_table)
+        """Cache ``part`` of a file this process just wrote (write-through), on the
+        cache's background thread; until then :meth:`unit` serves it from memory.
+
+        Raises
+        ------
+        KeyedStateError
+            When the unit alone is larger than the budget (nothing is written).
+        """
+        self._check_fits(unit_table)
+        path = self._path(source, part)
+        with self._lock:
+            if self._writer is None:  # made in the process that writes (Spark forks workers)
+                self._writer = ThreadPoolExecutor(1, thread_name_prefix="barriered-cache")
+            future = self._writer.submit(self._write_through, path, unit_table)
+            self._writing[path] = (unit_table, future)
+
+    def flush(self) -> None:
+        """Wait until every unit :meth:`put` handed over is on disk."""
+        with self._lock:
+            pending = [future for _, future in self._writing.values()]
+        for future in pending:
+            future.result()
+
+    def _write_through(self, path: str, table: pa.Table) -> None:
+        try:
+            self._write(path, table)
+        except OSError as exc:  # a full or lost disk: the unit is built again on use
+            log.warning("state cache %s: a unit was not written (%s)", self.folder, exc)
+        finally:
+            with self._lock:
+                self._writing.pop(path, None)
 
     def _map(self, path: str) -> Unit:
         source = pa.memory_map(path, "r")
@@ -251,7 +294,7 @@ class StateCache:
         os.utime(path)  # opened: the last to go
         return Unit(table.combine_chunks() if table.num_rows else table)
 
-    def _write(self, path: str, table: pa.Table) -> None:
+    def _check_fits(self, table: pa.Table) -> None:
         if table.nbytes > self.budget:
             raise KeyedStateError(
                 f"a state file of a keyed partition needs {table.nbytes:,} bytes of local "
@@ -259,6 +302,9 @@ class StateCache:
                 "it (or spread the state over more shuffle partitions, with a restore into "
                 "a new checkpoint location); nothing was written"
             )
+
+    def _write(self, path: str, table: pa.Table) -> None:
+        self._check_fits(table)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{uuid.uuid4().hex}.tmp"
         with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:

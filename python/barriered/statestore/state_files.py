@@ -2,8 +2,12 @@
 chunks, so that neither a lookup nor a compaction ever holds a partition's whole state.
 
 A state file (of the ``state`` table, or a partition's private spill) holds consecutive
-ranges of key groups, each one Parquet row group of at most about :data:`CHUNK_ROWS` rows
-(more when a single key group holds more) in the order of the key hash, and its footer
+ranges of key groups, each a *chunk* of at most about :data:`CHUNK_ROWS` rows (more when
+a single key group holds more) in the order of the key hash, written as Parquet row
+groups of :data:`ROW_GROUP_ROWS` rows whose first key hashes the footer keeps
+(``barriered.hashes``): a lookup of a few keys in a chunk this machine has not cached
+reads only the row groups their hashes fall in (:func:`row_groups_of`, :func:`load_rows`),
+so the first batch after a restore costs what it touches, not the state. Its footer
 says (:class:`FileNotes`) which of its rows no version holds (``barriered.hidden``:
 deleted keys' markers), which rows of older table files it replaces
 (``barriered.deletes``, by path), which key groups it holds whole
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +36,7 @@ import pyarrow.parquet as pq
 
 from barriered.files.fileio import filesystem, make_parent
 from barriered.statestore.deletion_vectors import deserialize, serialize, z85_decode, z85_encode
-from barriered.statestore.state_cache import GONE, HASH, POS, StateCache, build_unit
+from barriered.statestore.state_cache import GONE, HASH, POS, StateCache, Unit, build_unit
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,8 @@ KEY_GROUP = "key_group"
 CHECKPOINT_ID = "checkpoint_id"
 #: The most rows of one chunk (several when a single key group holds more).
 CHUNK_ROWS = 2_000_000
+#: Rows of one Parquet row group of a chunk: what a cold lookup of one key reads.
+ROW_GROUP_ROWS = 8192
 #: Footer metadata of a file written here.
 META_HIDDEN = b"barriered.hidden"
 META_DELETES = b"barriered.deletes"
@@ -47,6 +53,7 @@ META_REPLACES = b"barriered.replaces"
 META_GROUPS = b"barriered.groups"
 META_CHUNKS = b"barriered.chunks"
 META_ABSORBS = b"barriered.absorbs"
+META_HASHES = b"barriered.hashes"
 
 
 def encode_rows(rows: np.ndarray) -> list[Any]:
@@ -60,6 +67,15 @@ def decode_rows(encoded: Sequence[Any]) -> np.ndarray:
     return deserialize(z85_decode(str(encoded[1]), int(encoded[0])))
 
 
+def _encode_hashes(hashes: np.ndarray) -> list[Any]:
+    data = np.asarray(hashes, "<u8").tobytes()
+    return [len(data), z85_encode(data)]
+
+
+def _decode_hashes(encoded: Sequence[Any]) -> np.ndarray:
+    return np.frombuffer(z85_decode(str(encoded[1]), int(encoded[0])), "<u8").astype(np.uint64)
+
+
 @dataclass(frozen=True)
 class FileNotes:
     """What a file written here says in its footer."""
@@ -70,6 +86,7 @@ class FileNotes:
     groups: tuple[int, ...] = ()  # the key groups it holds rows of
     chunks: tuple[tuple[int, int], ...] = ()  # row group ranges [first, end)
     absorbs: tuple[str, ...] = ()  # older table files merged into it, no longer read
+    hashes: np.ndarray | None = None  # the first key hash of each row group
 
     def metadata(self) -> dict[bytes, bytes]:
         """The footer's key-value metadata."""
@@ -81,6 +98,11 @@ class FileNotes:
             META_GROUPS: json.dumps(list(self.groups)).encode(),
             META_CHUNKS: json.dumps([list(c) for c in self.chunks]).encode(),
             META_ABSORBS: json.dumps(list(self.absorbs)).encode(),
+            **(
+                {}
+                if self.hashes is None
+                else {META_HASHES: json.dumps(_encode_hashes(self.hashes)).encode()}
+            ),
         }
 
     @classmethod
@@ -92,6 +114,7 @@ class FileNotes:
             return json.loads(meta[key]) if key in meta else default
 
         hidden = get(META_HIDDEN, None)
+        hashes = get(META_HASHES, None)
         return cls(
             decode_rows(hidden) if hidden else np.empty(0, np.int64),
             {p: decode_rows(r) for p, r in get(META_DELETES, {}).items()},
@@ -99,6 +122,7 @@ class FileNotes:
             tuple(int(g) for g in get(META_GROUPS, [])),
             tuple((int(a), int(b)) for a, b in get(META_CHUNKS, [])),
             tuple(str(p) for p in get(META_ABSORBS, [])),
+            None if hashes is None else _decode_hashes(hashes),
         )
 
 
@@ -125,6 +149,8 @@ class FileInfo:
     chunks: tuple[Chunk, ...]
     hidden: np.ndarray
     key_group: int | None  # an earlier layout's file: its one key group, no column
+    hashes: np.ndarray | None = None  # the first key hash of each row group (None: unknown)
+    metadata: pq.FileMetaData | None = None  # its footer, parsed once
 
 
 def chunk_ranges(rows: Sequence[int]) -> list[tuple[int, int]]:
@@ -172,8 +198,9 @@ def file_info(uri: str, key_group: int | None = None) -> FileInfo:
         Chunk(a, b, min(lo for lo, _ in bounds[a:b]), max(hi for _, hi in bounds[a:b]))
         for a, b in ranges
     )
+    hashes = notes.hashes if notes.hashes is not None and len(notes.hashes) == len(sizes) else None
     found = _INFOS[uri] = FileInfo(
-        np.cumsum([0, *sizes]).astype(np.int64), chunks, notes.hidden, key_group
+        np.cumsum([0, *sizes]).astype(np.int64), chunks, notes.hidden, key_group, hashes, meta
     )
     return found
 
@@ -185,19 +212,84 @@ def read_notes(uri: str) -> FileNotes:
         return FileNotes.read(pq.ParquetFile(f).metadata.metadata)
 
 
-def load_chunk(uri: str, info: FileInfo, chunk: Chunk, key_columns: Sequence[str]) -> pa.Table:
-    """The unit table of one chunk (:func:`~barriered.statestore.state_cache.build_unit`):
-    its rows, each with its position in the file, its key group and whether it marks a
-    deleted key."""
+def load_rows(
+    uri: str, info: FileInfo, row_groups: Sequence[int], key_columns: Sequence[str]
+) -> pa.Table:
+    """The unit table (:func:`~barriered.statestore.state_cache.build_unit`) of the row
+    groups ``row_groups`` (ascending) of a state file: their rows, each with its position
+    in the file, its key group and whether it marks a deleted key."""
     fs, path = filesystem(uri)
     with fs.open_input_file(path) as f:
-        table = pq.ParquetFile(f).read_row_groups(list(range(chunk.first, chunk.end)))
+        table = pq.ParquetFile(f, metadata=info.metadata).read_row_groups(list(row_groups))
     if KEY_GROUP not in table.column_names and info.key_group is not None:
         table = table.append_column(
             KEY_GROUP, pa.array(np.full(table.num_rows, info.key_group, np.int32))
         )
-    positions = np.arange(info.starts[chunk.first], info.starts[chunk.end], dtype=np.int64)
+    starts, ends = info.starts[list(row_groups)], info.starts[[g + 1 for g in row_groups]]
+    positions = np.concatenate(
+        [np.arange(a, b, dtype=np.int64) for a, b in zip(starts, ends, strict=True)]
+        or [np.empty(0, np.int64)]
+    )
     return build_unit(table, key_columns, positions, info.hidden)
+
+
+def load_chunk(uri: str, info: FileInfo, chunk: Chunk, key_columns: Sequence[str]) -> pa.Table:
+    """The unit table of one chunk (all its row groups)."""
+    return load_rows(uri, info, range(chunk.first, chunk.end), key_columns)
+
+
+def row_groups_of(info: FileInfo, chunk: Chunk, hashes: np.ndarray) -> np.ndarray:
+    """The row groups of ``chunk`` that may hold keys of key hashes ``hashes`` (the file
+    knows each row group's first hash; a chunk's rows are in hash order): ascending."""
+    assert info.hashes is not None
+    firsts = info.hashes[chunk.first : chunk.end]
+    at = np.maximum(np.searchsorted(firsts, hashes, "right") - 1, 0)
+    # keys of one hash (a collision) may run on from the row group before
+    before = at[(at > 0) & (firsts[at] == hashes)] - 1
+    return np.unique(np.concatenate([at, before])) + chunk.first
+
+
+def overlapping(info: FileInfo, low: int, high: int) -> list[Chunk]:
+    """The chunks of a file that may hold key groups ``low..high``."""
+    return [c for c in info.chunks if c.low <= high and c.high >= low]
+
+
+def chunk_units(
+    cache: StateCache, uri: str, info: FileInfo, low: int, high: int, key_columns: Sequence[str]
+) -> list[Unit]:
+    """The cached unit of each chunk of the file at ``uri`` that may hold key groups
+    ``low..high`` (built from the file on this machine's first use)."""
+
+    def load(chunk: Chunk) -> Callable[[], pa.Table]:
+        return lambda: load_chunk(uri, info, chunk, key_columns)
+
+    return [cache.unit(uri, c.part, load(c)) for c in overlapping(info, low, high)]
+
+
+#: (file, chunk) -> row groups read row group by row group in this process.
+_SPARSE: dict[tuple[str, str], int] = {}
+
+
+def lookup_unit(
+    cache: StateCache,
+    uri: str,
+    info: FileInfo,
+    chunk: Chunk,
+    key_columns: Sequence[str],
+    hashes: np.ndarray,
+) -> Unit:
+    """Rows of ``chunk`` holding every key of key hashes ``hashes`` that it holds: its
+    cached unit when this machine has one; else, for a file that knows its row groups'
+    first hashes, only the row groups those hashes fall in, read now and not cached,
+    until this process has read half the chunk so (then the chunk is cached whole, as
+    for a file that does not know them)."""
+    if info.hashes is not None and not cache.has(uri, chunk.part):
+        groups = row_groups_of(info, chunk, hashes)
+        read = _SPARSE.get((uri, chunk.part), 0) + len(groups)
+        if 2 * read <= chunk.end - chunk.first:
+            _SPARSE[(uri, chunk.part)] = read
+            return Unit(load_rows(uri, info, groups.tolist(), key_columns))
+    return cache.unit(uri, chunk.part, lambda: load_chunk(uri, info, chunk, key_columns))
 
 
 class FileWriter:
@@ -247,19 +339,20 @@ class FileWriter:
         self.rows_by_group: dict[int, int] = {}
         self.chunks: list[tuple[int, int]] = []
         self.hidden: list[np.ndarray] = []
+        self.hashes: list[np.ndarray] = []
 
     def add(self, entries: pa.Table) -> None:
         """Write ``entries`` (key columns, state fields, ``key_group``, :data:`HASH`,
         :data:`GONE`; sorted by :data:`HASH`; key groups above those written before) as
-        one row group, which is one chunk, in their order: the cached unit is the file's
-        rows as written."""
+        one chunk, in their order, in row groups of :data:`ROW_GROUP_ROWS` rows: the
+        cached unit is the file's rows as written."""
         if not entries.num_rows:
             return
         n = entries.num_rows
         ids = pa.array(np.full(n, self.checkpoint_id), pa.int64())
         columns = [c for c in self.schema.names if c != CHECKPOINT_ID]
         table = entries.select(columns).append_column(CHECKPOINT_ID, ids).cast(self.schema)
-        self.writer.write_table(table, row_group_size=n)
+        self.writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
         groups = entries[KEY_GROUP].to_numpy()
         for group, rows in zip(*np.unique(groups, return_counts=True), strict=True):
             self.groups.append(int(group))
@@ -269,9 +362,11 @@ class FileWriter:
         unit = table.append_column(HASH, entries[HASH])
         unit = unit.append_column(POS, pa.array(positions, pa.int64()))
         unit = unit.append_column(GONE, entries[GONE])
-        chunk = (len(self.chunks), len(self.chunks) + 1)
+        first = self.chunks[-1][1] if self.chunks else 0
+        chunk = (first, first + -(-n // ROW_GROUP_ROWS))
         self.cache.put(self.uri, Chunk(*chunk, 0, 0).part, unit)
         self.chunks.append(chunk)
+        self.hashes.append(entries[HASH].to_numpy()[::ROW_GROUP_ROWS])
         self.rows += n
 
     def close(
@@ -290,6 +385,7 @@ class FileWriter:
             tuple(self.groups),
             tuple(self.chunks),
             tuple(absorbs),
+            np.concatenate(self.hashes) if self.hashes else np.empty(0, np.uint64),
         )
         self.writer.add_key_value_metadata(
             {k.decode(): v.decode() for k, v in notes.metadata().items()}
