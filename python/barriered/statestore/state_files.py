@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -150,7 +151,6 @@ class FileInfo:
     hidden: np.ndarray
     key_group: int | None  # an earlier layout's file: its one key group, no column
     hashes: np.ndarray | None = None  # the first key hash of each row group (None: unknown)
-    metadata: pq.FileMetaData | None = None  # its footer, parsed once
 
 
 def chunk_ranges(rows: Sequence[int]) -> list[tuple[int, int]]:
@@ -200,9 +200,22 @@ def file_info(uri: str, key_group: int | None = None) -> FileInfo:
     )
     hashes = notes.hashes if notes.hashes is not None and len(notes.hashes) == len(sizes) else None
     found = _INFOS[uri] = FileInfo(
-        np.cumsum([0, *sizes]).astype(np.int64), chunks, notes.hidden, key_group, hashes, meta
+        np.cumsum([0, *sizes]).astype(np.int64), chunks, notes.hidden, key_group, hashes
     )
+    _remember_footer(uri, meta)
     return found
+
+
+#: The parsed footers of the files read last (a large file's lists every row group).
+_FOOTERS: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+_KEEP_FOOTERS = 16
+
+
+def _remember_footer(uri: str, meta: pq.FileMetaData) -> None:
+    _FOOTERS[uri] = meta
+    _FOOTERS.move_to_end(uri)
+    while len(_FOOTERS) > _KEEP_FOOTERS:
+        _FOOTERS.popitem(last=False)
 
 
 def read_notes(uri: str) -> FileNotes:
@@ -220,7 +233,9 @@ def load_rows(
     in the file, its key group and whether it marks a deleted key."""
     fs, path = filesystem(uri)
     with fs.open_input_file(path) as f:
-        table = pq.ParquetFile(f, metadata=info.metadata).read_row_groups(list(row_groups))
+        parquet = pq.ParquetFile(f, metadata=_FOOTERS.get(uri))
+        _remember_footer(uri, parquet.metadata)
+        table = parquet.read_row_groups(list(row_groups))
     if KEY_GROUP not in table.column_names and info.key_group is not None:
         table = table.append_column(
             KEY_GROUP, pa.array(np.full(table.num_rows, info.key_group, np.int32))
