@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from barriered.config import BUFFER_PER_CHANNEL, KEYS, ConfigKey
+from barriered.config.kafka_sink_options import KAFKA_SINK_OPTIONS
+from barriered.config.sink_options import SINK_OPTIONS
+from barriered.config.upstream_options import UPSTREAM_OPTIONS
 from barriered.datasource.options import SOURCE_OPTIONS
-from barriered.datasource.upstreams.options import UPSTREAM_OPTIONS
 from barriered.durations import format_duration
 from barriered.errors import ConfigError
 
@@ -119,15 +121,11 @@ def source_options_markdown() -> str:
 
 def sink_options_markdown() -> str:
     """The reference table of the "barriered-delta" sink's options, as Markdown."""
-    from barriered.sink.options import SINK_OPTIONS  # here: barriered.sink imports PySpark
-
     return options_markdown(list(SINK_OPTIONS.values()))
 
 
 def kafka_sink_options_markdown() -> str:
     """The reference table of the "barriered-kafka" sink's options, as Markdown."""
-    from barriered.sink.kafka.options import KAFKA_SINK_OPTIONS  # imports PySpark too
-
     return options_markdown(list(KAFKA_SINK_OPTIONS.values()))
 
 

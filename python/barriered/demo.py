@@ -33,7 +33,7 @@ from barriered.config import (
     UNALIGNED_ENABLED,
 )
 from barriered.config.source_options import KAFKA_CLIENT, MAX_ROWS_PER_CHANNEL
-from barriered.datasource.upstreams.options import (
+from barriered.config.upstream_options import (
     CHANNELS,
     KEYS,
     ROWS_PER_SECOND,

@@ -20,6 +20,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from barriered.config import PREFIX
+from barriered.config.sink_options import PATH as SINK_PATH
 from barriered.config.source_options import SESSION_CONF_OPTION, SESSION_EXTENSIONS
 from barriered.coordinator.listener import BarrieredListener
 from barriered.datasource import preflight
@@ -29,7 +30,6 @@ from barriered.files import storage
 from barriered.sink import BarrieredDeltaSink, writer
 from barriered.sink.kafka import writer as kafka_writer
 from barriered.sink.kafka.writer import BarrieredKafkaSink
-from barriered.sink.options import PATH as SINK_PATH
 
 log = logging.getLogger(__name__)
 

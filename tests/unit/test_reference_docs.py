@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from barriered.config import ConfigKey
+from barriered.config.upstream_options import UPSTREAM_OPTIONS
 from barriered.datasource.options import SOURCE_OPTIONS
-from barriered.datasource.upstreams.options import UPSTREAM_OPTIONS
 from barriered.statestore import checkpoints_table
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,6 +19,15 @@ import pytest
 from barriered import config_doc
 from barriered.config import KEYS, BarrieredConf, ConfigKey
 from barriered.config.conf import field_value
+from barriered.config.sink_options import SINK_OPTIONS
+from barriered.config.upstream_options import (
+    CHANNELS,
+    DEFAULT_CHANNELS,
+    ROWS_PER_SECOND,
+    UPSTREAM,
+    UPSTREAM_OPTIONS,
+)
+from barriered.config.upstream_options import KEYS as RATE_KEYS
 from barriered.coordinator.settings import FIELD_KEYS, CoordinatorSettings
 from barriered.datasource.options import (
     MAX_ROWS_PER_CHANNEL,
@@ -27,19 +36,8 @@ from barriered.datasource.options import (
     SOURCE_OPTIONS,
     parse_source_options,
 )
-from barriered.datasource.upstreams.options import (
-    CHANNELS,
-    DEFAULT_CHANNELS,
-    ROWS_PER_SECOND,
-    UPSTREAM,
-    UPSTREAM_OPTIONS,
-)
-from barriered.datasource.upstreams.options import (
-    KEYS as RATE_KEYS,
-)
 from barriered.datasource.upstreams.rate import RateUpstream
 from barriered.errors import ConfigError
-from barriered.sink.options import SINK_OPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "python" / "barriered"

@@ -29,12 +29,8 @@ from barriered.config.source_options import (
     SESSION_CONF_OPTION,
     SESSION_EXTENSIONS,
 )
-from barriered.datasource.upstreams.options import (
-    UPSTREAM,
-    UPSTREAM_OPTIONS,
-    Options,
-    parse_channel_factors,
-)
+from barriered.config.upstream_options import UPSTREAM, UPSTREAM_OPTIONS
+from barriered.datasource.upstreams.options import Options, parse_channel_factors
 from barriered.errors import ConfigError
 from barriered.spelling import closest
 

@@ -14,6 +14,7 @@ from pyspark.sql.types import StructField, StructType
 from barriered import wall_time
 from barriered.config import SNAPSHOT_PATH
 from barriered.config.source_options import RESTORE_FROM
+from barriered.config.upstream_options import ARCHIVE_TO, FORMAT, PATH, SCHEMA, UPSTREAM
 from barriered.control.columns import (
     BARRIER,
     META_MAX_PARALLELISM,
@@ -28,14 +29,7 @@ from barriered.datasource.options import SourceSettings
 from barriered.datasource.reader import BarrieredStreamReader
 from barriered.datasource.upstreams import make_upstream
 from barriered.datasource.upstreams.base import Upstream
-from barriered.datasource.upstreams.options import (
-    ARCHIVE_TO,
-    FORMAT,
-    PATH,
-    SCHEMA,
-    UPSTREAM,
-    Options,
-)
+from barriered.datasource.upstreams.options import Options
 from barriered.errors import ConfigError, RestoreError
 from barriered.files.fileio import (
     copy_tree,

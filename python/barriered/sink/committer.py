@@ -30,6 +30,7 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import CommitProperties, Transaction
 
 from barriered import wall_time
+from barriered.config.sink_options import UPDATE
 from barriered.errors import SinkError
 from barriered.files.fileio import filesystem, join, list_names
 from barriered.files.storage import delta_options
@@ -38,7 +39,7 @@ from barriered.sink import schema as output_schema
 from barriered.sink.commit_plan import SinkCommit, SinkPlan, plans_from_metadata
 from barriered.sink.kafka import publisher
 from barriered.sink.kafka.options import KIND as KAFKA
-from barriered.sink.options import UPDATE, SinkSettings
+from barriered.sink.options import SinkSettings
 from barriered.sink.staging import StagedBatch, forget
 from barriered.statestore.delta_tables import commit_files, committed_version, open_table
 from barriered.statestore.layout import SnapshotLayout

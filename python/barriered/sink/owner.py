@@ -34,9 +34,10 @@ from typing import Any
 from deltalake import DeltaTable
 from deltalake.transaction import CommitProperties
 
+from barriered.config.sink_options import ADOPT_TABLE, PATH
 from barriered.errors import SinkError
 from barriered.files.fileio import read_json
-from barriered.sink.options import ADOPT_TABLE, PATH, SinkSettings
+from barriered.sink.options import SinkSettings
 from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)

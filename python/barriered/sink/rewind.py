@@ -33,13 +33,13 @@ from typing import Any
 
 from deltalake.transaction import CommitProperties
 
+from barriered.config.sink_options import PATH
 from barriered.errors import SinkRewindError
 from barriered.files.fileio import join, read_json, write_json
 from barriered.files.storage import register
 from barriered.sink.commit_plan import SinkPlan, plans_from_metadata
 from barriered.sink.committer import CREATED_KEY
 from barriered.sink.kafka import publisher
-from barriered.sink.options import PATH
 from barriered.sink.owner import RECORDED_KEY, SINK_ID_KEY, SNAPSHOT_PATH_KEY
 from barriered.sink.staging import DELTA
 from barriered.statestore.delta_tables import open_table

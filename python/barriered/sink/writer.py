@@ -29,6 +29,7 @@ from pyspark.sql.types import StructType
 
 from barriered import wall_time
 from barriered.config import PREFIX
+from barriered.config.sink_options import UPDATE
 from barriered.control.columns import BARRIER
 from barriered.errors import ConfigError, SinkError
 from barriered.sink import committer, options
@@ -80,7 +81,7 @@ def write_files(settings: SinkSettings, table: pa.Table) -> list[DataFile]:
     """
     if table.num_rows == 0:
         return []
-    by = () if settings.mode == options.UPDATE else settings.partition_by
+    by = () if settings.mode == UPDATE else settings.partition_by
     return [
         write_data_file(settings.path, values, FILE_PREFIX, part)
         for values, part in partitioned(table, by)

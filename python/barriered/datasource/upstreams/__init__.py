@@ -29,7 +29,7 @@ def make_upstream(
         path's configuration or checkpoints): a manifest upstream then refuses to start
         without its manifest instead of building a new one.
     """
-    from barriered.datasource.upstreams.options import UPSTREAM
+    from barriered.config.upstream_options import UPSTREAM
 
     name = str(UPSTREAM.read(options))  # declared with a default
     if name == "rate":

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from barriered.datasource.upstreams import options as opt
+from barriered.config import upstream_options as opt
 from barriered.datasource.upstreams.arrow_rows import cast_column, read_parquet_rows
 from barriered.datasource.upstreams.input_folder import is_local, normalize
 from barriered.datasource.upstreams.manifest import (

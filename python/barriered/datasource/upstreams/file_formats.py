@@ -16,9 +16,9 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
+from barriered.config.upstream_options import FORMAT, SCHEMA
 from barriered.datasource.upstreams.arrow_rows import ARROW_ERRORS, conform, normalize_schema
 from barriered.datasource.upstreams.input_folder import open_random, read_bytes
-from barriered.datasource.upstreams.options import FORMAT, SCHEMA
 from barriered.errors import ConfigError
 
 FORMATS = FORMAT.choices

@@ -35,8 +35,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow.fs import FileType
 
+from barriered.config import upstream_options as opt
 from barriered.datasource.upstreams import input_folder as folder_io
-from barriered.datasource.upstreams import options as opt
 from barriered.datasource.upstreams.arrow_rows import conform, read_parquet_rows
 from barriered.datasource.upstreams.file_formats import (
     READ_ERRORS,

@@ -36,9 +36,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from barriered.config import upstream_options as opt
 from barriered.config.source_options import KAFKA_CLIENT
 from barriered.datasource.upstreams import kafka_cluster as cluster
-from barriered.datasource.upstreams import options as opt
 from barriered.datasource.upstreams.base import Upstream
 from barriered.datasource.upstreams.options import prefixed_options
 from barriered.errors import ConfigError, SnapshotStoreError, UpstreamError

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from barriered.datasource.upstreams.options import (
+from barriered.config.upstream_options import (
     ASSIGN,
     STARTING_OFFSETS,
     STARTING_TIMESTAMP,

@@ -17,8 +17,7 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-from barriered.datasource.upstreams.base import Upstream
-from barriered.datasource.upstreams.options import (
+from barriered.config.upstream_options import (
     CHANNELS,
     DEFAULT_CHANNELS,
     KEYS,
@@ -26,8 +25,9 @@ from barriered.datasource.upstreams.options import (
     ROWS_PER_SECOND,
     SKEW,
     UPSTREAM,
-    parse_channel_factors,
 )
+from barriered.datasource.upstreams.base import Upstream
+from barriered.datasource.upstreams.options import parse_channel_factors
 from barriered.errors import ConfigError
 from barriered.files.fileio import join, read_json, write_json
 

@@ -1,4 +1,5 @@
-"""The options of the "barriered-kafka" sink: declared once here, parsed and checked.
+"""The options of the "barriered-kafka" sink, parsed and checked (declared in
+:mod:`barriered.config.kafka_sink_options`).
 
 ``kafka.*`` options go to the producer without the prefix, as Spark's Kafka sink does.
 Secrets among them (a password, a JAAS config, a token: :func:`is_secret`) are never
@@ -9,19 +10,25 @@ other settings, the secrets stay in the driver process that started the query
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from barriered.config import SNAPSHOT_PATH, ConfigKey
-from barriered.config.source_options import KAFKA_CLIENT, SESSION_CONF_OPTION
+from barriered.config import SNAPSHOT_PATH
+from barriered.config.kafka_sink_options import (
+    CLIENT_PREFIX,
+    KAFKA_SINK_OPTIONS,
+    PRODUCER,
+    PROGRESS_TOPIC,
+    SINK_ID,
+    TOPIC,
+)
+from barriered.config.sink_options import SPARK_OPTIONS
+from barriered.config.source_options import SESSION_CONF_OPTION
 from barriered.errors import ConfigError
 from barriered.files.fileio import join, to_local_or_uri
-from barriered.sink import options as delta_options
-from barriered.sink.options import SPARK_OPTIONS
 from barriered.spelling import closest
 from barriered.statestore.layout import SnapshotLayout
 
@@ -33,60 +40,10 @@ SECRET_MARKERS = ("password", "secret", "jaas", "token", ".pem", "oauthbearer.co
 OWN_SETTINGS = frozenset(
     {"transactional.id", "enable.idempotence", "acks", "key.serializer", "value.serializer"}
 )
-_OWNER = "barriered-kafka sink option"
 #: The Java clients' SASL login setting, translated for librdkafka (:func:`secrets_of`).
 JAAS_CONFIG = "sasl.jaas.config"
 #: The JAAS login modules whose username and password librdkafka takes.
 JAAS_MODULES = frozenset({"PlainLoginModule", "ScramLoginModule"})
-TOPIC = ConfigKey(
-    "topic",
-    "str",
-    None,
-    "The output topic of every row (it overrides a topic column). Without it, each "
-    "row's topic column names its topic.",
-    field="topic",
-    owner=_OWNER,
-)
-#: The session key's declaration, as an option of the sink (its default).
-SNAPSHOT_PATH_OPTION = dataclasses.replace(
-    SNAPSHOT_PATH,
-    doc="The snapshot path of the barriered source of the same query (default: the "
-    f"session key {SNAPSHOT_PATH.key}); its coordinator publishes the staged rows with "
-    "each completed checkpoint.",
-    owner=_OWNER,
-)
-SINK_ID = dataclasses.replace(
-    delta_options.SINK_ID,
-    doc="Name of the sink under the snapshot path (_sink/<sinkId>/), of its Kafka "
-    "transactional.id (barriered.sink.<sinkId>) and consumer group; default: the topic "
-    "option. Give every query writing Kafka its own.",
-    owner=_OWNER,
-)
-PROGRESS_TOPIC = ConfigKey(
-    "progressTopic",
-    "str",
-    None,
-    "The topic on whose partition 0 the sink's consumer group records, in each "
-    "publishing transaction, the checkpoint published (default: the topic option; "
-    "required with a topic column).",
-    field="progress_topic",
-    owner=_OWNER,
-)
-#: The Kafka upstream's client settings family, as the sink's producer settings.
-PRODUCER = dataclasses.replace(
-    KAFKA_CLIENT,
-    doc="librdkafka producer settings: `kafka.bootstrap.servers` (required: the brokers), "
-    "`kafka.security.protocol`, `kafka.sasl.*`, `kafka.transaction.timeout.ms`, ...; "
-    "transactions, idempotence and acks are the sink's own; a Java client's "
-    "`kafka.sasl.jaas.config` (PLAIN or SCRAM login module) is taken as `sasl.username` "
-    "and `sasl.password`. Secrets are never written.",
-    owner=_OWNER,
-)
-CLIENT_PREFIX = PRODUCER.name
-#: The options of ``writeStream.format("barriered-kafka")``, by name.
-KAFKA_SINK_OPTIONS: dict[str, ConfigKey] = {
-    k.name: k for k in (PRODUCER, TOPIC, SNAPSHOT_PATH_OPTION, SINK_ID, PROGRESS_TOPIC)
-}
 #: Where the secrets of a sink's producer live: (snapshot path, sink id) -> settings.
 _SECRETS: dict[tuple[str, str], dict[str, str]] = {}
 

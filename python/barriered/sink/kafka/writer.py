@@ -33,10 +33,11 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from barriered.config.kafka_sink_options import PROGRESS_TOPIC, TOPIC
 from barriered.control.columns import BARRIER
 from barriered.errors import ConfigError, SinkError
 from barriered.sink.kafka import options
-from barriered.sink.kafka.options import PROGRESS_TOPIC, TOPIC, KafkaSinkSettings, redact
+from barriered.sink.kafka.options import KafkaSinkSettings, redact
 from barriered.sink.kafka.publisher import check_owner, save_settings
 from barriered.sink.owner import lineage
 from barriered.sink.staging import StagedBatch, stage
