@@ -166,6 +166,21 @@ def test_a_generic_name_has_one_declaration_per_component(name: str, declared: i
     assert sum(declarations_of(text, name) for text in SOURCES.values()) == declared
 
 
+def test_every_option_is_declared_in_config() -> None:
+    """Session keys, the source's, the upstreams' and the sinks' options: each
+    ``ConfigKey(...)`` is in ``barriered/config/`` (the packages import them)."""
+    outside = {
+        file
+        for file, text in SOURCES.items()
+        if not file.startswith("config/")
+        and any(
+            isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ConfigKey"
+            for node in ast.walk(ast.parse(text))
+        )
+    }
+    assert outside == set()
+
+
 def test_the_session_prefix_is_written_once() -> None:
     files = [f for f, text in SOURCES.items() if '"spark.sql.streaming.barriered."' in text]
     assert files == ["config/declaration.py"]
