@@ -142,7 +142,7 @@ def _local_files(tmp_path: Path) -> list[str]:
 @pytest.mark.parametrize(
     ("kind", "mode"),
     [
-        ("provider", "aligned"),  # ~70 s
+        pytest.param("provider", "aligned", marks=pytest.mark.full),  # ~70 s
         pytest.param("provider", "unaligned", marks=pytest.mark.full),
         pytest.param("keyed", "unaligned", marks=pytest.mark.full),
         pytest.param("keyed", "aligned", marks=pytest.mark.full),

@@ -75,6 +75,7 @@ def everything() -> dict[int, int]:
 
 
 @SPARK
+@pytest.mark.full  # make test under 20 min: 23 s; the Kafka sink's crash matrix case stays
 def test_a_run_publishes_whole_checkpoints_once(
     session: Any, kafka_broker: Any, tmp_path: Path
 ) -> None:

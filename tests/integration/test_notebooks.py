@@ -118,6 +118,7 @@ def test_serverless_available_now_runs_over_spark_connect(
     assert ns["BASE"].startswith(str(tmp_path))
 
 
+@pytest.mark.full  # make test under 20 min: 15 s a notebook
 def test_aligned_vs_unaligned(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ns = run_notebook("02_aligned_vs_unaligned.py", spark, tmp_path, monkeypatch)
     history = ns["history"].where("status = 'completed'").collect()
@@ -152,6 +153,7 @@ def restores_supported() -> bool:
     return callable(getattr(barriered, "savepoint", None))
 
 
+@pytest.mark.full  # make test under 20 min: 15 s a notebook
 @pytest.mark.skipif(not restores_supported(), reason="restores (issue 4) are not in this build")
 def test_crash_restore_rescale(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ns = run_notebook("03_crash_restore_rescale.py", spark, tmp_path, monkeypatch)
@@ -162,6 +164,7 @@ def test_crash_restore_rescale(spark: Any, tmp_path: Path, monkeypatch: pytest.M
     assert ids == sorted(set(ids))  # restored runs continue the ids of the path
 
 
+@pytest.mark.full  # make test under 20 min: 15 s a notebook
 def test_spark_operators_provider(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -95,6 +95,7 @@ def scheduled_runs(connect_spark: Any, base: Path, runs: int) -> None:
 
 
 @pytest.mark.connect
+@pytest.mark.full  # make test under 20 min: 25 s; Connect stays in test_notebooks
 def test_scheduled_connect_runs_end_by_themselves(connect_spark: Any, tmp_path: Path) -> None:
     scheduled_runs(connect_spark, tmp_path, 3)
 

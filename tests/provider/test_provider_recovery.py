@@ -280,6 +280,7 @@ OWNERSHIP = ("_owners/", "_coordinator/leases/", "_coordinator/config.json", "_c
 RESTORE = "_coordinator/restore/"
 
 
+@pytest.mark.full  # make test under 20 min: 38 s
 def test_a_changed_query_is_refused_naming_the_operator(
     provider_spark: Any, tmp_path: Path
 ) -> None:

@@ -81,6 +81,7 @@ def assert_exact(layout: SnapshotLayout) -> list[dict[str, Any]]:
     return done
 
 
+@pytest.mark.full  # make test under 20 min: 81 s; tests/unit/test_ownership.py in it
 def test_a_second_driver_is_refused_and_a_zombie_commits_nothing(tmp_path: Path) -> None:
     snap = tmp_path / "snap"
     layout = SnapshotLayout.at(str(snap))

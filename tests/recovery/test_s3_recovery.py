@@ -176,7 +176,8 @@ def _state_rows(layout: SnapshotLayout, version: int) -> dict[str, tuple[int, in
     return {r["user_id"]: (r["total"], r["count"]) for r in rows}
 
 
-@pytest.mark.parametrize("mode", ["aligned", pytest.param("unaligned", marks=pytest.mark.full)])
+@pytest.mark.full  # ~55 s; S3 in the default suite: tests/cluster/test_s3_cluster.py
+@pytest.mark.parametrize("mode", ["aligned", "unaligned"])
 def test_a_files_upstream_on_s3_restores_exactly_and_reads_each_new_file_once(
     session: Any,
     s3_server: S3Server,
