@@ -80,14 +80,13 @@ WHY_MISSED = {
     "copy into the machine's cache (run 20261128T230451Z). The copy runs on the cache's "
     "own thread since (not measured in Spark yet); row groups of 8,192 rows cost the "
     "encode about 15% more.",
-    "restore, first batch": "in run 20261128T230451Z the restored query's first batch read, "
-    "for every key it touched, the chunk of each restored file that held the key's key "
-    "group, and built that chunk's cached unit whole where the machine's cache did not "
-    "hold it (decode, hash, write); a chunk is at least one key group (780k rows at 100M "
-    "keys), so 128 keys spread over every key group cost O(state / key groups) each. Row "
-    "groups of 8,192 rows with their first key hashes in the footer, read on their own by "
-    "a cold lookup, make it O(keys touched) since (the live_state section measures it "
-    "outside Spark; not measured in Spark yet).",
+    "restore, first batch": "a cold lookup reads only the row groups of 8,192 rows its "
+    "keys' hashes fall in (run 20261129T041805Z; before, it built each touched chunk whole: "
+    "5.99 same, 2.65 other in run 20261128T230451Z), and outside Spark a cold 128-key "
+    "batch at 10M keys is 1.20x the one at 1M (the live_state section), so the rest of "
+    "the restored query's first batch grows elsewhere; not profiled yet. Candidates: a "
+    "lookup probes every restored file of the partition newest first (118 state files at "
+    "100M keys), and parses each file's footer (one entry per row group) on first use.",
 }
 SCHEMA = pa.schema([("user_id", pa.string()), ("amount", pa.int64())])
 
