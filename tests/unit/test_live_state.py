@@ -259,7 +259,8 @@ def test_random_changes_cuts_aborts_retries_and_restores(
     # chunks of several row groups: a restore with a cold cache reads only the row groups
     # a lookup's hashes fall in (seeds 2, 3, 6, 7)
     cold = seed % 4 >= 2
-    monkeypatch.setattr(state_files, "ROW_GROUP_ROWS", rng.choice([1, 2, 3]) if cold else 8192)
+    if cold:
+        monkeypatch.setattr(state_files, "ROW_GROUP_ROWS", rng.choice([1, 2, 3]))
     # merges of the newest files only, over older ones the changes have not caught up with
     monkeypatch.setattr(merge_plan, "MERGE_RATIO", rng.choice([0.25, 1, 4]))
     query = Query(
