@@ -358,11 +358,14 @@ def test_a_cold_lookup_of_a_few_keys_reads_only_their_row_groups(
     assert info.hashes is not None and len(info.hashes) == len(info.starts) - 1 == 250
     assert all(b - a > 1 for a, b in ((c.first, c.end) for c in info.chunks))
     read: list[list[int]] = []
+    built: list[int] = []
     load_rows = state_files.load_rows
 
-    def counted(uri: str, info: Any, groups: Any, columns: Any) -> pa.Table:
+    def counted(uri: str, info: Any, groups: Any, columns: Any, keys: Any = None) -> pa.Table:
         read.append(list(groups))
-        return load_rows(uri, info, groups, columns)
+        unit = load_rows(uri, info, groups, columns, keys)
+        built.append(unit.num_rows)
+        return unit
 
     monkeypatch.setattr(state_files, "load_rows", counted)
     restored = Query(tmp_path / "r", partitions=1, restored=restored_files(files.uri, version))
@@ -371,7 +374,21 @@ def test_a_cold_lookup_of_a_few_keys_reads_only_their_row_groups(
     few = [7, 1234, 3999]
     assert restored.state(few) == {k: expected[k] for k in few}
     assert [len(g) for g in read] == [3]  # of the chunk's 250: one of 16 rows per key
+    assert built == [3]  # of the 48 rows read, only the keys' own are hashed and kept
     assert not any(restored.cache.has(uri, c.part) for c in info.chunks)
     read.clear()
     assert restored.state(list(range(4000))) == expected  # most row groups: cached whole
     assert all(restored.cache.has(uri, c.part) for c in info.chunks)
+
+
+def test_a_lookup_prefilters_only_on_exactly_compared_key_types() -> None:
+    """Rows that may hold the keys: every key column's value among the keys' (nulls
+    match nulls; a superset for several columns); no prefilter on a float column
+    (-0.0 and NaN hash alike but compare otherwise)."""
+    rows = pa.table({"a": pa.array([1, 2, None, 1]), "b": pa.array(["x", "y", "z", "y"])})
+    keys = pa.table({"a": pa.array([1, None]), "b": pa.array(["x", "z"])})
+    mask = state_files.candidates(rows, keys, ["a", "b"])
+    assert mask is not None and mask.tolist() == [True, False, True, False]
+    assert state_files.candidates(rows, keys, ["a"]).tolist() == [True, False, True, True]
+    floats = pa.table({"a": pa.array([0.0, -0.0])})
+    assert state_files.candidates(floats, floats.slice(0, 1), ["a"]) is None

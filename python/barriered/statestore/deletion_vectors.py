@@ -40,8 +40,10 @@ _RUNS = 12347
 _ARRAY_MAX = 4096
 _B85 = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~"
 _Z85 = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
-_TO_Z85 = bytes.maketrans(_B85, _Z85)
 _FROM_Z85 = bytes.maketrans(_Z85, _B85)
+_Z85_DIGITS = np.frombuffer(_Z85, np.uint8)
+_Z85_VALUES = np.full(256, 255, np.uint8)
+_Z85_VALUES[_Z85_DIGITS] = np.arange(85, dtype=np.uint8)
 
 #: No row deleted.
 EMPTY = np.empty(0, np.int64)
@@ -50,12 +52,26 @@ EMPTY = np.empty(0, np.int64)
 def z85_encode(data: bytes) -> str:
     """Z85 text of ``data`` (zero-padded to a multiple of 4 bytes first)."""
     padded = data + b"\0" * (-len(data) % 4)
-    return base64.b85encode(padded).translate(_TO_Z85).decode("ascii")
+    words = np.frombuffer(padded, ">u4").astype(np.uint64)
+    digits = np.empty((len(words), 5), np.uint8)
+    for i in range(4, -1, -1):
+        digits[:, i] = words % np.uint64(85)
+        words //= np.uint64(85)
+    return _Z85_DIGITS[digits].tobytes().decode("ascii")
 
 
 def z85_decode(text: str, size: int) -> bytes:
     """The first ``size`` bytes encoded by ``text`` (Z85)."""
-    return base64.b85decode(text.encode("ascii").translate(_FROM_Z85))[:size]
+    raw = text.encode("ascii")
+    if len(raw) % 5:  # not this project's (padded) encoding: the standard library's way
+        return base64.b85decode(raw.translate(_FROM_Z85))[:size]
+    digits = _Z85_VALUES[np.frombuffer(raw, np.uint8)].reshape(-1, 5)
+    words = digits[:, 0].astype(np.uint64)
+    for i in range(1, 5):  # vectorized: a megabyte-sized vector in milliseconds
+        words = words * np.uint64(85) + digits[:, i]
+    if (digits > 84).any() or (words > 0xFFFFFFFF).any():
+        raise ValueError("not Z85 text: a character outside the alphabet or a group over 2^32")
+    return words.astype(">u4").tobytes()[:size]
 
 
 def runs_of(sorted_values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

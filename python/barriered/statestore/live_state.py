@@ -263,8 +263,9 @@ class LiveState:
                 ask = todo[(groups >= chunk.low) & (groups <= chunk.high)]
                 if not len(ask):
                     continue
-                unit = lookup_unit(self.cache, run.uri, info, chunk, cols, hashes[ask])
-                query, here = unit.find(hashes[ask], keys.take(pa.array(ask)), cols)
+                asked_keys = keys.take(pa.array(ask))
+                unit = lookup_unit(self.cache, run.uri, info, chunk, cols, hashes[ask], asked_keys)
+                query, here = unit.find(hashes[ask], asked_keys, cols)
                 rows = unit.table.take(pa.array(here))
                 positions = rows[POS].to_numpy()
                 if not_state is not None and len(positions):

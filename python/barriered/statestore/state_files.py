@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from barriered.files.fileio import filesystem, make_parent
@@ -107,9 +108,13 @@ class FileNotes:
         }
 
     @classmethod
-    def read(cls, metadata: Mapping[bytes, bytes] | None) -> FileNotes:
-        """Parse a footer's metadata (a file of another writer says nothing)."""
+    def read(cls, metadata: Mapping[bytes, bytes] | None, deletes: bool = True) -> FileNotes:
+        """Parse a footer's metadata (a file of another writer says nothing); without the
+        rows of older files it replaces when not ``deletes`` (a reader's footer: they are
+        the commit's, and as large as the changes)."""
         meta = metadata or {}
+        if not deletes:
+            meta = {k: v for k, v in meta.items() if k != META_DELETES}
 
         def get(key: bytes, default: Any) -> Any:
             return json.loads(meta[key]) if key in meta else default
@@ -192,7 +197,7 @@ def file_info(uri: str, key_group: int | None = None) -> FileInfo:
             bounds.append((int(stats.min), int(stats.max)))
         else:
             bounds.append((0, 1 << 30))
-    notes = FileNotes.read(meta.metadata)
+    notes = FileNotes.read(meta.metadata, deletes=False)
     ranges = notes.chunks or tuple(chunk_ranges(sizes))
     chunks = tuple(
         Chunk(a, b, min(lo for lo, _ in bounds[a:b]), max(hi for _, hi in bounds[a:b]))
@@ -225,12 +230,39 @@ def read_notes(uri: str) -> FileNotes:
         return FileNotes.read(pq.ParquetFile(f).metadata.metadata)
 
 
+def _exact(kind: pa.DataType) -> bool:
+    """Whether values of ``kind`` are equal exactly when Arrow's ``is_in`` says so (no
+    -0.0 / NaN or decimal-scale subtleties): a key column a lookup may prefilter on."""
+    t = pa.types
+    exact = (t.is_string, t.is_large_string, t.is_binary, t.is_integer, t.is_boolean)
+    return any(test(kind) for test in exact) or t.is_temporal(kind)
+
+
+def candidates(table: pa.Table, keys: pa.Table, key_columns: Sequence[str]) -> np.ndarray | None:
+    """Per row of ``table``, whether each of its key columns holds a value of that column
+    in ``keys`` (a superset of the rows holding one of ``keys``); None when a key
+    column's type is not compared exactly (then every row is a candidate)."""
+    mask = None
+    for name in key_columns:
+        column, wanted = table[name], keys[name]
+        if not _exact(column.type) or column.type != wanted.type:
+            return None
+        hit = pc.is_in(column, value_set=wanted.combine_chunks(), skip_nulls=False)
+        mask = hit if mask is None else pc.and_(mask, hit)
+    return None if mask is None else mask.to_numpy(zero_copy_only=False)
+
+
 def load_rows(
-    uri: str, info: FileInfo, row_groups: Sequence[int], key_columns: Sequence[str]
+    uri: str,
+    info: FileInfo,
+    row_groups: Sequence[int],
+    key_columns: Sequence[str],
+    keys: pa.Table | None = None,
 ) -> pa.Table:
     """The unit table (:func:`~barriered.statestore.state_cache.build_unit`) of the row
     groups ``row_groups`` (ascending) of a state file: their rows, each with its position
-    in the file, its key group and whether it marks a deleted key."""
+    in the file, its key group and whether it marks a deleted key; only the rows that may
+    hold one of ``keys`` (:func:`candidates`) when given: a lookup's, not cached."""
     fs, path = filesystem(uri)
     with fs.open_input_file(path) as f:
         parquet = pq.ParquetFile(f, metadata=_FOOTERS.get(uri))
@@ -245,6 +277,9 @@ def load_rows(
         [np.arange(a, b, dtype=np.int64) for a, b in zip(starts, ends, strict=True)]
         or [np.empty(0, np.int64)]
     )
+    mask = None if keys is None else candidates(table, keys, key_columns)
+    if mask is not None:  # hash the few rows that may hold the keys, not the row groups
+        table, positions = table.filter(pa.array(mask)), positions[mask]
     return build_unit(table, key_columns, positions, info.hidden)
 
 
@@ -292,18 +327,19 @@ def lookup_unit(
     chunk: Chunk,
     key_columns: Sequence[str],
     hashes: np.ndarray,
+    keys: pa.Table,
 ) -> Unit:
-    """Rows of ``chunk`` holding every key of key hashes ``hashes`` that it holds: its
-    cached unit when this machine has one; else, for a file that knows its row groups'
-    first hashes, only the row groups those hashes fall in, read now and not cached,
-    until this process has read half the chunk so (then the chunk is cached whole, as
-    for a file that does not know them)."""
+    """Rows of ``chunk`` holding every key of ``keys`` (their key hashes ``hashes``) that
+    it holds: its cached unit when this machine has one; else, for a file that knows its
+    row groups' first hashes, the rows of the row groups those hashes fall in that may
+    hold them, read now and not cached, until this process has read half the chunk so
+    (then the chunk is cached whole, as for a file that does not know them)."""
     if info.hashes is not None and not cache.has(uri, chunk.part):
         groups = row_groups_of(info, chunk, hashes)
         read = _SPARSE.get((uri, chunk.part), 0) + len(groups)
         if 2 * read <= chunk.end - chunk.first:
             _SPARSE[(uri, chunk.part)] = read
-            return Unit(load_rows(uri, info, groups.tolist(), key_columns))
+            return Unit(load_rows(uri, info, groups.tolist(), key_columns, keys))
     return cache.unit(uri, chunk.part, lambda: load_chunk(uri, info, chunk, key_columns))
 
 
