@@ -38,6 +38,7 @@ from barriered.control.offsets import (
     SourceOffset,
     StartedCheckpoint,
 )
+from barriered.control.schedule import Schedule
 from barriered.control.triggers import FINAL_REASON, TriggerRequest
 from barriered.coordinator.policy import decide_mode
 from barriered.coordinator.settings import CoordinatorSettings
@@ -116,12 +117,16 @@ def simulate(
     last_completed: int | None = None,
     start: SourceOffset | None = None,
     restart: bool = False,
+    schedule: bool = True,
 ) -> list[Batch]:
     """Plan ``batches`` micro-batches, each starting from the previous end offset.
 
     ``requests`` and ``cancelled`` map a batch index to what appears in the trigger log at
     that batch; the log keeps everything that appeared before. With ``restart`` every
-    offset goes through JSON between batches, as if the driver restarted each time.
+    offset goes through JSON between batches, as if the driver restarted each time. With
+    ``schedule``, the coordinator's schedule reserves the id above every id it requested
+    and the source started, and is never due: an availableNow run's final checkpoint
+    takes that id.
     """
     channels = len(admission)
     offset = start if start is not None else SourceOffset(positions=(0,) * channels)
@@ -141,6 +146,7 @@ def simulate(
             now_ms=now(k) if callable(now) else now[k],
             buffer_per_channel=buffer,
             aligned_timeout_ms=timeout,
+            schedule=reserved(offset, reqs) if schedule else None,
         )
         if restart:
             offset = roundtrip(offset)
@@ -149,6 +155,12 @@ def simulate(
         out.append(Batch(k, offset, end, inp, fed, () if fed is None else tuple(fed.trace)))
         offset = end
     return out
+
+
+def reserved(offset: SourceOffset, requests: Sequence[TriggerRequest]) -> Schedule:
+    """The coordinator's schedule: the next id of its allocator, not due before long."""
+    highest = max([offset.last_id, *(r.checkpoint_id for r in requests)])
+    return Schedule(checkpoint_id=highest + 1, due_ms=1 << 62, mode=Mode.ALIGNED)
 
 
 def positions(batches: Sequence[Batch]) -> list[tuple[int, ...]]:
@@ -750,11 +762,39 @@ def test_available_now_final_checkpoint_is_cut_in_a_batch_after_the_last_records
     assert [b.identity for b in run] == [False] * 5 + [True]
 
 
-def test_available_now_final_checkpoint_takes_the_next_id() -> None:
+def test_available_now_final_checkpoint_takes_the_id_the_coordinator_reserved() -> None:
     start = SourceOffset(positions=(0, 0), last_id=7, last_cut=(0, 0))
-    run = simulate(3, available=[(20, 5)], admission=(None, None), target=(20, 5), start=start)
-    assert cuts(run) == [(1, Cut(8, "checkpoint", "aligned", (20, 5), (), None, 1000))]
+    run = simulate(
+        3,
+        available=[(20, 5)],
+        admission=(None, None),
+        target=(20, 5),
+        start=start,
+        requests={0: [req(9, kind="savepoint")]},  # 8 was given up, 9 is a savepoint's
+    )
+    assert [(k, c.checkpoint_id) for k, c in cuts(run)] == [(0, 9), (1, 10)]
+    assert run[1].started[0].reason == FINAL_REASON
     assert [b.identity for b in run] == [False, False, True]
+
+
+def test_available_now_final_checkpoint_waits_for_an_id_from_the_coordinator() -> None:
+    """Without a schedule of the coordinator, or with one whose id the source already
+    started, the planner does not make an id up: it says it waits for one."""
+    start = SourceOffset(positions=(20, 5), last_id=7)
+    planner = Planner()
+    base = PlanInput((20, 5), (None, None), (20, 5), (), frozenset(), None, 1000, 100, 0)
+    stale = Schedule(checkpoint_id=7, due_ms=0, mode=Mode.ALIGNED)
+    for schedule in (None, stale):
+        assert planner.plan(start, replace(base, schedule=schedule)) is start
+        assert planner.awaits_final_id
+    # 8..10 went to savepoints the source has not seen yet: the final one is not last_id + 1
+    end = planner.plan(start, replace(base, schedule=replace(stale, checkpoint_id=11, paused="x")))
+    assert not planner.awaits_final_id
+    assert end.started == (
+        StartedCheckpoint(11, "checkpoint", Mode.ALIGNED, (20, 5), 1000, 1000, FINAL_REASON),
+    )
+    assert end.cut is not None and end.cut.checkpoint_id == 11
+    assert end.last_id == 11
 
 
 def test_available_now_without_new_data_since_the_last_cut_needs_no_final_checkpoint() -> None:
@@ -1125,7 +1165,8 @@ def check_invariants(run: Sequence[Batch]) -> None:
             assert ev.at_ms == inp.now_ms
             fixed[ev.checkpoint_id] = ev
         for ev in finals:
-            assert ev.checkpoint_id == max([s.last_id, *started]) + 1
+            assert inp.schedule is not None
+            assert ev.checkpoint_id == inp.schedule.checkpoint_id > max([s.last_id, *started])
             assert ev.mode == "aligned"
             assert inp.target is not None
             assert all(p >= t for p, t in zip(e.positions, inp.target, strict=True))

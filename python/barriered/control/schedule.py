@@ -9,7 +9,9 @@ the planner reads before every batch and acts on itself, in the first batch plan
 once the checkpoint is due. The coordinator keeps every decision:
 
 * ``checkpoint_id``: the id it reserved for the checkpoint (savepoints take
-  other ids, so the two never collide);
+  other ids, so the two never collide); the final checkpoint of an availableNow run
+  takes it too (:meth:`Schedule.final`), so that every id comes from the coordinator's
+  one allocator;
 * ``due_ms``: the earliest start, from ``checkpointInterval`` and
   ``minPauseBetweenCheckpoints``;
 * ``mode`` and ``reason``: the aligned/unaligned decision from its measured signals;
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from barriered.barrier import Mode
-from barriered.control.triggers import TriggerRequest
+from barriered.control.triggers import FINAL_REASON, TriggerRequest
 from barriered.files.fileio import read_json, write_json
 
 __all__ = ["Schedule", "SchedulePublisher"]
@@ -131,6 +133,22 @@ class Schedule:
             reason=self.reason,
             requested_ms=self.due_ms,
         )
+
+    def final(self, now_ms: int, last_id: int) -> TriggerRequest | None:
+        """The final checkpoint of an availableNow run, aligned, under the id the
+        coordinator reserved (due or not, paused or not: the run ends with it), or None
+        when the source already started or passed that id (it waits for a newer one).
+
+        Parameters
+        ----------
+        now_ms : int
+            When it is requested.
+        last_id : int
+            The highest id the source started.
+        """
+        if self.checkpoint_id <= last_id:
+            return None
+        return TriggerRequest(self.checkpoint_id, reason=FINAL_REASON, requested_ms=now_ms)
 
 
 class SchedulePublisher:

@@ -47,7 +47,7 @@ from barriered.barrier import (
 )
 from barriered.control.offsets import ActiveCheckpoint
 
-__all__ = ["Alignment", "BatchController", "Chunk", "TraceEntry", "feed"]
+__all__ = ["Alignment", "BatchController", "Chunk", "TraceEntry", "dispatch"]
 
 Chunk = tuple[int, int, int]
 """Records ``[start, end)`` of a channel: ``(channel, start, end)``."""
@@ -56,7 +56,7 @@ TraceEntry = tuple[Event, Chunk | None]
 """An event fed to a handler, with its data chunk (``None`` but for data)."""
 
 
-def feed(
+def dispatch(
     handler: BarrierHandler[Chunk], clock: ManualClock, event: Event, chunk: Chunk | None = None
 ) -> None:
     """Hand one event to ``handler`` (a ``TimeAdvance`` moves ``clock`` first).
@@ -157,11 +157,14 @@ class Alignment:
         Number of channels.
     timeout_ms : int
         ``alignedCheckpointTimeout`` (read by ``aligned_with_timeout`` checkpoints).
-    last_id : int
+    last_id : int or None
         The highest checkpoint id the handler's predecessors started or aborted: ids up
         to it are stale (R1).
     origin_ms : int
         The clock when the handler starts.
+    mode : Mode or str, default "aligned"
+        The mode of checkpoints whose barriers carry none (the source's always carry
+        theirs).
 
     Attributes
     ----------
@@ -173,11 +176,18 @@ class Alignment:
         As given (the state a replay of ``trace`` starts from).
     """
 
-    def __init__(self, channels: int, timeout_ms: int, last_id: int, origin_ms: int) -> None:
+    def __init__(
+        self,
+        channels: int,
+        timeout_ms: int | None,
+        last_id: int | None,
+        origin_ms: int,
+        mode: Mode | str = Mode.ALIGNED,
+    ) -> None:
         self.controller = BatchController()
         self.clock = ManualClock(origin_ms)
         self.handler: BarrierHandler[Chunk] = BarrierHandler(
-            channels, Mode.ALIGNED, self.controller, self.clock, timeout_ms, last_id
+            channels, mode, self.controller, self.clock, timeout_ms, last_id
         )
         self.last_id = last_id
         self.origin_ms = origin_ms
@@ -203,7 +213,7 @@ class Alignment:
             active.started_ms if first is None else first,
         )
         for older in active.older:  # pending on some channels, never on all (R10)
-            alignment._feed(Barrier(older, 0, Mode.AT_LEAST_ONCE))
+            alignment.feed(Barrier(older, 0, Mode.AT_LEAST_ONCE))
         alignment.inject(active, active.arrived)
         alignment.controller.clear()
         alignment.trace.clear()
@@ -211,16 +221,24 @@ class Alignment:
 
     # -- events ----------------------------------------------------------------------
 
-    def _feed(self, event: Event, chunk: Chunk | None = None) -> None:
+    def feed(self, event: Event, chunk: Chunk | None = None) -> None:
+        """Hand one event (with its chunk, for data) to the handler and record it in
+        :attr:`trace`.
+
+        Raises
+        ------
+        BarrierProtocolError
+            If the event arrives on a closed or unknown channel.
+        """
         self.trace.append((event, chunk))
         if isinstance(event, Barrier):
             self.arrived.append(event.channel)
-        feed(self.handler, self.clock, event, chunk)
+        dispatch(self.handler, self.clock, event, chunk)
 
     def advance(self, now_ms: int) -> None:
         """The clock moves to the planning step's time (never back): every later event of
         the step happens then."""
-        self._feed(TimeAdvance(max(0, now_ms - self.clock.now_ms())))
+        self.feed(TimeAdvance(max(0, now_ms - self.clock.now_ms())))
 
     def inject(self, checkpoint: ActiveCheckpoint, behind: Sequence[int] = ()) -> None:
         """Inject the barriers of ``checkpoint`` at its barrier positions; those of the
@@ -237,7 +255,7 @@ class Alignment:
         self.checkpoint = checkpoint
         self.arrived = []
         for channel in behind:
-            self._feed(Barrier(checkpoint.checkpoint_id, channel, checkpoint.mode))
+            self.feed(Barrier(checkpoint.checkpoint_id, channel, checkpoint.mode))
 
     def in_handler(self) -> bool:
         """Whether the injected checkpoint reached the handler (a barrier of it arrived)."""
@@ -247,7 +265,7 @@ class Alignment:
         """The coordinator cancelled the injected checkpoint: its cancellation marker
         reaches the handler (R5)."""
         assert self.checkpoint is not None
-        self._feed(Cancel(self.checkpoint.checkpoint_id, 0))
+        self.feed(Cancel(self.checkpoint.checkpoint_id, 0))
         self.checkpoint, self.arrived = None, []
 
     def batch(self, positions: Sequence[int], reach: Sequence[int]) -> list[int]:
@@ -271,17 +289,17 @@ class Alignment:
             if c not in blocked:
                 ends[c] = upto if free and c in self.arrived else min(upto, barrier[c])
                 if ends[c] > start:
-                    self._feed(Data(c), (c, start, ends[c]))
+                    self.feed(Data(c), (c, start, ends[c]))
         for c in range(len(ends)):
             if c not in self.arrived and ends[c] >= barrier[c]:
-                self._feed(Barrier(cid, c, mode))
+                self.feed(Barrier(cid, c, mode))
         current = self.handler.current_checkpoint()
         if current is not None and current.phase is Phase.COLLECTING:
             for c in range(len(ends)):  # triggered unaligned: the barriers overtake
                 if c not in current.barriers_received:
                     if ends[c] < barrier[c]:
-                        self._feed(Data(c), (c, ends[c], barrier[c]))
-                    self._feed(Barrier(cid, c, mode))
+                        self.feed(Data(c), (c, ends[c], barrier[c]))
+                    self.feed(Barrier(cid, c, mode))
         end = list(positions)
         for channel, _, stop in self.controller.delivered():
             end[channel] = max(end[channel], stop)

@@ -42,7 +42,7 @@ from barriered.control.offsets import (
     StartedCheckpoint,
 )
 from barriered.control.schedule import Schedule
-from barriered.control.triggers import FINAL_REASON, TriggerRequest
+from barriered.control.triggers import TriggerRequest
 from barriered.datasource.alignment import Alignment, Chunk
 
 __all__ = ["PlanInput", "Planner", "plan"]
@@ -75,7 +75,8 @@ class PlanInput:
     aligned_timeout_ms : int
         ``alignedCheckpointTimeout`` for checkpoints in mode aligned_with_timeout.
     schedule : Schedule or None
-        This run's schedule of the next periodic checkpoint (None: none published).
+        This run's schedule of the next periodic checkpoint (None: none published); an
+        availableNow run's final checkpoint takes its reserved id.
     """
 
     available: Sequence[int]
@@ -257,11 +258,16 @@ class Planner:
     alignment : Alignment or None
         The source's barrier handler; its ``trace`` holds the events of the last
         :meth:`plan` (None before the first).
+    awaits_final_id : bool
+        Whether the last :meth:`plan` found an availableNow run's final checkpoint due
+        but no id for it (no schedule of the coordinator, or one whose id the source
+        already started): plan again with a schedule that has one.
     """
 
     def __init__(self) -> None:
         self._carried: SourceOffset | None = None
         self.alignment: Alignment | None = None
+        self.awaits_final_id = False
 
     def plan(self, start: SourceOffset, inp: PlanInput) -> SourceOffset:
         """Plan the batch after ``start``; return ``start`` itself when there is nothing to do.
@@ -301,6 +307,7 @@ class Planner:
             if due is not None and due.checkpoint_id not in inp.cancelled:
                 step.start(due)
         step.deliver()
+        self.awaits_final_id = False
         if (
             inp.target is not None
             and step.injected is None
@@ -313,11 +320,18 @@ class Planner:
             # cut in a batch of its own, after the last records. Spark runs the batch after
             # the last records' batch with the watermark they moved: operators evict and
             # emit (windows in append mode) there, and only a cut in that batch or later
-            # covers its output and state.
-            step.start(
-                TriggerRequest(step.last_id + 1, reason=FINAL_REASON, requested_ms=inp.now_ms)
-            )
-            step.deliver()
+            # covers its output and state. Its id is the one the coordinator reserved.
+            final = None if inp.schedule is None else inp.schedule.final(inp.now_ms, step.last_id)
+            if final is None:
+                log.info(
+                    "the availableNow run's final checkpoint waits for an id above %d from "
+                    "the coordinator's schedule",
+                    step.last_id,
+                )
+                self.awaits_final_id = True
+            else:
+                step.start(final)
+                step.deliver()
         end = step.result(start)
         self.alignment = alignment
         self._carried = end.carried()
