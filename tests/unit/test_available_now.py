@@ -1,5 +1,6 @@
 """The end of an availableNow run: the source waits for the id of its final checkpoint
-from the coordinator's schedule (no Spark: the coordinator's files are written by hand)."""
+from the coordinator's schedule, for its last checkpoint, or for the coordinator to see
+it (no Spark: the coordinator's files are written by hand)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ import pytest
 from barriered.barrier import Mode
 from barriered.control.schedule import Schedule
 from barriered.control.triggers import TriggerLog
-from barriered.datasource.available_now import await_schedule
-from barriered.errors import CheckpointFailureLimitExceeded, CoordinatorLostError
+from barriered.datasource.available_now import (
+    await_checkpoint,
+    await_first_progress,
+    await_schedule,
+)
+from barriered.errors import CheckpointError, CheckpointFailureLimitExceeded, CoordinatorLostError
 from barriered.statestore.layout import SnapshotLayout
 
 
@@ -51,3 +56,25 @@ def test_a_coordinators_refusal_fails_the_wait_with_its_error(tmp_path: Path) ->
     TriggerLog().with_fatal("tolerable failures exceeded").write(layout.triggers_file)
     with pytest.raises(CheckpointFailureLimitExceeded, match="tolerable failures"):
         await_schedule(layout, 3, 7, timeout_ms=10_000)
+
+
+def test_the_run_ends_once_its_last_checkpoint_completed(tmp_path: Path) -> None:
+    layout = _layout(tmp_path)
+    TriggerLog().with_completed(4).write(layout.triggers_file)
+    await_checkpoint(layout, 4, timeout_ms=10_000)  # returns at once
+    with pytest.raises(CheckpointError, match=r"checkpoint 5, the last .* is still pending"):
+        await_checkpoint(layout, 5, timeout_ms=200)
+    TriggerLog().with_completed(4).with_cancelled([5]).write(layout.triggers_file)
+    with pytest.raises(CheckpointError, match=r"checkpoint 5, .* was aborted.*checkpoint 4's"):
+        await_checkpoint(layout, 5, timeout_ms=10_000)
+
+
+def test_a_run_that_started_no_checkpoint_waits_for_the_coordinators_heartbeat(
+    tmp_path: Path,
+) -> None:
+    layout = _layout(tmp_path)
+    TriggerLog().with_heartbeat(3, 100).write(layout.triggers_file)
+    with pytest.raises(CoordinatorLostError, match="no checkpoint coordinator saw"):
+        await_first_progress(layout, (3, 100), timeout_ms=200)
+    TriggerLog().with_heartbeat(4, 200).write(layout.triggers_file)
+    await_first_progress(layout, (3, 100), timeout_ms=10_000)

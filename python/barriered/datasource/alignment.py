@@ -171,7 +171,8 @@ class Alignment:
     checkpoint : ActiveCheckpoint or None
         The checkpoint whose barriers the source injected and that is not finished yet.
     trace : list of TraceEntry
-        Every event fed since construction (a rebuild's replay excluded).
+        The events fed since construction or since the planner last emptied it (at
+        every planning step; a rebuild's replay excluded).
     last_id, origin_ms
         As given (the state a replay of ``trace`` starts from).
     """

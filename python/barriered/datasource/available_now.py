@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from barriered import wall_time
 from barriered.config import CHECKPOINT_TIMEOUT
 from barriered.control.schedule import Schedule
 from barriered.control.triggers import TriggerLog
 from barriered.datasource.fatal import raise_fatal
-from barriered.errors import CheckpointError, CoordinatorLostError
+from barriered.errors import BarrieredError, CheckpointError, CoordinatorLostError
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 
@@ -34,6 +36,28 @@ _NOT_INSTALLED = (
     "call barriered.install(spark) on the session that starts the query, then restart it"
 )
 
+_T = TypeVar("_T")
+
+
+def _poll(
+    layout: SnapshotLayout,
+    timeout_ms: int,
+    answer: Callable[[TriggerLog], _T | None],
+    timed_out: Callable[[], BarrieredError],
+) -> _T:
+    """Read the trigger log until ``answer`` gives something (it may raise), raising its
+    fatal error first, or ``timed_out()`` once ``timeout_ms`` passed."""
+    deadline = wall_time.now_ms() + timeout_ms
+    while True:
+        triggers = TriggerLog.read(layout.triggers_file)
+        raise_fatal(triggers)
+        found = answer(triggers)
+        if found is not None:
+            return found
+        if wall_time.now_ms() >= deadline:
+            raise timed_out()
+        time.sleep(_POLL_S)
+
 
 def await_schedule(
     layout: SnapshotLayout, epoch: int | None, last_id: int, timeout_ms: int
@@ -46,24 +70,26 @@ def await_schedule(
     CoordinatorLostError
         After ``timeout_ms`` (``coordinatorTimeout``) without one.
     """
-    deadline = wall_time.now_ms() + timeout_ms
-    while True:
-        raise_fatal(TriggerLog.read(layout.triggers_file))
+
+    def fresh(_: TriggerLog) -> Schedule | None:
         schedule = Schedule.read(layout.schedule_file, epoch)
-        if schedule is not None and schedule.checkpoint_id > last_id:
-            log.info(
-                "checkpoint %d: the id of the availableNow run's final checkpoint",
-                schedule.checkpoint_id,
-            )
-            return schedule
-        if wall_time.now_ms() >= deadline:
-            raise CoordinatorLostError(
-                f"no checkpoint coordinator gave this availableNow run on snapshot path "
-                f"{layout.root!r} an id for its final checkpoint (a schedule above "
-                f"checkpoint {last_id}) within {timeout_ms} ms (coordinatorTimeout): "
-                + _NOT_INSTALLED
-            )
-        time.sleep(_POLL_S)
+        return schedule if schedule is not None and schedule.checkpoint_id > last_id else None
+
+    schedule = _poll(
+        layout,
+        timeout_ms,
+        fresh,
+        lambda: CoordinatorLostError(
+            f"no checkpoint coordinator gave this availableNow run on snapshot path "
+            f"{layout.root!r} an id for its final checkpoint (a schedule above checkpoint "
+            f"{last_id}) within {timeout_ms} ms (coordinatorTimeout): " + _NOT_INSTALLED
+        ),
+    )
+    log.info(
+        "checkpoint %d: the id of the availableNow run's final checkpoint",
+        schedule.checkpoint_id,
+    )
+    return schedule
 
 
 def await_checkpoint(layout: SnapshotLayout, last: int, timeout_ms: int) -> None:
@@ -77,15 +103,13 @@ def await_checkpoint(layout: SnapshotLayout, last: int, timeout_ms: int) -> None
         ``timeout_ms`` (``checkpointTimeout``); a coordinator's refusal (the trigger
         log's ``fatal``) with its own type.
     """
-    deadline = wall_time.now_ms() + timeout_ms
-    while True:
-        triggers = TriggerLog.read(layout.triggers_file)
-        raise_fatal(triggers)
+
+    def finished(triggers: TriggerLog) -> bool | None:
         if (triggers.last_completed or 0) >= last:
-            return
-        done = triggers.last_completed
-        committed = "none" if done is None else f"checkpoint {done}'s"
+            return True
         if last in triggers.cancelled:
+            done = triggers.last_completed
+            committed = "none" if done is None else f"checkpoint {done}'s"
             rows = checkpoints_table.read_rows(layout)
             reason = next((r["failure_reason"] for r in rows if r["checkpoint_id"] == last), None)
             raise CheckpointError(
@@ -96,16 +120,21 @@ def await_checkpoint(layout: SnapshotLayout, last: int, timeout_ms: int) -> None
                 "query on its checkpointLocation (it takes the checkpoint again) or "
                 "restore it (restoreFrom=latest)"
             )
-        if wall_time.now_ms() >= deadline:
-            raise CheckpointError(
-                f"checkpoint {last}, the last of this availableNow run on snapshot path "
-                f"{layout.root!r}, is still pending {timeout_ms} ms after the run's "
-                f"last batch ({CHECKPOINT_TIMEOUT.key}): its coordinator, the session's "
-                "listener, neither completed nor aborted it. Check that "
-                "barriered.install(spark) was called on the session that started the "
-                "query and that it still runs, then restart the query"
-            )
-        time.sleep(_POLL_S)
+        return None
+
+    _poll(
+        layout,
+        timeout_ms,
+        finished,
+        lambda: CheckpointError(
+            f"checkpoint {last}, the last of this availableNow run on snapshot path "
+            f"{layout.root!r}, is still pending {timeout_ms} ms after the run's "
+            f"last batch ({CHECKPOINT_TIMEOUT.key}): its coordinator, the session's "
+            "listener, neither completed nor aborted it. Check that "
+            "barriered.install(spark) was called on the session that started the "
+            "query and that it still runs, then restart the query"
+        ),
+    )
 
 
 def await_first_progress(
@@ -119,16 +148,13 @@ def await_first_progress(
     CoordinatorLostError
         After ``timeout_ms`` (``coordinatorTimeout``) without either.
     """
-    deadline = wall_time.now_ms() + timeout_ms
-    while True:
-        triggers = TriggerLog.read(layout.triggers_file)
-        raise_fatal(triggers)
-        if triggers.heartbeat != heartbeat_at_start:
-            return
-        if wall_time.now_ms() >= deadline:
-            raise CoordinatorLostError(
-                f"no checkpoint coordinator saw this availableNow run on snapshot path "
-                f"{layout.root!r} within {timeout_ms} ms (coordinatorTimeout) of "
-                "its last batch: " + _NOT_INSTALLED
-            )
-        time.sleep(_POLL_S)
+    _poll(
+        layout,
+        timeout_ms,
+        lambda triggers: True if triggers.heartbeat != heartbeat_at_start else None,
+        lambda: CoordinatorLostError(
+            f"no checkpoint coordinator saw this availableNow run on snapshot path "
+            f"{layout.root!r} within {timeout_ms} ms (coordinatorTimeout) of its last "
+            "batch: " + _NOT_INSTALLED
+        ),
+    )
