@@ -214,3 +214,12 @@ def test_pick_checkpoint_picks_among_the_retained_and_may_find_none(tmp_path: Pa
     assert pick_checkpoint(layout, aborted, None, required=False) is None
     with pytest.raises(CheckpointError, match="no completed checkpoint yet"):
         pick_checkpoint(layout, aborted, None)
+
+
+def test_row_of_is_the_newest_row_of_a_checkpoint() -> None:
+    rows = [row(1), row(2, status="aborted"), row(2), row(3)]
+    found = checkpoints_table.row_of(rows, 2)
+    assert found is not None and found["status"] == "completed"
+    assert checkpoints_table.row_of(rows, 4) is None
+    found["status"] = "changed"  # a copy: the rows stay as read
+    assert rows[2]["status"] == "completed"

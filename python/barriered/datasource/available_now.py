@@ -110,8 +110,8 @@ def await_checkpoint(layout: SnapshotLayout, last: int, timeout_ms: int) -> None
         if last in triggers.cancelled:
             done = triggers.last_completed
             committed = "none" if done is None else f"checkpoint {done}'s"
-            rows = checkpoints_table.read_rows(layout)
-            reason = next((r["failure_reason"] for r in rows if r["checkpoint_id"] == last), None)
+            row = checkpoints_table.row_of(checkpoints_table.read_rows(layout), last)
+            reason = None if row is None else row["failure_reason"]
             raise CheckpointError(
                 f"checkpoint {last}, the last of this availableNow run on snapshot path "
                 f"{layout.root!r}, was aborted: {reason or 'no reason recorded'}. "

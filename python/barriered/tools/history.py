@@ -142,12 +142,11 @@ def select_checkpoint(
         if not retained:
             raise CheckpointError("no completed checkpoint yet")
         checkpoint_id = retained[-1]
-    matching = [r for r in rows if r["checkpoint_id"] == checkpoint_id]
-    if not matching:
+    row = checkpoints_table.row_of(rows, checkpoint_id)
+    if row is None:
         raise CheckpointError(
             f"checkpoint {checkpoint_id} is not in the history (retained: {available})"
         )
-    row = matching[-1]
     if row["status"] != "completed":
         raise CheckpointError(
             f"checkpoint {checkpoint_id} was {row['status']} ({row.get('failure_reason')}): "
