@@ -777,16 +777,17 @@ def test_available_now_final_checkpoint_takes_the_id_the_coordinator_reserved() 
     assert [b.identity for b in run] == [False, False, True]
 
 
-def test_available_now_final_checkpoint_waits_for_an_id_from_the_coordinator() -> None:
-    """Without a schedule of the coordinator, or with one whose id the source already
-    started, the planner does not make an id up: it says it waits for one."""
+def test_available_now_final_checkpoint_waits_while_the_reserved_id_is_stale() -> None:
+    """The planner does not make an id up while the coordinator's schedule reserves one the
+    source already started: it says it waits for a newer one. Without any schedule of the
+    run (no coordinator saw it yet, so none gave out an id), the id is the first the
+    allocator will give: one above last_id."""
     start = SourceOffset(positions=(20, 5), last_id=7)
     planner = Planner()
     base = PlanInput((20, 5), (None, None), (20, 5), (), frozenset(), None, 1000, 100, 0)
     stale = Schedule(checkpoint_id=7, due_ms=0, mode=Mode.ALIGNED)
-    for schedule in (None, stale):
-        assert planner.plan(start, replace(base, schedule=schedule)) is start
-        assert planner.awaits_final_id
+    assert planner.plan(start, replace(base, schedule=stale)) is start
+    assert planner.awaits_final_id
     # 8..10 went to savepoints the source has not seen yet: the final one is not last_id + 1
     end = planner.plan(start, replace(base, schedule=replace(stale, checkpoint_id=11, paused="x")))
     assert not planner.awaits_final_id
@@ -795,6 +796,8 @@ def test_available_now_final_checkpoint_waits_for_an_id_from_the_coordinator() -
     )
     assert end.cut is not None and end.cut.checkpoint_id == 11
     assert end.last_id == 11
+    first = plan(start, base)
+    assert first.cut is not None and first.cut.checkpoint_id == 8
 
 
 def test_available_now_without_new_data_since_the_last_cut_needs_no_final_checkpoint() -> None:

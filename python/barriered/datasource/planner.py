@@ -41,7 +41,7 @@ from barriered.control.offsets import (
     SourceOffset,
     StartedCheckpoint,
 )
-from barriered.control.schedule import Schedule
+from barriered.control.schedule import Schedule, final_checkpoint
 from barriered.control.triggers import TriggerRequest
 from barriered.datasource.alignment import Alignment, Chunk
 
@@ -76,7 +76,8 @@ class PlanInput:
         ``alignedCheckpointTimeout`` for checkpoints in mode aligned_with_timeout.
     schedule : Schedule or None
         This run's schedule of the next periodic checkpoint (None: none published); an
-        availableNow run's final checkpoint takes its reserved id.
+        availableNow run's final checkpoint takes its id from it (see
+        :func:`~barriered.control.schedule.final_checkpoint`).
     """
 
     available: Sequence[int]
@@ -260,8 +261,8 @@ class Planner:
         :meth:`plan` (None before the first).
     awaits_final_id : bool
         Whether the last :meth:`plan` found an availableNow run's final checkpoint due
-        but no id for it (no schedule of the coordinator, or one whose id the source
-        already started): plan again with a schedule that has one.
+        but no id for it (the coordinator's schedule reserves one the source already
+        started): plan again with a newer schedule.
     """
 
     def __init__(self) -> None:
@@ -320,8 +321,8 @@ class Planner:
             # cut in a batch of its own, after the last records. Spark runs the batch after
             # the last records' batch with the watermark they moved: operators evict and
             # emit (windows in append mode) there, and only a cut in that batch or later
-            # covers its output and state. Its id is the one the coordinator reserved.
-            final = None if inp.schedule is None else inp.schedule.final(inp.now_ms, step.last_id)
+            # covers its output and state. Its id comes from the coordinator's allocator.
+            final = final_checkpoint(inp.schedule, inp.now_ms, step.last_id)
             if final is None:
                 log.info(
                     "the availableNow run's final checkpoint waits for an id above %d from "
