@@ -31,8 +31,7 @@ from barriered.tools.history import (
     channel_names,
     display_columns,
     open_history,
-    retained_ids,
-    select_checkpoint,
+    pick_checkpoint,
     with_channel_names,
 )
 from barriered.tools.plot import checkpoint_figure
@@ -178,7 +177,7 @@ def state_table(
         (neither a keyed operator nor a captured store).
     """
     layout, rows = open_history(snapshot_path(path_or_query))
-    row = select_checkpoint(rows, checkpoint, retained_ids(layout, rows))
+    row = pick_checkpoint(layout, rows, checkpoint)
     columns: list[str] | None = None
     if operator is not None:
         registered = read_json(layout.operator_file(operator), default=None)

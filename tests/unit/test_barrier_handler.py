@@ -83,13 +83,92 @@ def test_invalid_configuration_raises_config_error(
         BarrierHandler(channels, mode, RecordingController[str](), ManualClock(), timeout)
 
 
-def test_timeout_is_ignored_outside_aligned_with_timeout() -> None:
+def test_timeout_applies_to_aligned_with_timeout_checkpoints_only() -> None:
     rig = Rig(2, Mode.ALIGNED, timeout=5)
-    assert rig.h.alignment_timeout_ms is None
+    assert rig.h.alignment_timeout_ms == 5
     rig.h.on_barrier(0, 1)
+    assert rig.h.alignment_deadline_ms() is None
     rig.advance(100)
     assert rig.ctl.triggered == []
     assert rig.blocked == [0]
+    rig.h.on_barrier(1, 2, Mode.ALIGNED_WITH_TIMEOUT)  # subsumes 1, aligns with the timeout
+    assert rig.h.alignment_deadline_ms() == 105
+    rig.advance(5)
+    assert rig.ctl.triggered == [(2, UNALIGNED)]
+    assert rig.ctl.aborted == [(1, SUBSUMED)]
+
+
+def test_a_barrier_of_aligned_with_timeout_needs_the_handlers_timeout() -> None:
+    rig = Rig(2, Mode.ALIGNED)
+    with pytest.raises(ConfigError, match="no alignment_timeout_ms"):
+        rig.h.on_barrier(0, 1, "aligned_with_timeout")
+    with pytest.raises(ConfigError, match="unknown barrier mode"):
+        rig.h.on_barrier(0, 1, "sideways")
+    assert rig.h.max_checkpoint_id() is None
+
+
+# -- one long-lived handler: checkpoints of several modes, a restarted handler -----------------
+
+
+def test_each_checkpoint_starts_in_the_mode_its_barrier_carries() -> None:
+    """As a Flink barrier carries its CheckpointOptions: aligned, then unaligned, then
+    at-least-once, then aligned again, through one handler."""
+    rig = Rig(2, Mode.ALIGNED)
+    rig.h.on_barrier(0, 1)  # the handler's mode: aligned
+    rig.h.on_data(0, "held")
+    rig.h.on_barrier(1, 1)
+    rig.h.on_barrier(0, 2, UNALIGNED)
+    rig.h.on_data(1, "in flight")
+    rig.h.on_barrier(1, 2, UNALIGNED)
+    rig.h.on_barrier(1, 3, AT_LEAST_ONCE)
+    rig.h.on_data(0, "not blocked")
+    assert rig.blocked == []
+    rig.h.on_barrier(0, 3, AT_LEAST_ONCE)
+    assert rig.ctl.triggered == [(1, ALIGNED), (2, UNALIGNED), (3, AT_LEAST_ONCE)]
+    assert rig.ctl.aborted == []
+    assert rig.processed == ["held", "in flight", "not blocked"]
+    assert rig.ctl.channel_state == {2: ["in flight"]}
+
+
+def test_a_newer_exactly_once_barrier_subsumes_pending_at_least_once_checkpoints() -> None:
+    rig = Rig(3, AT_LEAST_ONCE)
+    rig.h.on_barrier(0, 1)
+    rig.h.on_barrier(1, 2)
+    rig.h.on_barrier(2, 3, ALIGNED)  # a savepoint: aligned whatever the handler's mode
+    assert rig.ctl.aborted == [(1, SUBSUMED), (2, SUBSUMED)]
+    assert rig.blocked == [2]
+    view = rig.h.current_checkpoint()
+    assert view is not None and (view.checkpoint_id, view.phase) == (3, Phase.ALIGNING)
+    rig.h.on_barrier(0, 2)  # stale (R1)
+    assert rig.blocked == [2]
+    rig.h.on_barrier(0, 3)
+    rig.h.on_barrier(1, 3)
+    assert rig.ctl.triggered == [(3, ALIGNED)]
+
+
+def test_an_at_least_once_barrier_subsumes_the_current_exactly_once_checkpoint() -> None:
+    rig = Rig(2, ALIGNED)
+    rig.h.on_barrier(0, 1)
+    rig.h.on_data(0, "held")
+    rig.h.on_barrier(1, 2, AT_LEAST_ONCE)
+    assert rig.ctl.aborted == [(1, SUBSUMED)]
+    assert rig.blocked == [] and rig.processed == ["held"]
+    assert [v.phase for v in rig.h.pending_checkpoints()] == [Phase.PENDING]
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_a_rebuilt_handler_finds_the_ids_of_its_predecessor_stale(mode: Mode) -> None:
+    rig = Rig(2, mode, timeout=0)
+    rig.h = BarrierHandler(2, mode, rig.ctl, rig.clock, 0, last_checkpoint_id=4)
+    assert rig.h.max_checkpoint_id() == 4
+    rig.h.on_barrier(0, 4)
+    rig.h.on_cancel(1, 3)
+    rig.h.on_barrier(1, 2)
+    assert rig.ctl.calls == [] and rig.blocked == []
+    assert rig.h.pending_checkpoints() == ()
+    rig.h.on_barrier(0, 5)
+    assert rig.h.max_checkpoint_id() == 5
+    assert [v.checkpoint_id for v in rig.h.pending_checkpoints()] == [5]
 
 
 def test_string_mode_is_accepted() -> None:

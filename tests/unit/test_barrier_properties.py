@@ -26,7 +26,7 @@ from barriered.barrier import (
     TimeAdvance,
     parse_event,
 )
-from barriered.datasource.alignment import feed
+from barriered.datasource.alignment import dispatch
 from barriered.testing.conformance import run_scenario
 from barriered.testing.recording import RecordingController
 
@@ -98,7 +98,7 @@ def run(sc: Scenario) -> Run:
     result.handler = handler
     for index, event in enumerate(sc.parsed):
         before = len(result.controller.calls)
-        feed(handler, clock, event, index)  # the production planner's dispatch
+        dispatch(handler, clock, event, index)  # the production planner's dispatch
         result.calls.append(result.controller.calls[before:])
         result.blocked.append(handler.blocked_channels())
     return result

@@ -16,7 +16,12 @@ from barriered.errors import CheckpointError
 from barriered.files.fileio import write_json
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
-from barriered.tools.history import format_history, retained_ids, select_checkpoint
+from barriered.tools.history import (
+    format_history,
+    pick_checkpoint,
+    retained_ids,
+    select_checkpoint,
+)
 from barriered.tools.plot import ABORTED_STYLE, STYLES, checkpoint_figure, save_checkpoint_plot
 from barriered.tools.progress import Progress, RichProgress, reporting
 from barriered.tools.text import human_bytes, human_ms, text_table
@@ -197,3 +202,24 @@ def test_history_shows_how_far_an_aligned_with_timeout_alignment_overshot(
     assert cli.main(["checkpoints", layout.root, "--json"]) == 0
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["alignment_overshoot_ms"] for r in printed] == [632, 200, None, None]
+
+
+def test_pick_checkpoint_picks_among_the_retained_and_may_find_none(tmp_path: Path) -> None:
+    layout = SnapshotLayout.at(str(tmp_path))
+    rows = [row(i) for i in range(1, 6)]
+    assert pick_checkpoint(layout, rows, None)["checkpoint_id"] == 5
+    with pytest.raises(CheckpointError, match="checkpoint 2 is no longer retained"):
+        pick_checkpoint(layout, rows, 2, required=False)
+    aborted = [row(1, status="aborted")]
+    assert pick_checkpoint(layout, aborted, None, required=False) is None
+    with pytest.raises(CheckpointError, match="no completed checkpoint yet"):
+        pick_checkpoint(layout, aborted, None)
+
+
+def test_row_of_is_the_newest_row_of_a_checkpoint() -> None:
+    rows = [row(1), row(2, status="aborted"), row(2), row(3)]
+    found = checkpoints_table.row_of(rows, 2)
+    assert found is not None and found["status"] == "completed"
+    assert checkpoints_table.row_of(rows, 4) is None
+    found["status"] = "changed"  # a copy: the rows stay as read
+    assert rows[2]["status"] == "completed"

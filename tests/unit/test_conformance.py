@@ -15,6 +15,10 @@ from typing import Any
 
 import pytest
 
+from barriered.barrier import AbortReason, Mode, format_event
+from barriered.control.offsets import AbortedCheckpoint, SourceOffset
+from barriered.control.triggers import TriggerRequest
+from barriered.datasource.planner import PlanInput, Planner
 from barriered.testing.conformance import run_scenario
 
 SCENARIO_FILE = Path(__file__).resolve().with_name("barrier_scenarios.json")
@@ -59,8 +63,9 @@ def test_run_scenario_is_deterministic_and_leaves_input_alone(sc: dict[str, Any]
 
 
 def test_the_scenarios_run_on_the_planners_controller_and_no_test_double_ships() -> None:
-    """run_scenario drives the handler with the planner's production controller, and no
-    module of the package outside barriered.testing imports a test double."""
+    """run_scenario drives the planner's own Alignment (its handler and production
+    controller), and no module of the package outside barriered.testing imports a test
+    double."""
     import ast
     import inspect
 
@@ -68,7 +73,7 @@ def test_the_scenarios_run_on_the_planners_controller_and_no_test_double_ships()
     from barriered.testing import conformance
 
     source = inspect.getsource(conformance)
-    assert "BatchController()" in source and "RecordingController" not in source
+    assert "Alignment(" in source and "RecordingController" not in source
     package = Path(barriered.__file__).parent
     offenders = []
     for path in package.rglob("*.py"):
@@ -82,3 +87,45 @@ def test_the_scenarios_run_on_the_planners_controller_and_no_test_double_ships()
             if isinstance(node, ast.ClassDef) and node.name.startswith("Recording"):
                 offenders.append(str(path))
     assert offenders == []
+
+
+def test_the_source_planner_passes_two_checkpoints_through_its_one_handler() -> None:
+    """Production: checkpoint 2 is requested while 1 aligns; the planner's one barrier
+    handler subsumes 1 (R2) and takes 2. The events the planner fed it, written in the
+    scenario notation, give the same decisions through run_scenario."""
+    planner = Planner()
+    offset = SourceOffset(positions=(0, 0))
+    requested = {1: TriggerRequest(1), 2: TriggerRequest(2)}  # by the batch they appear in
+    events: list[str] = []
+    handlers: set[int] = set()
+    for k in range(7):
+        inp = PlanInput(
+            available=(100, 50),
+            admission=(5, None),
+            target=None,
+            requests=tuple(r for b, r in requested.items() if b <= k),
+            cancelled=frozenset(),
+            last_completed=None,
+            now_ms=1000 * k,
+            buffer_per_channel=20,
+            aligned_timeout_ms=0,
+        )
+        end = planner.plan(offset, inp)
+        assert planner.alignment is not None
+        handlers.add(id(planner.alignment))
+        events += [format_event(event) for event, _ in planner.alignment.trace]
+        if k == 2:
+            assert end.aborted == (AbortedCheckpoint(1, AbortReason.SUBSUMED),)
+            assert end.active is not None and end.active.arrived == (1,)
+        if k == 5:
+            assert end.cut is not None and (end.cut.checkpoint_id, end.cut.mode) == (
+                2,
+                Mode.ALIGNED,
+            )
+        offset = end
+    assert len(handlers) == 1
+    result = run_scenario({"channels": 2, "mode": "aligned", "events": events})
+    assert result["triggered"] == [[2, "aligned"]]
+    assert result["aborted"] == [[1, "subsumed"]]
+    assert events.index("b2@1") < events.index("b2@0")
+    assert "b1@0" not in events  # withdrawn: 1's barrier never reaches the handler there

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -79,8 +80,21 @@ def test_active_checkpoint_round_trip() -> None:
         "started_ms": 1_700_000_000_123,
         "reason": "operator asked",
         "first_barrier_ms": 1_700_000_000_500,
+        "older": [],
     }
     assert ActiveCheckpoint.from_dict(through_json(d)) == ACTIVE
+
+
+def test_older_pending_at_least_once_checkpoints_round_trip_and_old_offsets_have_none() -> None:
+    """The at-least-once checkpoints still pending in the source's handler behind the
+    active one (R10) are part of the handler's state; offsets written before they were
+    read as none."""
+    active = replace(ACTIVE, mode=Mode.AT_LEAST_ONCE, older=(2, 3))
+    d = active.to_dict()
+    assert d["older"] == [2, 3]
+    assert ActiveCheckpoint.from_dict(through_json(d)) == active
+    del d["older"]
+    assert ActiveCheckpoint.from_dict(d).older == ()
 
 
 def test_active_checkpoint_of_an_older_offset_times_out_from_its_start() -> None:

@@ -30,6 +30,7 @@ from barriered.barrier import (
     Mode,
     TimeAdvance,
 )
+from barriered.control.model import SAVEPOINT
 from barriered.control.offsets import (
     AbortedCheckpoint,
     ActiveCheckpoint,
@@ -37,8 +38,11 @@ from barriered.control.offsets import (
     SourceOffset,
     StartedCheckpoint,
 )
+from barriered.control.schedule import Schedule
 from barriered.control.triggers import FINAL_REASON, TriggerRequest
-from barriered.datasource.alignment import Alignment, Chunk
+from barriered.coordinator.policy import decide_mode
+from barriered.coordinator.settings import CoordinatorSettings
+from barriered.datasource.alignment import Alignment, Chunk, TraceEntry
 from barriered.datasource.planner import PlanInput, Planner, plan
 from barriered.testing.recording import RecordingController
 
@@ -61,8 +65,10 @@ class Batch:
     start: SourceOffset
     end: SourceOffset
     inp: PlanInput
-    fed: tuple[tuple[Alignment, int], ...] = ()
-    """The alignments the planner fed in this batch, each with its trace's length then."""
+    alignment: Alignment | None = None
+    """The source's barrier handler after the batch."""
+    trace: tuple[TraceEntry, ...] = ()
+    """The events the planner fed it in this batch."""
 
     @property
     def identity(self) -> bool:
@@ -111,12 +117,16 @@ def simulate(
     last_completed: int | None = None,
     start: SourceOffset | None = None,
     restart: bool = False,
+    schedule: bool = True,
 ) -> list[Batch]:
     """Plan ``batches`` micro-batches, each starting from the previous end offset.
 
     ``requests`` and ``cancelled`` map a batch index to what appears in the trigger log at
     that batch; the log keeps everything that appeared before. With ``restart`` every
-    offset goes through JSON between batches, as if the driver restarted each time.
+    offset goes through JSON between batches, as if the driver restarted each time. With
+    ``schedule``, the coordinator's schedule reserves the id above every id it requested
+    and the source started, and is never due: an availableNow run's final checkpoint
+    takes that id.
     """
     channels = len(admission)
     offset = start if start is not None else SourceOffset(positions=(0,) * channels)
@@ -136,13 +146,21 @@ def simulate(
             now_ms=now(k) if callable(now) else now[k],
             buffer_per_channel=buffer,
             aligned_timeout_ms=timeout,
+            schedule=reserved(offset, reqs) if schedule else None,
         )
         if restart:
             offset = roundtrip(offset)
         end = plan(offset, inp) if restart else planner.plan(offset, inp)
-        out.append(Batch(k, offset, end, inp, tuple((a, len(a.trace)) for a in planner.fed)))
+        fed = planner.alignment
+        out.append(Batch(k, offset, end, inp, fed, () if fed is None else tuple(fed.trace)))
         offset = end
     return out
+
+
+def reserved(offset: SourceOffset, requests: Sequence[TriggerRequest]) -> Schedule:
+    """The coordinator's schedule: the next id of its allocator, not due before long."""
+    highest = max([offset.last_id, *(r.checkpoint_id for r in requests)])
+    return Schedule(checkpoint_id=highest + 1, due_ms=1 << 62, mode=Mode.ALIGNED)
 
 
 def positions(batches: Sequence[Batch]) -> list[tuple[int, ...]]:
@@ -622,55 +640,93 @@ def test_cancel_while_aligning_without_data_is_not_an_identity() -> None:
 
 
 def test_a_newer_request_subsumes_the_aligning_checkpoint() -> None:
+    """Checkpoint 2's barriers follow right behind 1's on the channels 1's reached, so the
+    source's one barrier handler subsumes 1 (R2) in the batch 2 starts."""
     run = skew_run("aligned", batches=12, requests={1: [req(1)], 3: [req(2)]})
     assert run[3].aborted == (AbortedCheckpoint(1, "subsumed"),)
-    # barrier of 2 fixed from the positions at the start of batch 3: D = (30, 70, 70)
+    # barrier of 2 fixed from the positions at the start of batch 3: D = (30, 70, 70),
+    # channels 1 and 2 (blocked by 1) right where they are
     assert run[3].started == (
         StartedCheckpoint(
             checkpoint_id=2,
             kind="checkpoint",
             mode=Mode("aligned"),
-            barrier=(100, 110, 110),
+            barrier=(100, 70, 70),
             at_ms=3000,
             requested_ms=0,  # the request's time (a schedule's due time)
             reason="",
         ),
     )
-    assert run[3].positions == (40, 110, 110)
-    assert positions(run)[4:9] == [(10 * (k + 1), 110, 110) for k in range(4, 9)]
-    assert cuts(run) == [(9, Cut(2, "checkpoint", "aligned", (100, 110, 110), (), None, 9000))]
+    assert run[3].end.active is not None and run[3].end.active.arrived == (1, 2)
+    assert positions(run)[3:10] == [(10 * (k + 1), 70, 70) for k in range(3, 10)]
+    assert cuts(run) == [(9, Cut(2, "checkpoint", "aligned", (100, 70, 70), (), None, 9000))]
     assert run[3].end.last_id == 2
 
 
+def test_a_newer_request_withdraws_a_checkpoint_none_of_whose_barriers_arrived() -> None:
+    """Checkpoint 1 never reached the handler (channel 0 is far from its barrier and the
+    others are admission-limited too): the planner withdraws it."""
+    run = simulate(
+        6,
+        available=[(100, 100)],
+        admission=(10, 10),
+        buffer=50,
+        requests={1: [req(1)], 2: [req(2)]},
+    )
+    assert run[2].aborted == (AbortedCheckpoint(1, "subsumed"),)
+    assert run[2].started[0].barrier == (70, 70)
+    assert [k for k, c in cuts(run)] == []
+    assert run[5].end.active is not None and run[5].end.active.checkpoint_id == 2
+
+
 def test_subsumption_across_modes() -> None:
-    """An aligning at-least-once checkpoint subsumed by an unaligned one."""
+    """A pending at-least-once checkpoint subsumed by an unaligned one: its barrier right
+    behind 1's triggers 2 at once, before anything of the batch is processed."""
     run = skew_run(
         "at_least_once", requests={1: [req(1, "at_least_once")], 4: [req(2, "unaligned")]}
     )
     assert run[4].aborted == (AbortedCheckpoint(1, "subsumed"),)
     # D = (40, 110, 110) (nothing was capped), available (100, 130, 130)
-    assert list(run[4].started[0].barrier) == [100, 130, 130]
+    assert list(run[4].started[0].barrier) == [100, 110, 110]
     assert cuts(run) == [
-        (4, Cut(2, "checkpoint", "unaligned", (100, 130, 130), ((0, 50, 100),), None, 4000))
+        (4, Cut(2, "checkpoint", "unaligned", (100, 110, 110), ((0, 40, 100),), None, 4000))
     ]
 
 
-@pytest.mark.parametrize("mode", ALL_MODES)
-def test_savepoints_are_always_aligned(mode: str) -> None:
-    run = skew_run(mode, requests={1: [req(1, mode, kind="savepoint")]})
+def test_at_least_once_checkpoints_are_never_subsumed_by_a_newer_at_least_once_one() -> None:
+    """R10 in production: 1 stays pending behind 2 and is dropped silently when 2 is
+    taken (the coordinator subsumes it when 2 completes)."""
+    run = skew_run(
+        "at_least_once", requests={1: [req(1, "at_least_once")], 4: [req(2, "at_least_once")]}
+    )
+    assert all(b.aborted == () for b in run)
+    assert [(k, c.checkpoint_id) for k, c in cuts(run)] == [(9, 2)]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        CoordinatorSettings(exactly_once=False),
+        CoordinatorSettings(unaligned_enabled=True, aligned_timeout_ms=0),
+        CoordinatorSettings(unaligned_enabled=True, adaptive=False, aligned_timeout_ms=1),
+    ],
+    ids=["at_least_once", "unaligned", "aligned_with_timeout"],
+)
+def test_savepoints_are_aligned_by_the_coordinators_one_rule(
+    settings: CoordinatorSettings,
+) -> None:
+    """The coordinator's policy alone makes a savepoint aligned, whatever the checkpoints'
+    mode; the source takes every checkpoint in the mode of its request."""
+    periodic = decide_mode(settings, None).mode
+    savepoint = decide_mode(settings, None, kind=SAVEPOINT).mode
+    assert periodic is not Mode.ALIGNED
+    run = skew_run(periodic, requests={1: [req(1, savepoint, kind="savepoint")]}, timeout=0)
     assert run[1].started[0].mode == "aligned"
     assert run[1].started[0].kind == "savepoint"
     assert positions(run) == positions(skew_run("aligned"))
     assert cuts(run) == [(9, Cut(1, "savepoint", "aligned", (100, 70, 70), (), None, 9000))]
-
-
-def test_savepoint_is_not_switched_by_the_alignment_timeout() -> None:
-    run = skew_run(
-        "aligned_with_timeout",
-        requests={1: [req(1, "aligned_with_timeout", kind="savepoint")]},
-        timeout=0,
-    )
-    assert cuts(run) == [(9, Cut(1, "savepoint", "aligned", (100, 70, 70), (), None, 9000))]
+    taken = skew_run(periodic, requests={1: [req(1, periodic)]}, timeout=0)
+    assert cuts(taken)[0][1].mode != "aligned"
 
 
 # -- Trigger.AvailableNow --------------------------------------------------------------------
@@ -706,11 +762,42 @@ def test_available_now_final_checkpoint_is_cut_in_a_batch_after_the_last_records
     assert [b.identity for b in run] == [False] * 5 + [True]
 
 
-def test_available_now_final_checkpoint_takes_the_next_id() -> None:
+def test_available_now_final_checkpoint_takes_the_id_the_coordinator_reserved() -> None:
     start = SourceOffset(positions=(0, 0), last_id=7, last_cut=(0, 0))
-    run = simulate(3, available=[(20, 5)], admission=(None, None), target=(20, 5), start=start)
-    assert cuts(run) == [(1, Cut(8, "checkpoint", "aligned", (20, 5), (), None, 1000))]
+    run = simulate(
+        3,
+        available=[(20, 5)],
+        admission=(None, None),
+        target=(20, 5),
+        start=start,
+        requests={0: [req(9, kind="savepoint")]},  # 8 was given up, 9 is a savepoint's
+    )
+    assert [(k, c.checkpoint_id) for k, c in cuts(run)] == [(0, 9), (1, 10)]
+    assert run[1].started[0].reason == FINAL_REASON
     assert [b.identity for b in run] == [False, False, True]
+
+
+def test_available_now_final_checkpoint_waits_while_the_reserved_id_is_stale() -> None:
+    """The planner does not make an id up while the coordinator's schedule reserves one the
+    source already started: it says it waits for a newer one. Without any schedule of the
+    run (no coordinator saw it yet, so none gave out an id), the id is the first the
+    allocator will give: one above last_id."""
+    start = SourceOffset(positions=(20, 5), last_id=7)
+    planner = Planner()
+    base = PlanInput((20, 5), (None, None), (20, 5), (), frozenset(), None, 1000, 100, 0)
+    stale = Schedule(checkpoint_id=7, due_ms=0, mode=Mode.ALIGNED)
+    assert planner.plan(start, replace(base, schedule=stale)) is start
+    assert planner.awaits_final_id
+    # 8..10 went to savepoints the source has not seen yet: the final one is not last_id + 1
+    end = planner.plan(start, replace(base, schedule=replace(stale, checkpoint_id=11, paused="x")))
+    assert not planner.awaits_final_id
+    assert end.started == (
+        StartedCheckpoint(11, "checkpoint", Mode.ALIGNED, (20, 5), 1000, 1000, FINAL_REASON),
+    )
+    assert end.cut is not None and end.cut.checkpoint_id == 11
+    assert end.last_id == 11
+    first = plan(start, base)
+    assert first.cut is not None and first.cut.checkpoint_id == 8
 
 
 def test_available_now_without_new_data_since_the_last_cut_needs_no_final_checkpoint() -> None:
@@ -936,7 +1023,8 @@ def scenarios(draw: st.DrawFn, modes: Sequence[str]) -> Scenario:
     for _ in range(draw(st.integers(0, 6))):
         at = draw(st.integers(0, batches - 1))
         kind = draw(st.sampled_from(["checkpoint", "checkpoint", "checkpoint", "savepoint"]))
-        mode = draw(st.sampled_from(list(modes)))
+        # the coordinator requests every savepoint aligned (its policy's one rule)
+        mode = "aligned" if kind == "savepoint" else draw(st.sampled_from(list(modes)))
         requests.setdefault(at, []).append(req(draw(st.integers(1, 12)), mode, kind))
     cancelled: dict[int, list[int]] = {}
     for _ in range(draw(st.integers(0, 3))):
@@ -961,14 +1049,18 @@ def scenarios(draw: st.DrawFn, modes: Sequence[str]) -> Scenario:
     )
 
 
-def barrier_of(pos: Sequence[int], inp: PlanInput, mode: str = "aligned") -> tuple[int, ...]:
-    """B_n(c) = min(available(c), D(c) + buffer), never past an availableNow target; in
-    unaligned mode, when no channel would reach it in the batch, the channel closest to it
-    has it where the batch's delivery ends (so that a barrier arrives and triggers)."""
+def barrier_of(
+    pos: Sequence[int], inp: PlanInput, mode: str = "aligned", behind: Collection[int] = ()
+) -> tuple[int, ...]:
+    """B_n(c) = min(available(c), D(c) + buffer), never past an availableNow target, and
+    D(c) right behind the older checkpoint's barrier on the channels ``behind`` it
+    arrived on; in unaligned mode, when no channel would reach it in the batch, the
+    channel closest to it has it where the batch's delivery ends (so that a barrier
+    arrives and triggers)."""
     reach = inp.available if inp.target is None else inp.target
     barrier = [
-        max(p, min(a, r, p + inp.buffer_per_channel))
-        for p, a, r in zip(pos, inp.available, reach, strict=True)
+        p if c in behind else max(p, min(a, r, p + inp.buffer_per_channel))
+        for c, (p, a, r) in enumerate(zip(pos, inp.available, reach, strict=True))
     ]
     full = full_delivery(SourceOffset(positions=tuple(pos)), inp)
     if mode == "unaligned" and all(b > f for b, f in zip(barrier, full, strict=True)):
@@ -996,13 +1088,17 @@ def model_batch(start: SourceOffset, inp: PlanInput) -> tuple[list[int], list[in
     The active checkpoint at delivery time is a ``(mode, barrier, arrived)`` triple or None.
     A channel without its barrier delivers up to it; with it, nothing while aligning (at
     least once: as far as it reaches). An alignment whose timeout elapsed by the batch's
-    time switches before the batch's records: nothing is delivered.
+    time switches before the batch's records: nothing is delivered. A checkpoint started
+    while an older one is in progress has its barriers right behind the older one's on
+    the channels that one reached: they arrive at once.
     """
     active: Any = None
     switch = False
+    behind: set[int] = set()
     if start.active is not None and start.active.checkpoint_id not in inp.cancelled:
         a = start.active
         active = (a.mode, a.barrier, set(a.arrived))
+        behind = set(a.arrived)
         switch = (
             a.mode == "aligned_with_timeout"
             and a.first_barrier_ms is not None
@@ -1014,9 +1110,13 @@ def model_batch(start: SourceOffset, inp: PlanInput) -> tuple[list[int], list[in
         if r.checkpoint_id > last and r.checkpoint_id not in inp.cancelled:
             last = r.checkpoint_id
             started.append(r.checkpoint_id)
-            mode = "aligned" if r.kind == "savepoint" else r.mode
-            active = (mode, barrier_of(start.positions, inp, mode), set())
-            switch = False
+            active = (r.mode, barrier_of(start.positions, inp, r.mode, behind), set(behind))
+            # triggered unaligned at once, by a barrier behind the older one's: nothing
+            # of the batch comes before the cut
+            switch = bool(behind) and (
+                r.mode == "unaligned"
+                or (r.mode == "aligned_with_timeout" and inp.aligned_timeout_ms == 0)
+            )
     end = full_delivery(start, inp)
     if switch:
         return started, list(start.positions), active
@@ -1037,6 +1137,8 @@ def check_invariants(run: Sequence[Batch]) -> None:
     for b in run:
         s, e, inp = b.start, b.end, b.inp
         started, expected, _ = model_batch(s, inp)
+        live = s.active is not None and s.active.checkpoint_id not in inp.cancelled
+        behind = s.active.arrived if live and s.active is not None else ()
         if b.identity:
             assert started == []
             assert list(s.positions) == expected
@@ -1060,13 +1162,14 @@ def check_invariants(run: Sequence[Batch]) -> None:
         assert ids == sorted(set(ids)) and all(i > s.last_id for i in ids)
         for ev in requested:
             r = next(r for r in inp.requests if r.checkpoint_id == ev.checkpoint_id)
-            assert list(ev.barrier) == list(barrier_of(s.positions, inp, ev.mode))
-            assert ev.mode == ("aligned" if r.kind == "savepoint" else r.mode)
+            assert list(ev.barrier) == list(barrier_of(s.positions, inp, ev.mode, behind))
+            assert ev.mode == r.mode
             assert ev.kind == r.kind
             assert ev.at_ms == inp.now_ms
             fixed[ev.checkpoint_id] = ev
         for ev in finals:
-            assert ev.checkpoint_id == max([s.last_id, *started]) + 1
+            assert inp.schedule is not None
+            assert ev.checkpoint_id == inp.schedule.checkpoint_id > max([s.last_id, *started])
             assert ev.mode == "aligned"
             assert inp.target is not None
             assert all(p >= t for p, t in zip(e.positions, inp.target, strict=True))
@@ -1213,10 +1316,18 @@ def test_every_checkpoint_ends_once_the_upstream_stops_growing(sc: Scenario) -> 
     check_invariants(run)
     assert run[-1].end.active is None
     started = [ev.checkpoint_id for b in run for ev in b.started]
-    ended = [c.checkpoint_id for _, c in cuts(run)] + [
-        ab.checkpoint_id for b in run for ab in b.aborted
+    taken = [c.checkpoint_id for _, c in cuts(run)]
+    ended = taken + [ab.checkpoint_id for b in run for ab in b.aborted]
+    # R10: an at-least-once checkpoint still pending when a newer one is taken ends silently
+    silently = [
+        ev.checkpoint_id
+        for b in run
+        for ev in b.started
+        if ev.mode == "at_least_once"
+        and ev.checkpoint_id not in ended
+        and any(t > ev.checkpoint_id for t in taken)
     ]
-    assert sorted(ended) == sorted(started)
+    assert sorted(ended + silently) == sorted(started)
 
 
 @PROPERTY_SETTINGS
@@ -1242,36 +1353,29 @@ def test_an_available_now_run_ends_with_a_cut_at_the_target(sc: Scenario, grow: 
 
 
 class Replayed:
-    """A plain handler with a recording controller, fed what the planner fed one alignment."""
+    """A plain handler with a recording controller, fed what the planner fed its handler."""
 
     def __init__(self, alignment: Alignment, channels: int, timeout: int) -> None:
-        mode = alignment.checkpoint.mode
         self.clock = ManualClock(alignment.origin_ms)
         self.ctl: RecordingController[Chunk] = RecordingController()
         self.handler: BarrierHandler[Chunk] = BarrierHandler(
-            channels,
-            mode,
-            self.ctl,
-            self.clock,
-            timeout if mode is Mode.ALIGNED_WITH_TIMEOUT else None,
+            channels, Mode.ALIGNED, self.ctl, self.clock, timeout, alignment.last_id
         )
-        self.fed = 0
 
-    def catch_up(self, alignment: Alignment, upto: int) -> list[tuple[object, ...]]:
-        """Feed the events the planner fed since the last call; return the calls they made."""
+    def catch_up(self, trace: Sequence[TraceEntry]) -> list[tuple[object, ...]]:
+        """Feed the events the planner fed in one batch; return the calls they made."""
         before = len(self.ctl.calls)
-        for event, chunk in alignment.trace[self.fed : upto]:
+        for event, chunk in trace:
             if isinstance(event, Data):
                 self.handler.on_data(event.channel, chunk)
             elif isinstance(event, Barrier):
-                self.handler.on_barrier(event.channel, event.checkpoint_id)
+                self.handler.on_barrier(event.channel, event.checkpoint_id, event.mode)
             elif isinstance(event, Cancel):
                 self.handler.on_cancel(event.channel, event.checkpoint_id)
             else:
                 assert isinstance(event, TimeAdvance)
                 self.clock.advance(event.ms)
                 self.handler.on_time_advanced()
-        self.fed = upto
         return self.ctl.calls[before:]
 
 
@@ -1289,61 +1393,62 @@ def merged(chunks: Sequence[Chunk]) -> tuple[Chunk, ...]:
 
 
 def compare_with_handler(sc: Scenario, run: Sequence[Batch]) -> None:
-    replays: dict[int, Replayed] = {}
+    assert len({id(b.alignment) for b in run}) == 1, "one handler for the source"
+    assert run[0].alignment is not None
+    replay = Replayed(run[0].alignment, sc.channels, sc.timeout)
     for b in run:
-        triggers: list[tuple[int, Mode]] = []
-        cancels: list[int] = []
-        inflight: tuple[Chunk, ...] = ()
+        calls = replay.catch_up(b.trace)
+        aborts = [(call[1], call[2]) for call in calls if call[0] == "abort"]
+        cuts = [
+            (call[1], call[2])
+            for call in calls
+            if call[0] == "trigger" and all(cid != call[1] for cid, _ in aborts)
+        ]
+        cut_at = next(
+            (i for i, call in enumerate(calls) if call[0] == "trigger" and call[1:] in cuts),
+            len(calls),
+        )
         delivered = list(b.start.positions)
-        blocked: frozenset[int] = frozenset()
-        batched = False  # whether an alignment was fed this batch's records
-        for alignment, upto in b.fed:
-            key = id(alignment)
-            if key not in replays:
-                replays[key] = Replayed(alignment, sc.channels, sc.timeout)
-            replay = replays[key]
-            new = alignment.trace[replay.fed : upto]
-            batched |= any(isinstance(ev, TimeAdvance) for ev, _ in new)
-            calls = replay.catch_up(alignment, upto)
-            cut_at = next((i for i, call in enumerate(calls) if call[0] == "trigger"), len(calls))
-            for call in calls[:cut_at]:
-                if call[0] == "process":
-                    _, channel, (_, start, end) = call
-                    assert start == delivered[channel]
-                    delivered[channel] = end
-            for call in calls:
-                if call[0] == "trigger":
-                    triggers.append((call[1], call[2]))
-                    recorded = [c[3] for c in calls if c[0] == "record_channel_state"]
-                    inflight = merged(recorded)
-                elif call[0] == "abort":
-                    assert call[2] is AbortReason.CANCELLED
-                    cancels.append(call[1])
-            blocked = replay.handler.blocked_channels()
+        for call in calls[:cut_at]:
+            if call[0] == "process":
+                _, channel, (_, start, end) = call
+                assert start == delivered[channel]
+                delivered[channel] = end
         if b.identity:
-            assert triggers == [] and cancels == []
+            assert cuts == [] and aborts == []
             continue
         # the cut: exactly the handler's trigger, its mode and its recorded channel state
-        assert len(triggers) <= 1
-        if triggers:
+        assert len(cuts) <= 1
+        if cuts:
             cut = b.end.cut
             assert cut is not None
-            assert (cut.checkpoint_id, cut.mode) == triggers[0]
-            assert cut.inflight == inflight
+            assert (cut.checkpoint_id, cut.mode) == cuts[0]
+            recorded = [
+                c[3] for c in calls if c[0] == "record_channel_state" and c[1] == cuts[0][0]
+            ]
+            assert cut.inflight == merged(recorded)
         else:
             assert b.end.cut is None
         # the batch delivers exactly what the handler processed before its trigger (with
         # no checkpoint in flight: as far as every channel reaches)
-        assert list(b.end.positions) == (delivered if batched else full_delivery(b.start, b.inp))
-        # aborts: the handler's cancels, and a checkpoint retired by a newer start
-        cancelled = [a.checkpoint_id for a in b.end.aborted if a.reason is AbortReason.CANCELLED]
-        assert cancelled == cancels
+        injected = (
+            b.end.active is not None
+            or b.end.cut is not None
+            or any(isinstance(ev, Data | Barrier) for ev, _ in b.trace)
+        )
+        assert list(b.end.positions) == (delivered if injected else full_delivery(b.start, b.inp))
+        # aborts: the handler's, and a checkpoint withdrawn before it reached the handler
+        handlers = [(a.checkpoint_id, a.reason) for a in b.end.aborted]
+        assert [a for a in handlers if a in aborts] == aborts
         for a in b.end.aborted:
-            if a.reason is AbortReason.SUBSUMED:
+            if (a.checkpoint_id, a.reason) not in aborts:
+                assert a.reason is AbortReason.SUBSUMED
                 assert any(s.checkpoint_id > a.checkpoint_id for s in b.end.started)
         # what the next batch holds back: the channels the handler blocks
         active = b.end.active
+        blocked = replay.handler.blocked_channels()
         if active is None:
+            assert blocked == frozenset()
             continue
         held = set(active.arrived) if active.mode in ALIGNED_MODES else set()
         assert held == blocked

@@ -30,13 +30,13 @@ class HandlerContext(Generic[ItemT]):
     channels : int
         Number of input channels, ``0 .. channels - 1``.
     mode : Mode
-        The handler mode.
+        The handler mode: that of checkpoints whose barriers carry none.
     controller : BarrierController
         Receives triggers, aborts, processed items and channel state.
     clock : Clock
         Read when an alignment starts and when the timeout is checked.
     alignment_timeout_ms : int or None
-        The alignment timeout ``T``; ``None`` disables the switch to unaligned.
+        The alignment timeout ``T`` of ``aligned_with_timeout`` checkpoints.
     """
 
     def __init__(

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from barriered.barrier.modes import Mode
 from barriered.errors import BarrierProtocolError
 
 __all__ = [
@@ -34,10 +35,12 @@ class Data:
 
 @dataclass(frozen=True)
 class Barrier:
-    """The barrier of checkpoint ``checkpoint_id`` on ``channel``."""
+    """The barrier of checkpoint ``checkpoint_id`` on ``channel``, with the checkpoint's
+    ``mode`` (None: the handler's; the notation has none)."""
 
     checkpoint_id: int
     channel: int
+    mode: Mode | None = None
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ def parse_event(text: str) -> Event:
     Examples
     --------
     >>> parse_event("b3@1")
-    Barrier(checkpoint_id=3, channel=1)
+    Barrier(checkpoint_id=3, channel=1, mode=None)
     >>> parse_event("t+10")
     TimeAdvance(ms=10)
     """
@@ -111,7 +114,8 @@ def parse_event(text: str) -> Event:
 
 
 def format_event(event: Event) -> str:
-    """Render ``event`` in the conformance notation (inverse of :func:`parse_event`)."""
+    """Render ``event`` in the conformance notation (inverse of :func:`parse_event`; a
+    barrier's mode is not part of the notation)."""
     if isinstance(event, Data):
         return f"d@{event.channel}"
     if isinstance(event, Barrier):

@@ -14,9 +14,13 @@ from typing import Generic, TypeVar
 from barriered.barrier.clock import Clock
 from barriered.barrier.context import HandlerContext
 from barriered.barrier.controller import BarrierController
-from barriered.barrier.modes import Mode, Phase
-from barriered.barrier.states import CheckpointView, HandlerState, WaitingForFirstBarrier
-from barriered.barrier.tracker import TrackingBarriers
+from barriered.barrier.modes import Mode
+from barriered.barrier.states import (
+    CheckpointView,
+    HandlerState,
+    TrackingBarriers,
+    WaitingForFirstBarrier,
+)
 from barriered.errors import ConfigError
 
 __all__ = ["BarrierHandler"]
@@ -29,25 +33,34 @@ ItemT = TypeVar("ItemT")
 class BarrierHandler(Generic[ItemT]):
     """Barrier alignment for one multi-channel input (rules R1-R10 of the conformance spec).
 
+    Like Flink's ``SingleCheckpointBarrierHandler``, one handler lives as long as its
+    input and takes one checkpoint after the other: a barrier may carry the mode of its
+    checkpoint (as Flink's carries its ``CheckpointOptions``), and the first barrier of a
+    new id starts the checkpoint in that mode, subsuming the current one (R2, R8).
+
     Parameters
     ----------
     channels : int
         Number of input channels (>= 1), numbered ``0 .. channels - 1``; all start open.
     mode : Mode or str
-        ``aligned``, ``unaligned``, ``aligned_with_timeout`` or ``at_least_once``.
+        ``aligned``, ``unaligned``, ``aligned_with_timeout`` or ``at_least_once``: the
+        mode of every checkpoint whose barriers carry none.
     controller : BarrierController
         Receives ``trigger``, ``abort``, ``process`` and ``record_channel_state`` calls.
     clock : Clock
         Time source for the alignment timeout.
     alignment_timeout_ms : int or None, default None
-        The timeout ``T`` (>= 0) after which an alignment switches to unaligned. Required
-        in ``aligned_with_timeout`` mode, ignored in the other modes.
+        The timeout ``T`` (>= 0) after which the alignment of an ``aligned_with_timeout``
+        checkpoint switches to unaligned. Required in ``aligned_with_timeout`` mode.
+    last_checkpoint_id : int or None, default None
+        The highest id a previous handler of this input started or aborted (a handler
+        rebuilt after a restart): barriers and cancels of ids up to it are stale (R1).
 
     Raises
     ------
     ConfigError
-        If ``channels < 1``, the mode is unknown, or the timeout is missing or negative in
-        ``aligned_with_timeout`` mode.
+        If ``channels < 1``, the mode is unknown, or the timeout is negative, or missing
+        in ``aligned_with_timeout`` mode.
 
     Notes
     -----
@@ -78,25 +91,22 @@ class BarrierHandler(Generic[ItemT]):
         controller: BarrierController[ItemT],
         clock: Clock,
         alignment_timeout_ms: int | None = None,
+        last_checkpoint_id: int | None = None,
     ) -> None:
-        try:
-            mode = Mode(mode)
-        except ValueError:
-            known = ", ".join(m.value for m in Mode)
-            raise ConfigError(f"unknown barrier mode {mode!r}; expected one of {known}") from None
+        mode = _mode(mode)
         if channels < 1:
             raise ConfigError(f"a barrier handler needs at least one channel, got {channels}")
-        if mode is Mode.ALIGNED_WITH_TIMEOUT:
-            if alignment_timeout_ms is None or alignment_timeout_ms < 0:
-                raise ConfigError(
-                    "mode aligned_with_timeout needs alignment_timeout_ms >= 0, "
-                    f"got {alignment_timeout_ms!r}"
-                )
-        else:
-            alignment_timeout_ms = None
+        if (alignment_timeout_ms is None and mode is Mode.ALIGNED_WITH_TIMEOUT) or (
+            alignment_timeout_ms is not None and alignment_timeout_ms < 0
+        ):
+            raise ConfigError(
+                "mode aligned_with_timeout needs alignment_timeout_ms >= 0, "
+                f"got {alignment_timeout_ms!r}"
+            )
         self._ctx: HandlerContext[ItemT] = HandlerContext(
             channels, mode, controller, clock, alignment_timeout_ms
         )
+        self._ctx.max_id = last_checkpoint_id
         self._state: HandlerState = (
             TrackingBarriers() if mode is Mode.AT_LEAST_ONCE else WaitingForFirstBarrier()
         )
@@ -109,10 +119,33 @@ class BarrierHandler(Generic[ItemT]):
         self._state = self._state.on_data(self._ctx, channel, item)
         self._after_event()
 
-    def on_barrier(self, channel: int, checkpoint_id: int) -> None:
-        """The barrier of ``checkpoint_id`` arrived on ``channel``."""
+    def on_barrier(self, channel: int, checkpoint_id: int, mode: Mode | str | None = None) -> None:
+        """The barrier of ``checkpoint_id`` arrived on ``channel``.
+
+        Parameters
+        ----------
+        channel : int
+        checkpoint_id : int
+        mode : Mode or str, optional
+            The mode of the checkpoint (default: the handler's). Only the first barrier
+            of a new id reads it: it starts the checkpoint in that mode.
+
+        Raises
+        ------
+        BarrierProtocolError
+            If ``channel`` does not exist or is closed.
+        ConfigError
+            If ``mode`` is unknown or ``aligned_with_timeout`` in a handler without an
+            alignment timeout.
+        """
         self._ctx.check_open(channel, f"barrier of checkpoint {checkpoint_id}")
-        self._state = self._state.on_barrier(self._ctx, channel, checkpoint_id)
+        mode = self._ctx.mode if mode is None else _mode(mode)
+        if mode is Mode.ALIGNED_WITH_TIMEOUT and self._ctx.alignment_timeout_ms is None:
+            raise ConfigError(
+                f"checkpoint {checkpoint_id} is aligned_with_timeout, but the barrier handler "
+                "has no alignment_timeout_ms"
+            )
+        self._state = self._state.on_barrier(self._ctx, channel, checkpoint_id, mode)
         self._after_event()
 
     def on_cancel(self, channel: int, checkpoint_id: int) -> None:
@@ -150,7 +183,7 @@ class BarrierHandler(Generic[ItemT]):
 
     @property
     def alignment_timeout_ms(self) -> int | None:
-        """The alignment timeout in ``aligned_with_timeout`` mode, else ``None``."""
+        """The alignment timeout of ``aligned_with_timeout`` checkpoints, or ``None``."""
         return self._ctx.alignment_timeout_ms
 
     def blocked_channels(self) -> frozenset[int]:
@@ -185,11 +218,15 @@ class BarrierHandler(Generic[ItemT]):
     def alignment_deadline_ms(self) -> int | None:
         """Clock value at which the current alignment switches to unaligned, or ``None``.
 
-        Only set in ``aligned_with_timeout`` mode while a checkpoint is aligning; a
-        planner can use it to schedule its next :meth:`on_time_advanced` call.
+        Only set while an ``aligned_with_timeout`` checkpoint is aligning; a planner can
+        use it to schedule its next :meth:`on_time_advanced` call.
         """
-        timeout = self._ctx.alignment_timeout_ms
-        current = self.current_checkpoint()
-        if timeout is None or current is None or current.phase is not Phase.ALIGNING:
-            return None
-        return current.started_at_ms + timeout
+        return self._state.alignment_deadline_ms()
+
+
+def _mode(mode: Mode | str) -> Mode:
+    try:
+        return Mode(mode)
+    except ValueError:
+        known = ", ".join(m.value for m in Mode)
+        raise ConfigError(f"unknown barrier mode {mode!r}; expected one of {known}") from None

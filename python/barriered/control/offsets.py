@@ -102,17 +102,20 @@ class AbortedCheckpoint:
 class ActiveCheckpoint(_Identified):
     """A checkpoint whose barriers are fixed but whose cut has not happened yet.
 
-    With ``arrived`` (the channels whose barrier arrived, in arrival order) and
+    With ``arrived`` (the channels whose barrier arrived, in arrival order),
     ``first_barrier_ms`` (the handler's clock at the first of them, from which the
-    alignment timeout counts) it is the state of the checkpoint's barrier handler,
-    from which a restarted planner rebuilds it. Offsets written before
-    ``first_barrier_ms`` existed read it as ``started_ms``.
+    alignment timeout counts) and ``older`` (older at-least-once checkpoints still
+    pending in the handler, R10: their barriers were withdrawn, they end silently when
+    this one is taken) it is the state of the source's barrier handler, from which a
+    restarted planner rebuilds it. Offsets written before ``first_barrier_ms`` existed
+    read it as ``started_ms``; before ``older`` existed, as none.
     """
 
     arrived: tuple[int, ...]
     started_ms: int
     reason: str = ""
     first_barrier_ms: int | None = None
+    older: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""
@@ -122,6 +125,7 @@ class ActiveCheckpoint(_Identified):
             "started_ms": self.started_ms,
             "reason": self.reason,
             "first_barrier_ms": self.first_barrier_ms,
+            "older": list(self.older),
         }
 
     @classmethod
@@ -135,6 +139,7 @@ class ActiveCheckpoint(_Identified):
             started_ms=int(d["started_ms"]),
             reason=str(d.get("reason", "")),
             first_barrier_ms=None if first is None else int(first),
+            older=tuple(int(x) for x in d.get("older", ())),
         )
 
 

@@ -9,7 +9,9 @@ the planner reads before every batch and acts on itself, in the first batch plan
 once the checkpoint is due. The coordinator keeps every decision:
 
 * ``checkpoint_id``: the id it reserved for the checkpoint (savepoints take
-  other ids, so the two never collide);
+  other ids, so the two never collide); the final checkpoint of an availableNow run
+  takes it too (:func:`final_checkpoint`), so that every id comes from the coordinator's
+  one allocator;
 * ``due_ms``: the earliest start, from ``checkpointInterval`` and
   ``minPauseBetweenCheckpoints``;
 * ``mode`` and ``reason``: the aligned/unaligned decision from its measured signals;
@@ -29,10 +31,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from barriered.barrier import Mode
-from barriered.control.triggers import TriggerRequest
+from barriered.control.triggers import FINAL_REASON, TriggerRequest
 from barriered.files.fileio import read_json, write_json
 
-__all__ = ["Schedule", "SchedulePublisher"]
+__all__ = ["Schedule", "SchedulePublisher", "final_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +133,33 @@ class Schedule:
             reason=self.reason,
             requested_ms=self.due_ms,
         )
+
+
+def final_checkpoint(schedule: Schedule | None, now_ms: int, last_id: int) -> TriggerRequest | None:
+    """The final checkpoint of an availableNow run, aligned, under an id of the
+    coordinator's allocator, or None while the source must wait for one.
+
+    With a schedule of the run, the id it reserved (due or not, paused or not: the run
+    ends with it); None when the source already started or passed that id (the
+    coordinator reserves a newer one once it hears of the batch that did). Without one,
+    no coordinator has seen the run, so none gave out an id for it: the id is the first
+    its allocator gives once it does, one above the offset's ``last_id`` (the listener
+    starts it there).
+
+    Parameters
+    ----------
+    schedule : Schedule or None
+        The run's schedule (:meth:`Schedule.read`).
+    now_ms : int
+        When it is requested.
+    last_id : int
+        The highest id the source started.
+    """
+    if schedule is None:
+        return TriggerRequest(last_id + 1, reason=FINAL_REASON, requested_ms=now_ms)
+    if schedule.checkpoint_id <= last_id:
+        return None
+    return TriggerRequest(schedule.checkpoint_id, reason=FINAL_REASON, requested_ms=now_ms)
 
 
 class SchedulePublisher:

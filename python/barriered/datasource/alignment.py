@@ -1,25 +1,31 @@
-"""One checkpoint's barrier alignment across micro-batches, decided by the barrier handler.
+"""The source's barrier handler across checkpoints and micro-batches.
 
-The source planner gives every checkpoint whose barrier positions ``B(c)`` it fixed an
-:class:`Alignment`: a :class:`~barriered.barrier.BarrierHandler` in the checkpoint's
-mode, its clock and the production controller :class:`BatchController`, kept across
-micro-batches (and rebuilt from the offset's :class:`ActiveCheckpoint` after a restart).
-For each micro-batch the planner only says how far every channel could deliver; the
-alignment turns that into handler events and reads the handler's decisions back from
-its controller and :meth:`~barriered.barrier.BarrierHandler.blocked_channels`:
+The source planner keeps one :class:`Alignment` for its source, as Flink keeps one
+``SingleCheckpointBarrierHandler`` per input: a :class:`~barriered.barrier.BarrierHandler`
+with its clock and the production controller :class:`BatchController`, rebuilt from the
+offset after a restart (:meth:`Alignment.rebuild`). The planner injects one checkpoint at a
+time, with its barrier positions ``B(c)`` (the offset's
+:class:`~barriered.control.offsets.ActiveCheckpoint`); every barrier carries the
+checkpoint's mode. For each micro-batch the planner only says how far every channel could
+deliver; the alignment turns that into handler events and reads the handler's decisions
+back from its controller and :meth:`~barriered.barrier.BarrierHandler.blocked_channels`:
 
 1. The clock moves to the batch's time (every event of a batch happens then), which
-   may end an alignment that timed out (R9).
+   may end an alignment that timed out (R9). Then come the coordinator's cancellation
+   of the injected checkpoint (R5) and the barriers of a checkpoint injected right
+   behind an older one's, which subsume it (R2, R8).
 2. Every channel that is not blocked delivers data up to its barrier position ``B(c)``
    (past it once its barrier arrived, in at-least-once mode), as one chunk
    ``(channel, start, end)``; then the barrier of every channel that reached ``B(c)``.
+   The first barrier of a new checkpoint subsumes the one still in progress (R2, R8).
 3. Once the checkpoint was triggered unaligned (mode unaligned, or the switch of R9),
    the barriers overtake the backlog: the data ``[end, B(c))`` of every channel still
    without its barrier arrives, then its barrier, and the handler records that data as
    channel state: the cut's in-flight ranges.
 
 The batch delivers exactly what the handler processed before it triggered; what it
-processes after the trigger belongs after the cut (later batches).
+processes after the trigger belongs after the cut (later batches). A checkpoint that is
+triggered and then subsumed in the same batch (R8) is no cut.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from barriered.barrier import (
 )
 from barriered.control.offsets import ActiveCheckpoint
 
-__all__ = ["Alignment", "BatchController", "Chunk", "TraceEntry", "feed"]
+__all__ = ["Alignment", "BatchController", "Chunk", "TraceEntry", "dispatch"]
 
 Chunk = tuple[int, int, int]
 """Records ``[start, end)`` of a channel: ``(channel, start, end)``."""
@@ -50,7 +56,7 @@ TraceEntry = tuple[Event, Chunk | None]
 """An event fed to a handler, with its data chunk (``None`` but for data)."""
 
 
-def feed(
+def dispatch(
     handler: BarrierHandler[Chunk], clock: ManualClock, event: Event, chunk: Chunk | None = None
 ) -> None:
     """Hand one event to ``handler`` (a ``TimeAdvance`` moves ``clock`` first).
@@ -64,7 +70,7 @@ def feed(
         assert chunk is not None, "data needs its chunk"
         handler.on_data(event.channel, chunk)
     elif isinstance(event, Barrier):
-        handler.on_barrier(event.channel, event.checkpoint_id)
+        handler.on_barrier(event.channel, event.checkpoint_id, event.mode)
     elif isinstance(event, Cancel):
         handler.on_cancel(event.channel, event.checkpoint_id)
     elif isinstance(event, EndOfPartition):
@@ -84,7 +90,8 @@ class BatchController:
     processed : list of Chunk
         Chunks in processing order.
     triggered : list of (int, Mode)
-        Triggered checkpoints and how they were taken.
+        Triggered checkpoints and how they were taken (one aborted later in the batch,
+        R8, is no cut: see :meth:`cuts`).
     aborted : list of (int, AbortReason)
         Aborted checkpoints.
     channel_state : dict of int to list of Chunk
@@ -97,7 +104,7 @@ class BatchController:
         self.triggered: list[tuple[int, Mode]] = []
         self.aborted: list[tuple[int, AbortReason]] = []
         self.channel_state: dict[int, list[Chunk]] = {}
-        self._cut_at: int | None = None
+        self._triggered_at: dict[int, int] = {}
 
     def clear(self) -> None:
         """Forget everything recorded (a new micro-batch)."""
@@ -105,8 +112,7 @@ class BatchController:
 
     def trigger(self, checkpoint_id: int, mode: Mode) -> None:
         """The checkpoint is taken here: what was processed so far is its batch."""
-        if self._cut_at is None:
-            self._cut_at = len(self.processed)
+        self._triggered_at[checkpoint_id] = len(self.processed)
         self.triggered.append((checkpoint_id, mode))
 
     def abort(self, checkpoint_id: int, reason: AbortReason) -> None:
@@ -122,9 +128,15 @@ class BatchController:
         """Record a chunk of in-flight channel state."""
         self.channel_state.setdefault(checkpoint_id, []).append(item)
 
+    def cuts(self) -> list[tuple[int, Mode]]:
+        """The triggered checkpoints that were not aborted after their trigger."""
+        aborted = {cid for cid, _ in self.aborted}
+        return [(cid, mode) for cid, mode in self.triggered if cid not in aborted]
+
     def delivered(self) -> list[Chunk]:
-        """The chunks processed before the first trigger (all if none): this batch's."""
-        return self.processed if self._cut_at is None else self.processed[: self._cut_at]
+        """The chunks processed before the first cut (all if none): this batch's."""
+        cuts = self.cuts()
+        return self.processed if not cuts else self.processed[: self._triggered_at[cuts[0][0]]]
 
     def inflight(self, checkpoint_id: int) -> tuple[Chunk, ...]:
         """The recorded ranges of ``checkpoint_id``, one ``(channel, start, end)`` per
@@ -137,56 +149,127 @@ class BatchController:
 
 
 class Alignment:
-    """The barrier handler of one checkpoint, fed the events of its micro-batches.
+    """The source's barrier handler, fed the events of its micro-batches.
 
     Parameters
     ----------
-    checkpoint : ActiveCheckpoint
-        The checkpoint: id, mode, barrier positions, and the channels whose barrier
-        already arrived (a rebuild after a restart replays them at their first time).
     channels : int
         Number of channels.
     timeout_ms : int
-        ``alignedCheckpointTimeout`` (used in mode ``aligned_with_timeout`` only).
+        ``alignedCheckpointTimeout`` (read by ``aligned_with_timeout`` checkpoints).
+    last_id : int or None
+        The highest checkpoint id the handler's predecessors started or aborted: ids up
+        to it are stale (R1).
+    origin_ms : int
+        The clock when the handler starts.
+    mode : Mode or str, default "aligned"
+        The mode of checkpoints whose barriers carry none (the source's always carry
+        theirs).
 
     Attributes
     ----------
+    checkpoint : ActiveCheckpoint or None
+        The checkpoint whose barriers the source injected and that is not finished yet.
     trace : list of TraceEntry
-        Every event fed since construction (a rebuild's replay excluded).
-    origin_ms : int
-        The clock when the trace starts.
+        The events fed since construction or since the planner last emptied it (at
+        every planning step; a rebuild's replay excluded).
+    last_id, origin_ms
+        As given (the state a replay of ``trace`` starts from).
     """
 
-    def __init__(self, checkpoint: ActiveCheckpoint, channels: int, timeout_ms: int) -> None:
-        self.checkpoint = checkpoint
+    def __init__(
+        self,
+        channels: int,
+        timeout_ms: int | None,
+        last_id: int | None,
+        origin_ms: int,
+        mode: Mode | str = Mode.ALIGNED,
+    ) -> None:
         self.controller = BatchController()
-        first = checkpoint.first_barrier_ms
-        self.clock = ManualClock(checkpoint.started_ms if first is None else first)
-        timeout = timeout_ms if checkpoint.mode is Mode.ALIGNED_WITH_TIMEOUT else None
+        self.clock = ManualClock(origin_ms)
         self.handler: BarrierHandler[Chunk] = BarrierHandler(
-            channels, checkpoint.mode, self.controller, self.clock, timeout
+            channels, mode, self.controller, self.clock, timeout_ms, last_id
         )
-        self.arrived = list(checkpoint.arrived)
-        for channel in checkpoint.arrived:
-            self.handler.on_barrier(channel, checkpoint.checkpoint_id)
-        self.controller.clear()
-        self.origin_ms = self.clock.now_ms()
+        self.last_id = last_id
+        self.origin_ms = origin_ms
+        self.checkpoint: ActiveCheckpoint | None = None
+        self.arrived: list[int] = []
         self.trace: list[TraceEntry] = []
+
+    @classmethod
+    def rebuild(
+        cls, channels: int, timeout_ms: int, last_id: int, active: ActiveCheckpoint | None
+    ) -> Alignment:
+        """The handler as it stood after the batch whose end offset holds ``last_id`` and
+        ``active``: the barriers of ``active`` that arrived are fed again, at the time the
+        first of them arrived, after one of each older checkpoint still pending (a
+        restarted driver, or a start offset that is not the last one planned)."""
+        if active is None:
+            return cls(channels, timeout_ms, last_id, 0)
+        first = active.first_barrier_ms
+        alignment = cls(
+            channels,
+            timeout_ms,
+            min((active.checkpoint_id, *active.older)) - 1,
+            active.started_ms if first is None else first,
+        )
+        for older in active.older:  # pending on some channels, never on all (R10)
+            alignment.feed(Barrier(older, 0, Mode.AT_LEAST_ONCE))
+        alignment.inject(active, active.arrived)
+        alignment.controller.clear()
+        alignment.trace.clear()
+        return alignment
 
     # -- events ----------------------------------------------------------------------
 
-    def _feed(self, event: Event, chunk: Chunk | None = None) -> None:
+    def feed(self, event: Event, chunk: Chunk | None = None) -> None:
+        """Hand one event (with its chunk, for data) to the handler and record it in
+        :attr:`trace`.
+
+        Raises
+        ------
+        BarrierProtocolError
+            If the event arrives on a closed or unknown channel.
+        """
         self.trace.append((event, chunk))
         if isinstance(event, Barrier):
             self.arrived.append(event.channel)
-        feed(self.handler, self.clock, event, chunk)
+        dispatch(self.handler, self.clock, event, chunk)
+
+    def advance(self, now_ms: int) -> None:
+        """The clock moves to the planning step's time (never back): every later event of
+        the step happens then."""
+        self.feed(TimeAdvance(max(0, now_ms - self.clock.now_ms())))
+
+    def inject(self, checkpoint: ActiveCheckpoint, behind: Sequence[int] = ()) -> None:
+        """Inject the barriers of ``checkpoint`` at its barrier positions; those of the
+        checkpoint injected before it that did not arrive are withdrawn.
+
+        Parameters
+        ----------
+        checkpoint : ActiveCheckpoint
+            Its ``arrived`` is not read.
+        behind : sequence of int
+            Channels whose barrier sits at their delivered position (right behind the
+            older checkpoint's): it arrives now, in this order.
+        """
+        self.checkpoint = checkpoint
+        self.arrived = []
+        for channel in behind:
+            self.feed(Barrier(checkpoint.checkpoint_id, channel, checkpoint.mode))
+
+    def in_handler(self) -> bool:
+        """Whether the injected checkpoint reached the handler (a barrier of it arrived)."""
+        return bool(self.arrived)
 
     def cancel(self) -> None:
-        """The coordinator cancelled the checkpoint (R5)."""
-        self.controller.clear()
-        self._feed(Cancel(self.checkpoint.checkpoint_id, 0))
+        """The coordinator cancelled the injected checkpoint: its cancellation marker
+        reaches the handler (R5)."""
+        assert self.checkpoint is not None
+        self.feed(Cancel(self.checkpoint.checkpoint_id, 0))
+        self.checkpoint, self.arrived = None, []
 
-    def batch(self, positions: Sequence[int], reach: Sequence[int], now_ms: int) -> list[int]:
+    def batch(self, positions: Sequence[int], reach: Sequence[int]) -> list[int]:
         """Feed one micro-batch (see the module docstring); return its end positions.
 
         Parameters
@@ -195,30 +278,29 @@ class Alignment:
             Delivered position of every channel before the batch.
         reach : sequence of int
             How far every channel could deliver in this batch (availability, admission).
-        now_ms : int
-            The batch's time.
         """
-        self.controller.clear()
-        barrier = self.checkpoint.barrier
-        self._feed(TimeAdvance(max(0, now_ms - self.clock.now_ms())))
+        checkpoint = self.checkpoint
+        if checkpoint is None:
+            return list(reach)
+        barrier, cid, mode = checkpoint.barrier, checkpoint.checkpoint_id, checkpoint.mode
         blocked = self.handler.blocked_channels()
-        free = self.checkpoint.mode is Mode.AT_LEAST_ONCE
+        free = mode is Mode.AT_LEAST_ONCE
         ends = list(positions)
         for c, (start, upto) in enumerate(zip(positions, reach, strict=True)):
             if c not in blocked:
                 ends[c] = upto if free and c in self.arrived else min(upto, barrier[c])
                 if ends[c] > start:
-                    self._feed(Data(c), (c, start, ends[c]))
+                    self.feed(Data(c), (c, start, ends[c]))
         for c in range(len(ends)):
             if c not in self.arrived and ends[c] >= barrier[c]:
-                self._feed(Barrier(self.checkpoint.checkpoint_id, c))
+                self.feed(Barrier(cid, c, mode))
         current = self.handler.current_checkpoint()
         if current is not None and current.phase is Phase.COLLECTING:
             for c in range(len(ends)):  # triggered unaligned: the barriers overtake
                 if c not in current.barriers_received:
                     if ends[c] < barrier[c]:
-                        self._feed(Data(c), (c, ends[c], barrier[c]))
-                    self._feed(Barrier(self.checkpoint.checkpoint_id, c))
+                        self.feed(Data(c), (c, ends[c], barrier[c]))
+                    self.feed(Barrier(cid, c, mode))
         end = list(positions)
         for channel, _, stop in self.controller.delivered():
             end[channel] = max(end[channel], stop)
@@ -226,23 +308,33 @@ class Alignment:
 
     # -- decisions -------------------------------------------------------------------
 
-    @property
-    def done(self) -> bool:
-        """Whether the checkpoint was triggered or aborted (its handler saw it and has
-        nothing left of it)."""
-        handler = self.handler
-        return handler.max_checkpoint_id() is not None and handler.current_checkpoint() is None
+    def finish(self) -> None:
+        """Forget the injected checkpoint once the handler triggered or aborted it."""
+        checkpoint = self.checkpoint
+        if checkpoint is None or not self.in_handler():
+            return
+        pending = {view.checkpoint_id for view in self.handler.pending_checkpoints()}
+        if checkpoint.checkpoint_id not in pending:
+            self.checkpoint, self.arrived = None, []
 
-    def state(self) -> ActiveCheckpoint:
-        """The checkpoint as the offset carries it while it aligns."""
+    def state(self) -> ActiveCheckpoint | None:
+        """The injected checkpoint as the offset carries it while it is in progress."""
+        checkpoint = self.checkpoint
+        if checkpoint is None:
+            return None
         current = self.handler.current_checkpoint()
         return ActiveCheckpoint(
-            checkpoint_id=self.checkpoint.checkpoint_id,
-            kind=self.checkpoint.kind,
-            mode=self.checkpoint.mode,
-            barrier=self.checkpoint.barrier,
+            checkpoint_id=checkpoint.checkpoint_id,
+            kind=checkpoint.kind,
+            mode=checkpoint.mode,
+            barrier=checkpoint.barrier,
             arrived=tuple(self.arrived),
-            started_ms=self.checkpoint.started_ms,
-            reason=self.checkpoint.reason,
+            started_ms=checkpoint.started_ms,
+            reason=checkpoint.reason,
             first_barrier_ms=None if current is None or not self.arrived else current.started_at_ms,
+            older=tuple(
+                view.checkpoint_id
+                for view in self.handler.pending_checkpoints()
+                if view.checkpoint_id < checkpoint.checkpoint_id
+            ),
         )

@@ -9,17 +9,21 @@ How a checkpoint ``n`` travels (see docs/design.md, "The model, in micro-batch t
 1. ``n`` starts: a periodic checkpoint in the first batch planned once the coordinator's
    schedule (:mod:`barriered.control.schedule`) says it is due and not paused, a
    savepoint when the coordinator's request for ``n`` in the
-   trigger log is picked up. The barrier positions are fixed,
-   ``B_n(c) = min(available(c), D(c) + bufferPerChannel)``. The source has one
-   checkpoint in flight: a newer one retires the one still aligning (aborted,
-   ``subsumed``: its barriers are withdrawn before they reach the handler).
-2. From then on the checkpoint's :class:`~barriered.datasource.alignment.Alignment` (a
-   :class:`~barriered.barrier.BarrierHandler` in its mode, with the production
-   controller) decides, batch after batch, which channels deliver how far, when the
-   cut is, its mode and its in-flight ranges (rules R1-R10 of the conformance spec,
-   the alignment timeout included). The planner keeps it across batches; the offset
-   carries its state (:class:`~barriered.control.offsets.ActiveCheckpoint`), from
-   which it is rebuilt after a restart.
+   trigger log is picked up. The source injects one checkpoint at a time, at the
+   barrier positions ``B_n(c) = min(available(c), D(c) + bufferPerChannel)``; on the
+   channels where the barrier of the checkpoint injected before it already arrived,
+   ``n``'s follows right behind it (``B_n(c) = D(c)``), so that the source's barrier
+   handler subsumes the older one (R2, R8) in the batch ``n`` starts. (A checkpoint none
+   of whose barriers arrived never reached the handler: the planner withdraws it,
+   aborted ``subsumed``.)
+2. The source's one :class:`~barriered.datasource.alignment.Alignment` (a
+   :class:`~barriered.barrier.BarrierHandler` with the production controller, kept
+   across checkpoints, every barrier carrying its checkpoint's mode) decides, batch
+   after batch, which channels deliver how far, when the cut is, its mode and its
+   in-flight ranges (rules R1-R10 of the conformance spec, the alignment timeout
+   included). The offset carries the injected checkpoint's state
+   (:class:`~barriered.control.offsets.ActiveCheckpoint`) and the highest id started,
+   from which the handler is rebuilt after a restart.
 3. The cut batch carries marker rows (one per key group) and in-flight capture tasks.
 """
 
@@ -37,8 +41,8 @@ from barriered.control.offsets import (
     SourceOffset,
     StartedCheckpoint,
 )
-from barriered.control.schedule import Schedule
-from barriered.control.triggers import FINAL_REASON, TriggerRequest
+from barriered.control.schedule import Schedule, final_checkpoint
+from barriered.control.triggers import TriggerRequest
 from barriered.datasource.alignment import Alignment, Chunk
 
 __all__ = ["PlanInput", "Planner", "plan"]
@@ -71,7 +75,9 @@ class PlanInput:
     aligned_timeout_ms : int
         ``alignedCheckpointTimeout`` for checkpoints in mode aligned_with_timeout.
     schedule : Schedule or None
-        This run's schedule of the next periodic checkpoint (None: none published).
+        This run's schedule of the next periodic checkpoint (None: none published); an
+        availableNow run's final checkpoint takes its id from it (see
+        :func:`~barriered.control.schedule.final_checkpoint`).
     """
 
     available: Sequence[int]
@@ -89,7 +95,7 @@ class PlanInput:
 class _Step:
     """Mutable working state of one planning step."""
 
-    def __init__(self, start: SourceOffset, inp: PlanInput, alignment: Alignment | None) -> None:
+    def __init__(self, start: SourceOffset, inp: PlanInput, alignment: Alignment) -> None:
         self.inp = inp
         self.start_positions = start.positions
         self.positions = list(start.positions)
@@ -99,59 +105,77 @@ class _Step:
         self.aborted: list[AbortedCheckpoint] = []
         self.cut: Cut | None = None
         self.alignment = alignment
-        self.fed: list[Alignment] = []
+        self._reported = 0
 
-    def _abort(self, reason: AbortReason) -> None:
-        assert self.alignment is not None
-        cid = self.alignment.checkpoint.checkpoint_id
-        log.info("checkpoint %d aborted by the source planner: %s", cid, reason.value)
-        self.aborted.append(AbortedCheckpoint(cid, reason))
-        self.alignment = None
+    def _aborts(self) -> None:
+        """Report the checkpoints the handler aborted since the last call."""
+        aborted = self.alignment.controller.aborted
+        for cid, reason in aborted[self._reported :]:
+            log.info("checkpoint %d aborted by the source's barrier handler: %s", cid, reason.value)
+            self.aborted.append(AbortedCheckpoint(cid, reason))
+        self._reported = len(aborted)
 
     def cancel(self) -> None:
-        """The coordinator cancelled the aligning checkpoint: its handler aborts it."""
-        assert self.alignment is not None
+        """The coordinator cancelled the injected checkpoint: its handler aborts it."""
         self.alignment.cancel()
-        self.fed.append(self.alignment)
-        for _, reason in self.alignment.controller.aborted:
-            self._abort(reason)
+        self._aborts()
 
     def start(self, request: TriggerRequest) -> None:
-        """Fix the barrier positions of a requested checkpoint."""
-        if self.alignment is not None:
-            self._abort(AbortReason.SUBSUMED)
-        inp = self.inp
+        """Inject a requested checkpoint: fix its barrier positions."""
+        inp, alignment = self.inp, self.alignment
         reach = inp.available if inp.target is None else inp.target
-        barrier = tuple(
+        barrier = [
             max(p, min(a, r, p + inp.buffer_per_channel))
             for p, a, r in zip(self.positions, inp.available, reach, strict=True)
-        )
-        mode = Mode.ALIGNED if request.kind == "savepoint" else request.mode
+        ]
+        older = alignment.checkpoint
+        behind = list(alignment.arrived)  # right behind the older one's: the handler subsumes it
+        for c in behind:
+            barrier[c] = self.positions[c]
+        if older is not None and not behind:
+            log.info(
+                "checkpoint %d aborted by the source planner: withdrawn before its first "
+                "barrier arrived (checkpoint %d starts)",
+                older.checkpoint_id,
+                request.checkpoint_id,
+            )
+            self.aborted.append(AbortedCheckpoint(older.checkpoint_id, AbortReason.SUBSUMED))
         upto = self.reach()
-        if mode is Mode.UNALIGNED and all(b > r for b, r in zip(barrier, upto, strict=True)):
+        if request.mode is Mode.UNALIGNED and all(
+            b > r for b, r in zip(barrier, upto, strict=True)
+        ):
             # No barrier would arrive in this batch, so nothing would trigger: the barrier
             # of the channel closest to it goes where this batch's delivery ends there;
             # it arrives first, and the others overtake their backlogs (in flight).
             first = min(range(len(barrier)), key=lambda c: barrier[c] - upto[c])
-            barrier = (*barrier[:first], upto[first], *barrier[first + 1 :])
+            barrier[first] = upto[first]
         cid = request.checkpoint_id
-        self.alignment = Alignment(
-            ActiveCheckpoint(cid, request.kind, mode, barrier, (), inp.now_ms, request.reason),
-            len(self.positions),
-            inp.aligned_timeout_ms,
+        fixed = tuple(barrier)
+        alignment.inject(
+            ActiveCheckpoint(
+                cid, request.kind, request.mode, fixed, (), inp.now_ms, request.reason
+            ),
+            behind,
         )
+        self._aborts()
         self.last_id = max(self.last_id, cid)
         self.started.append(
             StartedCheckpoint(
-                cid, request.kind, mode, barrier, inp.now_ms, request.requested_ms, request.reason
+                cid,
+                request.kind,
+                request.mode,
+                fixed,
+                inp.now_ms,
+                request.requested_ms,
+                request.reason,
             )
         )
         log.info(
             "checkpoint %d (%s, %s): barrier positions fixed at %s",
             cid,
             request.kind,
-            mode.value,
-            list(barrier),
+            request.mode.value,
+            barrier,
         )
 
     def reach(self) -> list[int]:
@@ -170,16 +194,19 @@ class _Step:
     def deliver(self) -> None:
         """Deliver this batch: as far as each channel reaches, or as the handler says."""
         alignment = self.alignment
-        if alignment is None:
-            self.positions = self.reach()
-            return
-        self.fed.append(alignment)
-        self.positions = alignment.batch(self.positions, self.reach(), self.inp.now_ms)
+        active = alignment.checkpoint
+        self.positions = alignment.batch(self.positions, self.reach())
+        self._aborts()
         ctl = alignment.controller
-        for cid, mode in ctl.triggered:
-            self._cut(alignment.checkpoint, mode, ctl.inflight(cid))
-        if alignment.done:
-            self.alignment = None
+        for cid, mode in ctl.cuts():
+            assert active is not None and cid == active.checkpoint_id
+            self._cut(active, mode, ctl.inflight(cid))
+        alignment.finish()
+
+    @property
+    def injected(self) -> ActiveCheckpoint | None:
+        """The checkpoint injected and not finished."""
+        return self.alignment.checkpoint
 
     @property
     def delivered(self) -> bool:
@@ -213,7 +240,7 @@ class _Step:
             positions=tuple(self.positions),
             last_id=self.last_id,
             last_cut=self.last_cut,
-            active=None if self.alignment is None else self.alignment.state(),
+            active=self.alignment.state(),
             cut=self.cut,
             started=tuple(self.started),
             aborted=tuple(self.aborted),
@@ -223,20 +250,25 @@ class _Step:
 
 
 class Planner:
-    """Plans the batches of one source; keeps the aligning checkpoint's handler between
-    them (rebuilt from the start offset when it is not the last one planned, e.g. after
-    a restart).
+    """Plans the batches of one source with its one barrier handler, kept across batches
+    and checkpoints (rebuilt from the start offset when it is not the last one planned,
+    e.g. after a restart).
 
     Attributes
     ----------
-    fed : list of Alignment
-        The alignments fed events in the last :meth:`plan` (their ``trace`` holds them).
+    alignment : Alignment or None
+        The source's barrier handler; its ``trace`` holds the events of the last
+        :meth:`plan` (None before the first).
+    awaits_final_id : bool
+        Whether the last :meth:`plan` found an availableNow run's final checkpoint due
+        but no id for it (the coordinator's schedule reserves one the source already
+        started): plan again with a newer schedule.
     """
 
     def __init__(self) -> None:
         self._carried: SourceOffset | None = None
-        self._alignment: Alignment | None = None
-        self.fed: list[Alignment] = []
+        self.alignment: Alignment | None = None
+        self.awaits_final_id = False
 
     def plan(self, start: SourceOffset, inp: PlanInput) -> SourceOffset:
         """Plan the batch after ``start``; return ``start`` itself when there is nothing to do.
@@ -254,12 +286,17 @@ class Planner:
             The end offset of the next batch. Equal to ``start`` when no record, barrier
             or abort is due, which tells Spark there is no new data.
         """
-        alignment = self._alignment if start.carried() == self._carried else None
-        if alignment is None and start.active is not None:
-            alignment = Alignment(start.active, len(start.positions), inp.aligned_timeout_ms)
+        alignment = self.alignment
+        if alignment is None or start.carried() != self._carried:
+            alignment = Alignment.rebuild(
+                len(start.positions), inp.aligned_timeout_ms, start.last_id, start.active
+            )
+        alignment.trace = []
+        alignment.controller.clear()
+        alignment.advance(inp.now_ms)
         step = _Step(start, inp, alignment)
-        active = step.alignment
-        if active is not None and active.checkpoint.checkpoint_id in inp.cancelled:
+        active = step.injected
+        if active is not None and active.checkpoint_id in inp.cancelled:
             step.cancel()
         for request in sorted(inp.requests, key=lambda r: r.checkpoint_id):
             if request.checkpoint_id > step.last_id and request.checkpoint_id not in inp.cancelled:
@@ -271,9 +308,10 @@ class Planner:
             if due is not None and due.checkpoint_id not in inp.cancelled:
                 step.start(due)
         step.deliver()
+        self.awaits_final_id = False
         if (
             inp.target is not None
-            and step.alignment is None
+            and step.injected is None
             and step.cut is None
             and all(p >= t for p, t in zip(step.positions, inp.target, strict=True))
             and step.last_cut != tuple(step.positions)
@@ -283,14 +321,20 @@ class Planner:
             # cut in a batch of its own, after the last records. Spark runs the batch after
             # the last records' batch with the watermark they moved: operators evict and
             # emit (windows in append mode) there, and only a cut in that batch or later
-            # covers its output and state.
-            step.start(
-                TriggerRequest(step.last_id + 1, reason=FINAL_REASON, requested_ms=inp.now_ms)
-            )
-            step.deliver()
+            # covers its output and state. Its id comes from the coordinator's allocator.
+            final = final_checkpoint(inp.schedule, inp.now_ms, step.last_id)
+            if final is None:
+                log.info(
+                    "the availableNow run's final checkpoint waits for an id above %d from "
+                    "the coordinator's schedule",
+                    step.last_id,
+                )
+                self.awaits_final_id = True
+            else:
+                step.start(final)
+                step.deliver()
         end = step.result(start)
-        self.fed = step.fed
-        self._alignment = step.alignment
+        self.alignment = alignment
         self._carried = end.carried()
         if end.carried() == start.carried() and not (end.started or end.aborted or end.cut):
             return start

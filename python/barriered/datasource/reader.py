@@ -10,7 +10,6 @@ alone.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,56 +24,28 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from barriered import crash_points, wall_time
-from barriered.config import CHECKPOINT_TIMEOUT
 from barriered.config.source_options import RESTORE_FROM
-from barriered.control import offsets
 from barriered.control.columns import data_batch, marker_batch
 from barriered.control.offsets import SourceOffset
 from barriered.control.schedule import Schedule
 from barriered.control.triggers import TriggerLog
-from barriered.datasource import mirror, replay
+from barriered.datasource import available_now, fatal, mirror, replay
 from barriered.datasource.options import SourceSettings
 from barriered.datasource.planner import PlanInput, Planner
 from barriered.datasource.upstreams.base import Upstream
 from barriered.datasource.watchdog import CoordinatorWatchdog
 from barriered.errors import (
-    CheckpointError,
-    CheckpointFailureLimitExceeded,
-    ConfigError,
-    CoordinatorLostError,
-    InjectedFault,
     MirrorError,
     RestoreError,
     SnapshotPathInUseError,
-    UnsupportedOperatorError,
 )
 from barriered.files.fileio import delete_file, exists
-from barriered.statestore import checkpoints_table, operators, ownership, stateful_operators
+from barriered.statestore import operators, ownership
 from barriered.statestore.inflight import capture
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint, highest_checkpoint_id
 
 log = logging.getLogger(__name__)
-
-#: The error a query fails with for a fatal message in the trigger log, by its prefix
-#: (anything else: the checkpoint failure limit was exceeded).
-_FATAL: tuple[tuple[str, type[Exception]], ...] = (
-    (crash_points.MESSAGE_PREFIX, InjectedFault),
-    (stateful_operators.MESSAGE_PREFIX, UnsupportedOperatorError),
-    (stateful_operators.RESTORE_PREFIX, RestoreError),
-    (stateful_operators.UNDECLARED_PREFIX, ConfigError),
-    (offsets.TWO_SOURCES_PREFIX, MirrorError),
-)
-_FATAL_DEFAULT: type[Exception] = CheckpointFailureLimitExceeded
-#: How often the end of an availableNow run looks whether its last checkpoint finished.
-_AWAIT_POLL_S = 0.05
-
-
-def _raise_fatal(triggers: TriggerLog) -> None:
-    """Fail the query with the error of the trigger log's fatal message, if it has one."""
-    if triggers.fatal:
-        fatal = triggers.fatal
-        raise next((e for p, e in _FATAL if fatal.startswith(p)), _FATAL_DEFAULT)(fatal)
 
 
 @dataclass(frozen=True)
@@ -361,7 +332,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         else:
             admission = self.settings.admission(self.channels)
         triggers = TriggerLog.read(self.layout.triggers_file)
-        _raise_fatal(triggers)
+        fatal.raise_fatal(triggers)
         self._watchdog.check(triggers.heartbeat, wall_time.now_ms())
         if triggers.last_completed != self._completed and triggers.completed_positions:
             # planned at every trigger, idle or not: the upstream hears of it at once
@@ -379,21 +350,24 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             # took it failed): its final checkpoint is taken again, not skipped.
             begin = replace(begin, last_cut=None)
         conf = self.settings.conf
-        end = self._planner.plan(
-            begin,
-            PlanInput(
-                available=available,
-                admission=admission,
-                target=self._target,
-                requests=triggers.requests,
-                cancelled=triggers.cancelled,
-                last_completed=triggers.last_completed,
-                now_ms=wall_time.now_ms(),
-                buffer_per_channel=conf.buffer_per_channel,
-                aligned_timeout_ms=conf.aligned_checkpoint_timeout_ms,
-                schedule=Schedule.read(self.layout.schedule_file, self.epoch),
-            ),
+        inp = PlanInput(
+            available=available,
+            admission=admission,
+            target=self._target,
+            requests=triggers.requests,
+            cancelled=triggers.cancelled,
+            last_completed=triggers.last_completed,
+            now_ms=wall_time.now_ms(),
+            buffer_per_channel=conf.buffer_per_channel,
+            aligned_timeout_ms=conf.aligned_checkpoint_timeout_ms,
+            schedule=Schedule.read(self.layout.schedule_file, self.epoch),
         )
+        end = self._planner.plan(begin, inp)
+        if self._planner.awaits_final_id:  # the coordinator's allocator names it
+            schedule = available_now.await_schedule(
+                self.layout, self.epoch, begin.last_id, conf.coordinator_timeout_ms
+            )
+            end = self._planner.plan(begin, replace(inp, schedule=schedule))
         self._started.update(s.checkpoint_id for s in end.started)
         self._plans += 1
         if end is begin and self._target is not None and begin.active is None:
@@ -423,87 +397,21 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def _await_coordinator(self, begin: SourceOffset) -> None:
         """The end of an availableNow run (nothing more to plan): wait until the last
-        checkpoint it started is finished, so that the run never ends with it pending,
-        and fail the query naming why when it was aborted or did not finish within
-        ``checkpointTimeout``. A run that started none waits, from its second planning
-        call on (Spark reports a trigger's progress after its planning call), until the
-        coordinator saw it: its first progress is where it refuses a query (within
-        ``coordinatorTimeout``).
-
-        Raises
-        ------
-        CheckpointError
-            When the last checkpoint was aborted (its reason from ``_checkpoints``) or is
-            still pending after ``checkpointTimeout``; a coordinator's refusal (the
-            trigger log's ``fatal``) with its own type.
-        CoordinatorLostError
-            When the coordinator did not see a run that started no checkpoint within
-            ``coordinatorTimeout``.
-        """
+        checkpoint it started is finished (:func:`available_now.await_checkpoint`); a run
+        that started none waits, from its second planning call on (Spark reports a
+        trigger's progress after its planning call), until the coordinator saw it
+        (:func:`available_now.await_first_progress`)."""
         if not all(p >= t for p, t in zip(begin.positions, self._target or (), strict=False)):
             return
-        if not self._started:
-            if self._plans > 1:
-                self._await_first_progress()
-            return
-        last = max(self._started)
-        timeout_ms = self.settings.conf.checkpoint_timeout_ms
-        deadline = wall_time.now_ms() + timeout_ms
-        while True:
-            triggers = TriggerLog.read(self.layout.triggers_file)
-            _raise_fatal(triggers)
-            if (triggers.last_completed or 0) >= last:
-                return
-            done = triggers.last_completed
-            committed = "none" if done is None else f"checkpoint {done}'s"
-            if last in triggers.cancelled:
-                rows = checkpoints_table.read_rows(self.layout)
-                reason = next(
-                    (r["failure_reason"] for r in rows if r["checkpoint_id"] == last), None
-                )
-                raise CheckpointError(
-                    f"checkpoint {last}, the last of this availableNow run on snapshot path "
-                    f"{self.layout.root!r}, was aborted: {reason or 'no reason recorded'}. "
-                    f"What the run read after {committed} positions is not committed, so "
-                    "the run fails instead of ending: fix the cause, then restart the "
-                    "query on its checkpointLocation (it takes the checkpoint again) or "
-                    "restore it (restoreFrom=latest)"
-                )
-            if wall_time.now_ms() >= deadline:
-                raise CheckpointError(
-                    f"checkpoint {last}, the last of this availableNow run on snapshot path "
-                    f"{self.layout.root!r}, is still pending {timeout_ms} ms after the run's "
-                    f"last batch ({CHECKPOINT_TIMEOUT.key}): its coordinator, the session's "
-                    "listener, neither completed nor aborted it. Check that "
-                    "barriered.install(spark) was called on the session that started the "
-                    "query and that it still runs, then restart the query"
-                )
-            time.sleep(_AWAIT_POLL_S)
-
-    def _await_first_progress(self) -> None:
-        """Wait until the coordinator handled a batch of this run (its heartbeat changed
-        since the run started) or refused it (``fatal``).
-
-        Raises
-        ------
-        CoordinatorLostError
-            After ``coordinatorTimeout`` without either.
-        """
-        timeout_ms = self.settings.conf.coordinator_timeout_ms
-        deadline = wall_time.now_ms() + timeout_ms
-        while True:
-            triggers = TriggerLog.read(self.layout.triggers_file)
-            _raise_fatal(triggers)
-            if triggers.heartbeat != self._heartbeat_at_start:
-                return
-            if wall_time.now_ms() >= deadline:
-                raise CoordinatorLostError(
-                    f"no checkpoint coordinator saw this availableNow run on snapshot path "
-                    f"{self.layout.root!r} within {timeout_ms} ms (coordinatorTimeout) of "
-                    "its last batch: call barriered.install(spark) on the session that "
-                    "starts the query, then restart it"
-                )
-            time.sleep(_AWAIT_POLL_S)
+        conf = self.settings.conf
+        if self._started:
+            available_now.await_checkpoint(
+                self.layout, max(self._started), conf.checkpoint_timeout_ms
+            )
+        elif self._plans > 1:
+            available_now.await_first_progress(
+                self.layout, self._heartbeat_at_start, conf.coordinator_timeout_ms
+            )
 
     def _grow(self, begin: SourceOffset, available: list[int]) -> tuple[SourceOffset, list[int]]:
         """Add the channels an upstream that grows gained (new Kafka partitions) to the

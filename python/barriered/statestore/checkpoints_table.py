@@ -7,7 +7,7 @@ rows and those of the retained checkpoints (:func:`compact`).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -74,6 +74,13 @@ def read_rows(layout: SnapshotLayout) -> list[dict[str, Any]]:
             f"with .option({RESTORE_FROM.name!r}, {layout.root!r})"
         ) from exc
     return sorted(rows, key=lambda r: (r["checkpoint_id"], r.get("end_timestamp_ms") or 0))
+
+
+def row_of(rows: Sequence[Mapping[str, Any]], checkpoint_id: int) -> dict[str, Any] | None:
+    """The row of ``checkpoint_id`` among ``rows`` (:func:`read_rows`), the newest when a
+    checkpoint has several (a restored run recorded it again), or None."""
+    found = [r for r in rows if int(r["checkpoint_id"]) == checkpoint_id]
+    return dict(found[-1]) if found else None
 
 
 def completed(layout: SnapshotLayout) -> list[dict[str, Any]]:

@@ -132,10 +132,9 @@ class PathIntegrity:
         known = {u.checkpoint_id: u.reason for u in self.unrestorable}
         if checkpoint_id in known:
             return known[checkpoint_id]
-        return _why(SnapshotLayout.at(self.root), self._row(checkpoint_id), self)
-
-    def _row(self, checkpoint_id: int) -> dict[str, Any]:
-        return [r for r in self.rows if int(r["checkpoint_id"]) == checkpoint_id][-1]
+        row = checkpoints_table.row_of(self.rows, checkpoint_id)
+        assert row is not None  # listed
+        return _why(SnapshotLayout.at(self.root), row, self)
 
 
 def committed_checkpoints(layout: SnapshotLayout) -> dict[int, tuple[int, dict[str, Any]]]:

@@ -309,17 +309,16 @@ def highest_checkpoint_id(layout: SnapshotLayout) -> int:
 
 
 def _not_restorable(found: PathIntegrity, checkpoint_id: int) -> str:
-    rows = [r for r in found.rows if int(r["checkpoint_id"]) == checkpoint_id]
+    row = checkpoints_table.row_of(found.rows, checkpoint_id)
     known = f"completed checkpoints there: {found.restorable or 'none'}"
     retired = bool(found.restorable) and checkpoint_id < found.restorable[-1]
-    if not rows and retired:
+    if row is None and retired:
         return (
             f"checkpoint {checkpoint_id} under {found.root!r} is not retained: it left the "
             f"retention window (retainedCheckpoints) or never completed ({known})"
         )
-    if not rows:
+    if row is None:
         return f"checkpoint {checkpoint_id} does not exist under {found.root!r} ({known})"
-    row = rows[-1]
     if row["status"] == "completed" and retired:
         return (
             f"checkpoint {checkpoint_id} under {found.root!r} left the retention window "

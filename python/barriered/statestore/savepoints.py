@@ -218,8 +218,10 @@ def export(
         copies.extend((f, np.empty(0, np.int64)) for f in rewrite.write(out, cid))
     state = [f for f, _ in copies]
     state_version = commit_copies(out, cid, state_schema, copies, metadata).version
-    rows = [r for r in checkpoints_table.read_rows(origin) if r["checkpoint_id"] == cid]
-    row = dict(rows[-1]) if rows else {"checkpoint_id": cid, "kind": point.kind}
+    row = checkpoints_table.row_of(checkpoints_table.read_rows(origin), cid) or {
+        "checkpoint_id": cid,
+        "kind": point.kind,
+    }
     row.update(
         status="completed",
         state_table_version=state_version,

@@ -1,10 +1,12 @@
 """Conformance adapter: run the source planner's barrier handling over a published scenario.
 
 See ``docs/barrier-handler.md`` for the scenario format and the result dict. The
-scenario drives a :class:`~barriered.barrier.BarrierHandler` with the production
-controller of the source planner, :class:`~barriered.datasource.alignment.BatchController`,
-fed through :func:`~barriered.datasource.alignment.feed`, as the planner's
-:class:`~barriered.datasource.alignment.Alignment` feeds it.
+scenario's events go, one by one, to the object the source planner keeps for its source:
+an :class:`~barriered.datasource.alignment.Alignment` (one long-lived
+:class:`~barriered.barrier.BarrierHandler` with the production controller
+:class:`~barriered.datasource.alignment.BatchController`), through
+:meth:`~barriered.datasource.alignment.Alignment.feed`, as the planner feeds it; every
+checkpoint id of the scenario passes through that one handler.
 """
 
 from __future__ import annotations
@@ -12,14 +14,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from barriered.barrier import BarrierHandler, Data, ManualClock, parse_event
-from barriered.datasource.alignment import BatchController, feed
+from barriered.barrier import Data, parse_event
+from barriered.datasource.alignment import Alignment
 
 __all__ = ["run_scenario"]
 
 
 def run_scenario(scenario: Mapping[str, Any]) -> dict[str, Any]:
-    """Run a :class:`~barriered.barrier.BarrierHandler` over ``scenario["events"]``.
+    """Run the source's :class:`~barriered.datasource.alignment.Alignment` over
+    ``scenario["events"]``.
 
     Each data item is the chunk ``(channel, index, index + 1)`` of its event index. The
     clock is a :class:`~barriered.barrier.ManualClock` starting at 0 that only ``t+MS``
@@ -46,21 +49,20 @@ def run_scenario(scenario: Mapping[str, Any]) -> dict[str, Any]:
     ConfigError
         If ``channels``, ``mode`` or ``alignment_timeout_ms`` is invalid.
     """
-    clock = ManualClock()
-    controller = BatchController()
-    handler = BarrierHandler(
+    alignment = Alignment(
         int(scenario["channels"]),
-        str(scenario["mode"]),
-        controller,
-        clock,
         scenario.get("alignment_timeout_ms"),
+        None,
+        0,
+        str(scenario["mode"]),
     )
     blocked: list[list[int]] = []
     for index, text in enumerate(scenario["events"]):
         event = parse_event(text)
         chunk = (event.channel, index, index + 1) if isinstance(event, Data) else None
-        feed(handler, clock, event, chunk)
-        blocked.append(sorted(handler.blocked_channels()))
+        alignment.feed(event, chunk)
+        blocked.append(sorted(alignment.handler.blocked_channels()))
+    controller = alignment.controller
     return {
         "triggered": [[cid, mode.value] for cid, mode in controller.triggered],
         "aborted": [[cid, reason.value] for cid, reason in controller.aborted],

@@ -31,8 +31,7 @@ from barriered.tools.history import (
     barrier_positions,
     channel_names,
     open_history,
-    retained_ids,
-    select_checkpoint,
+    pick_checkpoint,
 )
 from barriered.tools.text import human_bytes, human_ms, text_table
 
@@ -209,7 +208,7 @@ def inspect_checkpoint(
     """
     step(f"reading the checkpoint history of {path}")
     layout, rows = open_history(path)
-    row = select_checkpoint(rows, checkpoint_id, retained_ids(layout, rows))
+    row = pick_checkpoint(layout, rows, checkpoint_id)
     cid = int(row["checkpoint_id"])
     step(f"reading the state table at version {row['state_table_version']}")
     groups = key_group_states(layout, int(row["state_table_version"]))

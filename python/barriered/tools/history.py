@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 from barriered.config import BarrieredConf
 from barriered.errors import CheckpointError
@@ -142,12 +142,11 @@ def select_checkpoint(
         if not retained:
             raise CheckpointError("no completed checkpoint yet")
         checkpoint_id = retained[-1]
-    matching = [r for r in rows if r["checkpoint_id"] == checkpoint_id]
-    if not matching:
+    row = checkpoints_table.row_of(rows, checkpoint_id)
+    if row is None:
         raise CheckpointError(
             f"checkpoint {checkpoint_id} is not in the history (retained: {available})"
         )
-    row = matching[-1]
     if row["status"] != "completed":
         raise CheckpointError(
             f"checkpoint {checkpoint_id} was {row['status']} ({row.get('failure_reason')}): "
@@ -159,6 +158,59 @@ def select_checkpoint(
             f"(retainedCheckpoints keeps the last {len(retained)}: {available})"
         )
     return row
+
+
+@overload
+def pick_checkpoint(
+    layout: SnapshotLayout,
+    rows: Sequence[dict[str, Any]],
+    checkpoint_id: int | None,
+    *,
+    required: Literal[True] = True,
+) -> dict[str, Any]: ...
+
+
+@overload
+def pick_checkpoint(
+    layout: SnapshotLayout,
+    rows: Sequence[dict[str, Any]],
+    checkpoint_id: int | None,
+    *,
+    required: bool,
+) -> dict[str, Any] | None: ...
+
+
+def pick_checkpoint(
+    layout: SnapshotLayout,
+    rows: Sequence[dict[str, Any]],
+    checkpoint_id: int | None,
+    *,
+    required: bool = True,
+) -> dict[str, Any] | None:
+    """The ``_checkpoints`` row of the retained completed checkpoint ``checkpoint_id``, or
+    of the latest (None): what every tool that reads one checkpoint of a path looks at
+    (:func:`select_checkpoint` among :func:`retained_ids`).
+
+    Parameters
+    ----------
+    layout : SnapshotLayout
+        The snapshot path (its recorded ``retainedCheckpoints``).
+    rows : sequence of dict
+        Its ``_checkpoints`` rows (:func:`open_history`).
+    checkpoint_id : int or None
+        The checkpoint; None for the latest completed one.
+    required : bool, default True
+        False: None when no checkpoint completed yet and none was asked for.
+
+    Raises
+    ------
+    CheckpointError
+        As :func:`select_checkpoint`.
+    """
+    retained = retained_ids(layout, rows)
+    if not required and not retained and checkpoint_id is None:
+        return None
+    return select_checkpoint(rows, checkpoint_id, retained)
 
 
 def barrier_positions(row: dict[str, Any]) -> dict[int, int]:

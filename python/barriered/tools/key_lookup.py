@@ -42,7 +42,7 @@ from barriered.statestore.key_groups import (
 )
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.state_schema import columns_schema
-from barriered.tools.history import open_history, retained_ids, select_checkpoint
+from barriered.tools.history import open_history, pick_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -150,11 +150,11 @@ def _locate_in_store(
     max_parallelism = int(conf["max_parallelism"])
     group = hashed % max_parallelism
     partition = None if partitions is None else hash_partition(hashed, partitions)
-    retained = retained_ids(layout, rows)
+    row = pick_checkpoint(layout, rows, checkpoint_id, required=False)
     state: list[dict[str, Any]] = []
     cid: int | None = None
-    if retained or checkpoint_id is not None:
-        cid = int(select_checkpoint(rows, checkpoint_id, retained)["checkpoint_id"])
+    if row is not None:
+        cid = int(row["checkpoint_id"])
         step(f"reading key group {group} of store {name} at checkpoint {cid}")
         wanted = [_comparable(v) for v in values]
         names = [n for n, _ in types]
@@ -235,11 +235,10 @@ def locate_key(
     max_parallelism = int(spec["max_parallelism"])
     type_names = [t for _, t in types]
     group = key_group_for_key(values, type_names, max_parallelism)
-    retained = retained_ids(layout, rows)
+    row = pick_checkpoint(layout, rows, checkpoint_id, required=False)
     state: list[dict[str, Any]] = []
     cid: int | None = None
-    if retained or checkpoint_id is not None:
-        row = select_checkpoint(rows, checkpoint_id, retained)
+    if row is not None:
         cid = int(row["checkpoint_id"])
         version = int(row["state_table_version"])
         step(f"reading key group {group} of {spec['operator']} at state version {version}")
