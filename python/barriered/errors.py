@@ -105,3 +105,8 @@ class StateProcessorError(BarrieredError, ValueError):
     refused: its input does not fit the operator or the source it writes state for (the
     message names the operator, the column or option and what to do). Nothing was
     written."""
+
+
+class WorkerPythonError(BarrieredError, RuntimeError):
+    """The interpreter Spark starts its Python workers with (``PYSPARK_PYTHON``) cannot
+    import barriered: the message names it and how to point Spark at the right one."""

@@ -19,6 +19,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from barriered import worker_python
 from barriered.config import PREFIX
 from barriered.config.sink_options import PATH as SINK_PATH
 from barriered.config.source_options import SESSION_CONF_OPTION, SESSION_EXTENSIONS
@@ -262,6 +263,8 @@ def install(spark: SparkSession) -> BarrieredListener:
     When the session has no state store provider configured and no query is running, it
     sets ``spark.sql.streaming.stateStore.providerClass`` to RocksDB (which
     ``barriered.keyed()`` needs); another configured provider is kept, with a warning.
+    On a local classic session it first checks that Spark's Python workers can import
+    barriered (:mod:`barriered.worker_python`).
 
     Parameters
     ----------
@@ -277,7 +280,12 @@ def install(spark: SparkSession) -> BarrieredListener:
     ------
     barriered.errors.CheckpointError
         When the session did not keep the listener.
+    barriered.errors.WorkerPythonError
+        On a local classic session, when the interpreter Spark starts its Python workers
+        with (``PYSPARK_PYTHON``, ``python3`` when unset) cannot import barriered.
     """
+    if not _is_connect(spark):
+        worker_python.check(spark)
     spark.dataSource.register(BarrieredDataSource)
     spark.dataSource.register(BarrieredDeltaSink)
     spark.dataSource.register(BarrieredKafkaSink)

@@ -11,6 +11,8 @@ import itertools
 import json
 import logging
 import os
+import subprocess
+import sys
 import time
 from collections import Counter, defaultdict
 from datetime import datetime
@@ -24,6 +26,7 @@ from deltalake import DeltaTable
 import barriered
 from barriered import cli
 from barriered.control.offsets import SourceOffset
+from barriered.errors import WorkerPythonError
 from barriered.examples import RunningTotals
 from barriered.files import storage
 from barriered.session import ROCKSDB_PROVIDER, STATE_STORE_PROVIDER
@@ -387,3 +390,22 @@ def test_install_sets_rocksdb_only_when_no_provider_is_set(
         assert f"{key} is {hdfs}: barriered.install() keeps it" in caplog.text
     finally:
         spark.conf.set(key, rocksdb)
+
+
+def test_install_refuses_workers_that_cannot_import_barriered(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interpreter Spark starts its Python workers with is run once at install()."""
+    bare = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    python = str(bare / "bin" / "python")
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.setattr(spark.sparkContext, "pythonExec", python)
+    with pytest.raises(WorkerPythonError) as refused:
+        barriered.install(spark)
+    assert str(refused.value).startswith(
+        f"barriered.install(spark): Spark's Python workers run {python!r} (PYSPARK_PYTHON, "
+        "python3 on the PATH when unset), which cannot import barriered: "
+        "ModuleNotFoundError: No module named 'barriered'. Set PYSPARK_PYTHON to the "
+        "interpreter barriered is installed in before the session starts"
+    )
