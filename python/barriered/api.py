@@ -35,7 +35,7 @@ from barriered.control.columns import (
 from barriered.coordinator import deferred_registrations
 from barriered.coordinator.driver import QueryCoordinator
 from barriered.coordinator.listener import BarrieredListener
-from barriered.errors import CheckpointError, ConfigError, KeyedStateError
+from barriered.errors import CheckpointError, ConfigError, KeyedStateError, unwrapped
 from barriered.files.fileio import read_json
 from barriered.files.storage import settings_for
 from barriered.session import installed_listeners, listener_of
@@ -356,16 +356,20 @@ def await_termination(query: Any, timeout: float | None = None) -> None:
 
     Raises
     ------
+    barriered.errors.BarrieredError
+        When a barriered error failed the query: that error (type and message first,
+        Spark's ``StreamingQueryException`` after, and as its ``spark_error``).
     pyspark.errors.StreamingQueryException
-        When the query failed (as ``awaitTermination`` does).
+        When the query failed otherwise (as ``awaitTermination`` does).
     barriered.errors.CheckpointError
         When ``timeout`` passes first.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    if timeout is None:
-        query.awaitTermination()
-    elif not query.awaitTermination(timeout):
-        raise CheckpointError(f"query {query.id} is still running after {timeout} s")
+    with unwrapped():
+        if timeout is None:
+            query.awaitTermination()
+        elif not query.awaitTermination(timeout):
+            raise CheckpointError(f"query {query.id} is still running after {timeout} s")
     listener = listener_of(query)
     if listener is None:
         raise ConfigError(

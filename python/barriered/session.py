@@ -26,7 +26,7 @@ from barriered.config.source_options import SESSION_CONF_OPTION, SESSION_EXTENSI
 from barriered.coordinator.listener import BarrieredListener
 from barriered.datasource import preflight
 from barriered.datasource.source import BarrieredDataSource
-from barriered.errors import CheckpointError
+from barriered.errors import CheckpointError, unwrapped
 from barriered.files import storage
 from barriered.sink import BarrieredDeltaSink, writer
 from barriered.sink.kafka import writer as kafka_writer
@@ -137,6 +137,8 @@ def _hook_load(cls: Any) -> None:
             if classic is not None:  # this process is the driver: our own errors, unwrapped
                 _, layout, _ = preflight.checked(self.__dict__.get("_barriered_options", {}))
                 storage.configure_hadoop(classic, layout.root)
+            with unwrapped():  # the worker's checks (Spark Connect): our error first
+                return original_load(self, path=path, format=format, **kw)
         return original_load(self, path=path, format=format, **kw)
 
     cls.load = load
@@ -190,6 +192,8 @@ def _hook_start(cls: Any) -> None:
                 check(sink_options, df.schema)
             elif fmt == BarrieredKafkaSink.name():  # Connect: the coordinator publishes here
                 kafka_writer.remember(sink_options)
+            with unwrapped():
+                return original_start(self, *args, **kw)
         return original_start(self, *args, **kw)
 
     cls.start = start

@@ -254,7 +254,13 @@ def test_load_time_refusals_are_the_projects_own_errors(session: Any, copy: Path
     with pytest.raises(BarrieredError) as changed:
         load(restoreFrom="latest")
     assert "maxParallelism is fixed for the life of the snapshot path" in str(changed.value)
-    for error in (missing.value, misspelt.value, changed.value):
+    no_input = copy.parent / "no-such-folder"
+    with pytest.raises(ConfigError) as folder:
+        load(**{**FILES_SOURCE, "path": str(no_input)})
+    assert str(folder.value) == (
+        f"upstream option 'path': directory {str(no_input)!r} does not exist; create it"
+    )
+    for error in (missing.value, misspelt.value, changed.value, folder.value):
         assert "PYTHON_DATA_SOURCE_ERROR" not in str(error) and "Traceback" not in str(error)
     assert tree(copy) == before
 
