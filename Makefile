@@ -27,8 +27,8 @@ $(JAR): $(STAMP) jvm-shim/build.sh $(wildcard jvm-shim/src/io/barriered/shim/*.j
 
 jar: $(JAR)
 
-# The Apache Kafka broker that the tests start (tests/kafka_broker.py): its jars and their
-# runtime dependencies, from Maven Central through tests/kafka/pom.xml (cached in ~/.m2),
+# The local Apache Kafka broker (python -m barriered kafka-broker, the tests' broker): its jars and
+# their runtime dependencies, from Maven Central through tests/kafka/pom.xml (cached in ~/.m2),
 # copied into build/kafka/ (git ignores build/).
 $(KAFKA): tests/kafka/pom.xml
 	@command -v mvn >/dev/null || { echo "make: mvn (Maven) is required to fetch the Kafka broker"; exit 1; }

@@ -120,6 +120,12 @@ class WorkerPythonError(BarrieredError, RuntimeError):
     import barriered: the message names it and how to point Spark at the right one."""
 
 
+class LocalServerError(BarrieredError, RuntimeError):
+    """A local server (``barriered kafka-broker``'s Kafka broker) cannot start: its jars
+    or Java are missing, or it exited or did not answer (the message says which, with
+    the end of its log)."""
+
+
 #: A barriered error's last line in a Python traceback that Spark passes on.
 _RAISED = re.compile(r"^barriered\.errors\.(\w+): (.+)$", re.MULTILINE)
 
