@@ -255,8 +255,9 @@ def test_load_time_refusals_are_the_projects_own_errors(session: Any, copy: Path
         load(restoreFrom="latest")
     assert "maxParallelism is fixed for the life of the snapshot path" in str(changed.value)
     no_input = copy.parent / "no-such-folder"
+    files = session.readStream.format("barriered").options(**FILES_SOURCE)
     with pytest.raises(ConfigError) as folder:
-        load(**{**FILES_SOURCE, "path": str(no_input)})
+        files.option("snapshotPath", str(copy)).option("path", str(no_input)).load()
     assert str(folder.value) == (
         f"upstream option 'path': directory {str(no_input)!r} does not exist; create it"
     )
