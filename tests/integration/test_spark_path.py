@@ -119,8 +119,8 @@ def test_aligned_checkpoints_block_the_fast_channels(
     assert waited and all(r["alignment_duration_ms"] > 0 for r in waited)
     # The same history through the public API (by path and by query) and the CLI.
     rows = checkpoints_table.read_rows(layout)
-    by_path = barriered.checkpoints(session, layout.root).orderBy("checkpoint_id").collect()
-    assert [r.checkpoint_id for r in by_path] == [r["checkpoint_id"] for r in rows]
+    by_path = barriered.checkpoints(session, layout.root).orderBy("id").collect()
+    assert [r.id for r in by_path] == [r["checkpoint_id"] for r in rows]
     assert barriered.checkpoints(session, query).count() == len(rows)
     assert cli.main(["checkpoints", layout.root, "--json"]) == 0
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
