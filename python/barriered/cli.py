@@ -284,7 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser(
         "savepoint",
-        help="copy a completed checkpoint into a self-contained savepoint folder",
+        help="copy a completed checkpoint into a self-contained savepoint folder; "
+        "savepoint bootstrap|transform: write state offline",
         epilog="Write state offline: barriered savepoint bootstrap --help, "
         "barriered savepoint transform --help",
     )
