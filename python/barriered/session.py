@@ -130,16 +130,16 @@ def _hook_load(cls: Any) -> None:
 
     def load(self: Any, path: str | None = None, format: str | None = None, **kw: Any) -> Any:
         fmt = format or getattr(self, "_barriered_format", None)
-        if fmt == "barriered":
-            # classic readers keep their session in _spark, Connect readers in _client
-            classic = getattr(self, "_spark", None)
-            _pass_session_keys(self, classic or self._client)
-            if classic is not None:  # this process is the driver: our own errors, unwrapped
-                _, layout, _ = preflight.checked(self.__dict__.get("_barriered_options", {}))
-                storage.configure_hadoop(classic, layout.root)
-            with unwrapped():  # the worker's checks (Spark Connect): our error first
-                return original_load(self, path=path, format=format, **kw)
-        return original_load(self, path=path, format=format, **kw)
+        if fmt != "barriered":
+            return original_load(self, path=path, format=format, **kw)
+        # classic readers keep their session in _spark, Connect readers in _client
+        classic = getattr(self, "_spark", None)
+        _pass_session_keys(self, classic or self._client)
+        if classic is not None:  # this process is the driver: our own errors, unwrapped
+            _, layout, _ = preflight.checked(self.__dict__.get("_barriered_options", {}))
+            storage.configure_hadoop(classic, layout.root)
+        with unwrapped():  # the worker's checks (Spark Connect): our error first
+            return original_load(self, path=path, format=format, **kw)
 
     cls.load = load
 
@@ -171,30 +171,30 @@ def _hook_start(cls: Any) -> None:
     def start(self: Any, *args: Any, **kw: Any) -> Any:
         given = kw.get("format") or (args[1] if len(args) > 1 else None)
         fmt = given or getattr(self, "_barriered_format", None)
-        if fmt in (BarrieredDeltaSink.name(), BarrieredKafkaSink.name()):
-            classic = getattr(self, "_spark", None)
-            keys = json.dumps(session_conf(classic or self._session))
-            self.option(SESSION_CONF_OPTION, keys)
-            df = getattr(self, "_df", None)
-            sink_options = {
-                **self.__dict__.get("_barriered_options", {}),
-                **{k: str(v) for k, v in kw.items() if k not in _START_ARGS and v is not None},
-            }
-            path = kw.get("path") or (args[0] if args else None)
-            if path is not None:
-                sink_options[SINK_PATH.name] = str(path)
-            if classic is not None and df is not None:
-                check = (
-                    writer.before_start
-                    if fmt == BarrieredDeltaSink.name()
-                    else kafka_writer.before_start
-                )
-                check(sink_options, df.schema)
-            elif fmt == BarrieredKafkaSink.name():  # Connect: the coordinator publishes here
-                kafka_writer.remember(sink_options)
-            with unwrapped():
-                return original_start(self, *args, **kw)
-        return original_start(self, *args, **kw)
+        if fmt not in (BarrieredDeltaSink.name(), BarrieredKafkaSink.name()):
+            return original_start(self, *args, **kw)
+        classic = getattr(self, "_spark", None)
+        keys = json.dumps(session_conf(classic or self._session))
+        self.option(SESSION_CONF_OPTION, keys)
+        df = getattr(self, "_df", None)
+        sink_options = {
+            **self.__dict__.get("_barriered_options", {}),
+            **{k: str(v) for k, v in kw.items() if k not in _START_ARGS and v is not None},
+        }
+        path = kw.get("path") or (args[0] if args else None)
+        if path is not None:
+            sink_options[SINK_PATH.name] = str(path)
+        if classic is not None and df is not None:
+            check = (
+                writer.before_start
+                if fmt == BarrieredDeltaSink.name()
+                else kafka_writer.before_start
+            )
+            check(sink_options, df.schema)
+        elif fmt == BarrieredKafkaSink.name():  # Connect: the coordinator publishes here
+            kafka_writer.remember(sink_options)
+        with unwrapped():
+            return original_start(self, *args, **kw)
 
     cls.start = start
 
