@@ -31,7 +31,12 @@ try:
 except NameError:
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.remote("local[2]").getOrCreate()
+    spark = (
+        SparkSession.builder.remote("local[2]")  # a local Spark Connect server
+        .config("spark.sql.shuffle.partitions", "2")  # Spark's 200: 200 tasks a batch
+        .config("spark.ui.showConsoleProgress", "false")  # no progress bars
+        .getOrCreate()
+    )
 
 try:
     dbutils.widgets.text("base", "/Volumes/main/default/scratch/barriered-scheduled")  # noqa: F821

@@ -63,8 +63,10 @@ except NameError:  # a local session, with the provider's jar on its classpath f
     spark = barriered.with_state_store(
         SparkSession.builder.master("local[2]")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")  # no progress bars
         .config("spark.sql.session.timeZone", "UTC")
     ).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
 
 try:
     dbutils.widgets.text("base", "/Volumes/main/default/scratch/barriered-operators")  # noqa: F821
