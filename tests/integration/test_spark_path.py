@@ -26,7 +26,7 @@ from deltalake import DeltaTable
 import barriered
 from barriered import cli
 from barriered.control.offsets import SourceOffset
-from barriered.errors import WorkerPythonError
+from barriered.errors import ConfigError, WorkerPythonError
 from barriered.examples import RunningTotals
 from barriered.files import storage
 from barriered.session import ROCKSDB_PROVIDER, STATE_STORE_PROVIDER
@@ -408,4 +408,33 @@ def test_install_refuses_workers_that_cannot_import_barriered(
         "python3 on the PATH when unset), which cannot import barriered: "
         "ModuleNotFoundError: No module named 'barriered'. Set PYSPARK_PYTHON to the "
         "interpreter barriered is installed in before the session starts"
+    )
+
+
+def test_available_now_on_records_over_time_is_refused_with_the_fix(
+    session: Any, tmp_path: Path
+) -> None:
+    """A rate upstream producing over time would end an availableNow run at once with
+    nothing read: the query fails with the source's ConfigError, its message first."""
+    events = (
+        session.readStream.format("barriered")
+        .options(upstream="rate", channels="2", rowsPerSecond="50")
+        .option("snapshotPath", str(tmp_path / "snap"))
+        .load()
+    )
+    query = (
+        barriered.keyed(events, "user_id")
+        .process(RunningTotals())
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(ConfigError) as refused:
+        barriered.await_termination(query, 120)
+    assert str(refused.value).splitlines()[0] == (
+        "upstream 'rate' with option 'rowsPerSecond' = 50 produces its records over time, "
+        "so a trigger(availableNow=True) run would end at once with none: set "
+        "'rowsPerSecond' to 0 and 'rowsPerChannel' to the records per channel (all "
+        "available at once), or use a processingTime trigger"
     )
