@@ -286,6 +286,14 @@ def test_demo_runs_every_mode_and_leaves_snapshot_paths(
         assert cli.main(["checkpoints", str(tmp_path / "snapshots" / phase), "--json"]) == 0
         rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         assert int(summary[0].split()[1]) == sum(r["status"] == "completed" for r in rows)
+        assert (tmp_path / "plots" / f"{phase}.png").exists() == bool(rows)
+    # the demo's last lines: commands that look further, each one the CLI takes
+    commands = [line.split()[1:] for line in out.splitlines() if line.startswith("  barriered ")]
+    assert commands[0][0] == "checkpoints"
+    for words in commands:
+        if words[0] == "plot":
+            words[-1] = str(tmp_path / words[-1])
+        assert cli.main(words) == 0, words
 
 
 @pytest.mark.kafka
