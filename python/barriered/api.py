@@ -65,15 +65,17 @@ class KeyedStream:
     def __init__(self, df: DataFrame, key_columns: tuple[str, ...]) -> None:
         if not key_columns:
             raise ConfigError("barriered.keyed() needs at least one key column")
-        if BARRIER not in df.columns:
+        with unwrapped():  # a Spark Connect load() is lazy: the source's checks run here
+            schema = df.schema
+        if BARRIER not in schema.names:
             raise ConfigError(
                 "barriered.keyed() needs a stream read with "
                 'spark.readStream.format("barriered"): column _barrier is missing'
             )
-        missing = [c for c in key_columns if c not in df.columns]
+        missing = [c for c in key_columns if c not in schema.names]
         if missing:
             raise ConfigError(f"barriered.keyed(): unknown key column(s) {missing}")
-        meta = df.schema[BARRIER].metadata or {}
+        meta = schema[BARRIER].metadata or {}
         if META_SNAPSHOT_PATH not in meta:
             raise ConfigError(
                 "barriered.keyed(): the _barrier column lost its metadata (snapshot path); "
