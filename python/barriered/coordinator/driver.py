@@ -85,6 +85,9 @@ class QueryCoordinator:
         :mod:`barriered.coordinator.deferred_registrations`): every checkpoint waits for
         their key groups, and for no other operator registered on the path. None: every
         registered operator.
+    started : frozenset of int
+        The checkpoints the batch that made it started (others below ``next_id`` and
+        above the history: aborted, their run ended first).
     """
 
     def __init__(
@@ -94,6 +97,7 @@ class QueryCoordinator:
         epoch: int | None = None,
         restored: Mapping[str, Any] | None = None,
         keyed: frozenset[str] | None = None,
+        started: frozenset[int] = frozenset(),
     ) -> None:
         self._run_operators = keyed
         stored = read_json(layout.config_file, default={}) or {}
@@ -158,6 +162,10 @@ class QueryCoordinator:
             self.sinks.recover(committed, restored_id)
         stores = {cid: operators.stores_of(meta) for cid, (_, meta) in committed.items()}
         self._completed = retention.retained_of(history, stores)
+        ids = [int(r["checkpoint_id"]) for r in history]
+        below = max([*ids, int((restored or {}).get("checkpoint_id", 0))], default=0)
+        for stats in self.core.interrupted(below, started | committed.keys()):  # a killed run's
+            self._on_stats(stats)
 
     # -- ownership ------------------------------------------------------------------------
 
@@ -522,16 +530,7 @@ class QueryCoordinator:
                 continue
             for participant, ack in read_acks(self.layout, cid, self.epoch).items():
                 state = participant.startswith(("state/", operators.PARTICIPANT_PREFIX))
-                stats = AckStats(
-                    state_bytes=ack.bytes if state else 0,
-                    state_rows=ack.rows if state else 0,
-                    inflight_rows=ack.rows if participant.startswith("inflight/") else 0,
-                    inflight_bytes=ack.bytes if participant.startswith("inflight/") else 0,
-                    write_ms=int(ack.extra.get("write_ms", 0)) if state else 0,
-                    files=tuple(f.path for f in ack.files),
-                    payload=ack,
-                )
-                self.core.acknowledge(cid, participant, stats)
+                self.core.acknowledge(cid, participant, ack.stats(state))
             for participant in self.sinks.staged(cid):
                 self.core.acknowledge(cid, participant, AckStats())
             if cid not in self.core.pending_ids:

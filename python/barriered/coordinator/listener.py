@@ -137,6 +137,7 @@ class BarrieredListener(StreamingQueryListener):
                         epoch=None if epoch is None else int(epoch),
                         restored=offset.restore,
                         keyed=keyed,
+                        started=frozenset(s.checkpoint_id for s in offset.started),
                     )
                     self.coordinators[str(progress.id)] = qc
                     qc.identify(str(progress.id), str(progress.runId))
