@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import os
 import shutil
 import statistics
@@ -48,6 +49,8 @@ from barriered.errors import BarrieredError, ConfigError
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from barriered.tools.progress import Progress
+
+log = logging.getLogger(__name__)
 
 #: Session keys per demo phase (on top of the common ones in :func:`run_demo`).
 PHASES: dict[str, dict[str, str]] = {
@@ -110,7 +113,8 @@ def kafka_topic(bootstrap: str, duration: float) -> tuple[str, dict[str, str]]:
             "pip install 'spark-barriered[kafka]'"
         ) from None
     topic = f"barriered-demo-{uuid.uuid4().hex[:8]}"
-    client: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap}
+    # librdkafka's lines (a fresh broker's "GETPID ... retrying" notice) go to logging
+    client: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": log}
     new = NewTopic(topic, num_partitions=KAFKA_PARTITIONS, replication_factor=1)
     admin = AdminClient(client)  # kept while its future runs: it fails once it is gone
     try:
