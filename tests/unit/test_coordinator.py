@@ -635,17 +635,19 @@ def test_ids_a_killed_run_started_are_recorded_as_aborted() -> None:
         old.acknowledge(done, "op0/kg0")
         old.acknowledge(done, "op0/kg1")
     rows = [s.to_row() for s in old.history()]
-    c = CheckpointCoordinator.from_history(
-        rows, CoordinatorSettings(), ManualClock(7), KG, next_id=6
-    )
-    (lost,) = c.interrupted(3, spared=[5])
+    clock = ManualClock(7)
+    c = CheckpointCoordinator.from_history(rows, CoordinatorSettings(), clock, KG, next_id=6)
+    (lost,) = c.interrupted(0, spared=[5])
     assert (lost.checkpoint_id, lost.status, lost.mode.value) == (4, "aborted", "aligned")
     assert lost.failure_reason == INTERRUPTED_REASON and lost.trigger_timestamp_ms == 7
     assert [(s.checkpoint_id, s.status) for s in c.history()] == [
         (1, "completed"), (2, "completed"), (3, "completed"), (4, "aborted")
     ]  # fmt: skip
-    assert c.interrupted(3, spared=[5]) == []  # recorded once
+    assert c.interrupted(0, spared=[5]) == []  # recorded once
     assert c.adopt(4, Mode.ALIGNED, "late") is False  # and never adopted again
+    restored = CheckpointCoordinator.from_history(rows, CoordinatorSettings(), clock, KG, next_id=6)
+    # restored from checkpoint 4 (of another path): only 5 is this path's and unfinished
+    assert [s.checkpoint_id for s in restored.interrupted(4, spared=[])] == [5]
 
 
 def test_shutdown_aborts_pending_without_counting() -> None:

@@ -181,12 +181,12 @@ class CheckpointCoordinator(CheckpointEvents):
         )
         return coordinator
 
-    def interrupted(self, highest: int, spared: Iterable[int]) -> list[CheckpointStats]:
-        """Record as aborted, with :data:`INTERRUPTED_REASON`, every id above ``highest``
-        (the history's) and below the next id that nobody finished and ``spared`` does
-        not name (the ones this run started, the ones committed without a row): a run
-        that scheduled or started it ended first. Without a row it would vanish from the
-        history (ids 1, 2, 3, 5).
+    def interrupted(self, restored: int, spared: Iterable[int]) -> list[CheckpointStats]:
+        """Record as aborted, with :data:`INTERRUPTED_REASON`, every id above the history's
+        highest (and the ``restored`` checkpoint's) and below the next id that nobody
+        finished and ``spared`` does not name (the ones this run started, the ones
+        committed without a row): a run that scheduled or started it ended first. Without
+        a row it would vanish from the history (ids 1, 2, 3, 5).
 
         Returns
         -------
@@ -197,6 +197,8 @@ class CheckpointCoordinator(CheckpointEvents):
             decision = decide_mode(self._settings, None)
             mode = Mode.ALIGNED if decision.mode is Mode.ALIGNED_WITH_TIMEOUT else decision.mode
             now, mine = self._clock.now_ms(), set(spared)
+            done = (s.checkpoint_id for s in self._outcomes.tracker.finished())
+            highest = max([restored, *done])
             found = [
                 CheckpointStats(
                     cid,

@@ -85,9 +85,6 @@ class QueryCoordinator:
         :mod:`barriered.coordinator.deferred_registrations`): every checkpoint waits for
         their key groups, and for no other operator registered on the path. None: every
         registered operator.
-    started : frozenset of int
-        The checkpoints the batch that made it started (others below ``next_id`` and
-        above the history: aborted, their run ended first).
     """
 
     def __init__(
@@ -97,7 +94,6 @@ class QueryCoordinator:
         epoch: int | None = None,
         restored: Mapping[str, Any] | None = None,
         keyed: frozenset[str] | None = None,
-        started: frozenset[int] = frozenset(),
     ) -> None:
         self._run_operators = keyed
         stored = read_json(layout.config_file, default={}) or {}
@@ -162,9 +158,13 @@ class QueryCoordinator:
             self.sinks.recover(committed, restored_id)
         stores = {cid: operators.stores_of(meta) for cid, (_, meta) in committed.items()}
         self._completed = retention.retained_of(history, stores)
-        ids = [int(r["checkpoint_id"]) for r in history]
-        below = max([*ids, int((restored or {}).get("checkpoint_id", 0))], default=0)
-        for stats in self.core.interrupted(below, started | committed.keys()):  # a killed run's
+        self._unfinished = (int((restored or {}).get("checkpoint_id", 0)), frozenset(committed))
+
+    def record_interrupted(self, started: frozenset[int]) -> None:
+        """Record as aborted the ids a run that ended first left unfinished (not started by
+        this run's first batch, ``started``, nor committed); never for a refused run."""
+        restored, committed = self._unfinished
+        for stats in self.core.interrupted(restored, started | committed):
             self._on_stats(stats)
 
     # -- ownership ------------------------------------------------------------------------
