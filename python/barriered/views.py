@@ -124,13 +124,13 @@ def display(obj: Any) -> None:
     obj : DataFrame, Figure or any object
         What the notebook displays.
     """
-    if hasattr(obj, "savefig"):
+    if isinstance(obj, DataFrame):  # classic and Spark Connect (any attribute is a column)
+        obj.show(50, truncate=False)
+    elif hasattr(obj, "savefig"):
         fd, path = tempfile.mkstemp(prefix="barriered-figure-", suffix=".png")
         os.close(fd)
         obj.savefig(path)
         print(f"figure written to {path}")
-    elif hasattr(obj, "show") and hasattr(obj, "schema"):
-        obj.show(50, truncate=False)
     else:
         print(obj)
 
