@@ -48,9 +48,9 @@ __all__ = ["checkpoints", "display", "plot_checkpoints", "state_table"]
 
 
 #: The columns of the concise view (each row fits in 100 columns of ``show()``), and
-#: what each shows: the id, the kind (periodic or savepoint), the mode its cut was taken
-#: in, the status, the trigger's time of day (session time zone), the end-to-end and alignment
-#: durations, the state bytes written, the in-flight rows stored and the acks.
+#: what each shows: the id, the kind (checkpoint or savepoint), the mode its cut was
+#: taken in, the status, the trigger's time of day (session time zone), the end-to-end
+#: and alignment durations, the state bytes written, the in-flight rows stored, the acks.
 CONCISE = (
     "id", "kind", "mode", "status", "triggered", "e2e_ms", "align_ms", "state_bytes",
     "inflight_rows", "acks",
