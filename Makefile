@@ -10,7 +10,7 @@ S3A    := build/hadoop-aws/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: install jar kafka s3a demo test test-full test-fast lint bench docs
+.PHONY: install jar kafka s3a wheel demo test test-full test-fast lint bench docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,8 +27,8 @@ $(JAR): $(STAMP) jvm-shim/build.sh $(wildcard jvm-shim/src/io/barriered/shim/*.j
 
 jar: $(JAR)
 
-# The Apache Kafka broker that the tests start (tests/kafka_broker.py): its jars and their
-# runtime dependencies, from Maven Central through tests/kafka/pom.xml (cached in ~/.m2),
+# The local Apache Kafka broker (python -m barriered kafka-broker, the tests' broker): its jars and
+# their runtime dependencies, from Maven Central through tests/kafka/pom.xml (cached in ~/.m2),
 # copied into build/kafka/ (git ignores build/).
 $(KAFKA): tests/kafka/pom.xml
 	@command -v mvn >/dev/null || { echo "make: mvn (Maven) is required to fetch the Kafka broker"; exit 1; }
@@ -51,6 +51,11 @@ $(S3A): tests/hadoop-aws/pom.xml
 	touch $(S3A)
 
 s3a: $(S3A)
+
+# The package as a wheel, the JVM provider's jar inside: dist/spark_barriered-<version>-py3-none-any.whl
+# (pip install it into your own environment, or %pip install it on Databricks).
+wheel: $(STAMP) $(JAR)
+	$(PY) -m pip wheel --quiet --no-deps --wheel-dir dist .
 
 demo: $(STAMP) $(JAR)  ## the main job: a local demo on real Spark
 	$(PY) -m barriered demo --out $(or $(OUT),out/demo) --duration $(or $(DURATION),40)

@@ -13,9 +13,11 @@
 
 # MAGIC %md
 # MAGIC On Databricks, install the wheel first (as a cluster library, or in a cell:
-# MAGIC `%pip install /Volumes/<catalog>/<schema>/<volume>/spark_barriered-0.1.0-py3-none-any.whl`),
+# MAGIC `%pip install /Volumes/<catalog>/<schema>/<volume>/spark_barriered-0.1.0-py3-none-any.whl`;
+# MAGIC `make wheel` in a clone builds it into `dist/`, upload it to the Volume),
 # MAGIC and set the `base` widget to a folder the driver and the executors share (a Volume).
-# MAGIC Elsewhere the notebook makes a local Spark session and a temporary folder.
+# MAGIC Elsewhere (`python notebooks/01_quickstart.py`) the notebook makes a local Spark
+# MAGIC session and a temporary folder, prints its tables and writes its figure to a PNG file.
 
 # COMMAND ----------
 
@@ -40,6 +42,10 @@ try:
     BASE = dbutils.widgets.get("base")  # noqa: F821
 except NameError:  # not on Databricks
     BASE = tempfile.mkdtemp(prefix="barriered-quickstart-")
+try:
+    display  # noqa: B018  (Databricks' display)
+except NameError:  # plain python: tables printed, figures written to PNG files
+    from barriered.views import display
 print(f"working under {BASE}")
 
 # COMMAND ----------
@@ -75,10 +81,14 @@ for region, rows in ROWS.items():
 # COMMAND ----------
 
 barriered.install(spark)
-spark.conf.set("spark.sql.streaming.barriered.checkpointInterval", "100ms")
-spark.conf.set("spark.sql.streaming.barriered.maxParallelism", "8")
-spark.conf.set("spark.sql.streaming.barriered.unaligned.enabled", "true")
-spark.conf.set("spark.sql.streaming.barriered.alignedCheckpointTimeout", "50ms")
+# Every spark.sql.streaming.barriered.* key is also a source option; serverless refuses
+# spark.conf.set, so this notebook gives them as options of the source (next cell).
+CHECKPOINTS = {
+    "checkpointInterval": "100ms",
+    "maxParallelism": "8",
+    "unaligned.enabled": "true",
+    "alignedCheckpointTimeout": "50ms",
+}
 
 # COMMAND ----------
 
@@ -103,6 +113,7 @@ events = (
     .option("maxRowsPerChannel", "15")
     .option("bufferPerChannel", "20")  # read at most 20 records ahead of delivery
     .option("snapshotPath", SNAPSHOTS)
+    .options(**CHECKPOINTS)
     .load()
 )
 totals = barriered.keyed(events, "user_id").process(RunningTotals())
@@ -122,13 +133,14 @@ barriered.await_termination(query)
 # MAGIC
 # MAGIC One row per finished checkpoint, as in Flink's checkpoint history: mode, status,
 # MAGIC trigger time, end-to-end and alignment duration, bytes of state and of in-flight
-# MAGIC records, acknowledgements. `mode` is what the coordinator decided, `effective_mode`
-# MAGIC how the cut was really taken.
+# MAGIC records, acknowledgements: the concise view, in the mode each cut was really taken
+# MAGIC in. `full=True` gives every column (`mode` as the coordinator decided it,
+# MAGIC `effective_mode`, the barrier positions, ...).
 
 # COMMAND ----------
 
-history = barriered.checkpoints(spark, query)
-display(history)  # noqa: F821
+display(barriered.checkpoints(spark, query))  # noqa: F821
+history = barriered.checkpoints(spark, query, full=True)  # every column
 
 # COMMAND ----------
 

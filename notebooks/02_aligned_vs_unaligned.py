@@ -36,6 +36,10 @@ try:
     BASE = dbutils.widgets.get("base")  # noqa: F821
 except NameError:  # not on Databricks
     BASE = tempfile.mkdtemp(prefix="barriered-modes-")
+try:
+    display  # noqa: B018  (Databricks' display)
+except NameError:  # plain python: tables printed, figures written to PNG files
+    from barriered.views import display
 
 barriered.install(spark)
 spark.conf.set("spark.sql.streaming.barriered.maxParallelism", "8")
@@ -99,9 +103,9 @@ queries = {mode: run(mode) for mode in MODES}
 
 # COMMAND ----------
 
-history = barriered.checkpoints(spark, queries["aligned"]).withColumn("run", F.lit("aligned"))
+history = barriered.checkpoints(spark, queries["aligned"], full=True).withColumn("run", F.lit("aligned"))
 history = history.unionByName(
-    barriered.checkpoints(spark, queries["unaligned"]).withColumn("run", F.lit("unaligned"))
+    barriered.checkpoints(spark, queries["unaligned"], full=True).withColumn("run", F.lit("unaligned"))
 )
 summary = (
     history.where("status = 'completed'")

@@ -38,6 +38,10 @@ try:
     BASE = dbutils.widgets.get("base")  # noqa: F821
 except NameError:  # not on Databricks
     BASE = tempfile.mkdtemp(prefix="barriered-restore-")
+try:
+    display  # noqa: B018  (Databricks' display)
+except NameError:  # plain python: tables printed, figures written to PNG files
+    from barriered.views import display
 
 barriered.install(spark)
 spark.conf.set("spark.sql.streaming.barriered.maxParallelism", "8")  # fixed for the path
@@ -187,6 +191,6 @@ from_savepoint = run(
 )
 after_savepoint = mismatches(SNAP_AFTER_UPGRADE)
 assert after_savepoint == 0
-history = barriered.checkpoints(spark, SNAP)
+history = barriered.checkpoints(spark, SNAP, full=True)
 display(history)  # noqa: F821
 display(barriered.checkpoints(spark, SNAP_AFTER_UPGRADE))  # noqa: F821

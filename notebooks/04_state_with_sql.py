@@ -37,6 +37,10 @@ try:
     BASE = dbutils.widgets.get("base")  # noqa: F821
 except NameError:  # not on Databricks
     BASE = tempfile.mkdtemp(prefix="barriered-sql-")
+try:
+    display  # noqa: B018  (Databricks' display)
+except NameError:  # plain python: tables printed, figures written to PNG files
+    from barriered.views import display
 
 barriered.install(spark)
 spark.conf.set("spark.sql.streaming.barriered.maxParallelism", "8")
@@ -86,7 +90,7 @@ barriered.await_termination(query)
 
 # COMMAND ----------
 
-barriered.checkpoints(spark, SNAP).createOrReplaceTempView("checkpoints")
+barriered.checkpoints(spark, SNAP, full=True).createOrReplaceTempView("checkpoints")
 completed = spark.sql(
     """
     SELECT checkpoint_id, effective_mode, end_to_end_duration_ms, state_rows,

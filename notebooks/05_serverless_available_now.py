@@ -31,13 +31,22 @@ try:
 except NameError:
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.remote("local[2]").getOrCreate()
+    spark = (
+        SparkSession.builder.remote("local[2]")  # a local Spark Connect server
+        .config("spark.sql.shuffle.partitions", "2")  # Spark's 200: 200 tasks a batch
+        .config("spark.ui.showConsoleProgress", "false")  # no progress bars
+        .getOrCreate()
+    )
 
 try:
     dbutils.widgets.text("base", "/Volumes/main/default/scratch/barriered-scheduled")  # noqa: F821
     BASE = dbutils.widgets.get("base")  # noqa: F821
 except NameError:  # not on Databricks
     BASE = tempfile.mkdtemp(prefix="barriered-scheduled-")
+try:
+    display  # noqa: B018  (Databricks' display)
+except NameError:  # plain python: tables printed, figures written to PNG files
+    from barriered.views import display
 print(f"working under {BASE}")
 barriered.install(spark)
 
@@ -88,7 +97,7 @@ KEYS = {
 def completed_ids() -> set[int]:
     if not os.path.exists(SNAPSHOTS):
         return set()
-    history = barriered.checkpoints(spark, SNAPSHOTS).where("status = 'completed'")
+    history = barriered.checkpoints(spark, SNAPSHOTS, full=True).where("status = 'completed'")
     return {r["checkpoint_id"] for r in history.collect()}
 
 
@@ -167,4 +176,4 @@ land(3)
 third_run = scheduled_run(os.path.join(BASE, "spark-checkpoint-2"), restore=True)
 print(f"run 3 (restored) completed checkpoints {third_run}")
 assert third_run and min(third_run) > max(second_run) and check_latest_state() == 0
-display(barriered.checkpoints(spark, SNAPSHOTS))  # noqa: F821
+display(barriered.checkpoints(spark, SNAPSHOTS, full=True))  # noqa: F821

@@ -63,14 +63,20 @@ except NameError:  # a local session, with the provider's jar on its classpath f
     spark = barriered.with_state_store(
         SparkSession.builder.master("local[2]")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")  # no progress bars
         .config("spark.sql.session.timeZone", "UTC")
     ).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
 
 try:
     dbutils.widgets.text("base", "/Volumes/main/default/scratch/barriered-operators")  # noqa: F821
     BASE = dbutils.widgets.get("base")  # noqa: F821
 except NameError:  # not on Databricks
     BASE = tempfile.mkdtemp(prefix="barriered-operators-")
+try:
+    display  # noqa: B018  (Databricks' display)
+except NameError:  # plain python: tables printed, figures written to PNG files
+    from barriered.views import display
 
 barriered.provider.check_version(spark.version)  # the jar's Spark must be this Spark
 if barriered.provider.EXTENSION_CLASS not in spark.conf.get("spark.sql.extensions", ""):
@@ -195,7 +201,7 @@ write_part(1)
 
 spark.conf.set("spark.sql.shuffle.partitions", "5")
 restored = run(os.path.join(BASE, "spark-checkpoint-2"), restore_from="latest")
-history = barriered.checkpoints(spark, SNAP)
+history = barriered.checkpoints(spark, SNAP, full=True)
 display(history)  # noqa: F821
 
 # COMMAND ----------

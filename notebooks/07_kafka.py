@@ -55,6 +55,10 @@ try:
 except NameError:  # not on Databricks
     BASE = tempfile.mkdtemp(prefix="barriered-kafka-")
     BOOTSTRAP = os.environ.get("BARRIERED_KAFKA_BOOTSTRAP", "")
+try:
+    display  # noqa: B018  (Databricks' display)
+except NameError:  # plain python: tables printed, figures written to PNG files
+    from barriered.views import display
 assert BOOTSTRAP, "set the bootstrap widget or BARRIERED_KAFKA_BOOTSTRAP to host:port"
 print(f"working under {BASE}, Kafka at {BOOTSTRAP}")
 
@@ -187,7 +191,7 @@ spark.conf.set("spark.sql.shuffle.partitions", "2")
 first = run(os.path.join(BASE, "spark-checkpoint-1"))
 after_first = mismatches()
 assert after_first == 0
-history = barriered.checkpoints(spark, SNAP)
+history = barriered.checkpoints(spark, SNAP, full=True)
 display(history.select("checkpoint_id", "effective_mode", "inflight_rows", "barrier_positions"))  # noqa: F821
 
 # COMMAND ----------
@@ -207,7 +211,7 @@ spark.conf.set("spark.sql.shuffle.partitions", "3")
 restored = run(os.path.join(BASE, "spark-checkpoint-2"), restore_from="latest")
 after_restore = mismatches()
 assert after_restore == 0
-history = barriered.checkpoints(spark, SNAP)
+history = barriered.checkpoints(spark, SNAP, full=True)
 display(history)  # noqa: F821
 
 # COMMAND ----------

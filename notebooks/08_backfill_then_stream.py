@@ -46,6 +46,10 @@ try:
     BASE = dbutils.widgets.get("base")  # noqa: F821
 except NameError:  # not on Databricks
     BASE = tempfile.mkdtemp(prefix="barriered-backfill-")
+try:
+    display  # noqa: B018  (Databricks' display)
+except NameError:  # plain python: tables printed, figures written to PNG files
+    from barriered.views import display
 
 barriered.install(spark)
 spark.conf.set("spark.sql.streaming.barriered.maxParallelism", "16")  # fixed for the state

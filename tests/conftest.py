@@ -165,7 +165,8 @@ def kafka_broker() -> Iterator[KafkaBroker]:
     (``tests/kafka_broker.py``), started on first use and stopped by pid at the end.
     Skipped only when Java is missing; missing jars (``make install``) are an error."""
     try:
-        from kafka_broker import KafkaBroker, java
+        from barriered.local.kafka_broker import java
+        from kafka_broker import KafkaBroker
     except ModuleNotFoundError as exc:  # confluent-kafka: the kafka extra
         raise RuntimeError(f"{exc}: run `make install` (installs .[test,plot,kafka])") from exc
     if java() is None:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from child_process import die_with_parent, free_port
+from barriered.local.processes import die_with_parent, free_port
 
 _BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from child_process import die_with_parent, free_port
+from barriered.local.processes import die_with_parent, free_port, stop, wait_until_it_answers
 
 LOG = logging.getLogger(__name__)
 START_TIMEOUT = 30.0
@@ -77,7 +76,13 @@ class S3Server:
             )
         atexit.register(self.stop)
         try:
-            self._wait_until_it_answers(launched)
+            wait_until_it_answers(
+                self.process,
+                lambda: bool(self.client().create_bucket(Bucket=self.bucket)),
+                START_TIMEOUT,
+                f"the S3 server on {self.endpoint}",
+                self.log_tail,
+            )
         except BaseException:
             self.stop()
             raise
@@ -93,14 +98,7 @@ class S3Server:
         process, self.process = self.process, None
         if process is not None:
             atexit.unregister(self.stop)
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(STOP_GRACE)
-                except subprocess.TimeoutExpired:
-                    LOG.warning("S3 server pid %d ignored SIGTERM: SIGKILL", process.pid)
-                    process.kill()
-                    process.wait()
+            stop(process, STOP_GRACE, "the S3 server")
         if self._log is not None:
             self._log.unlink(missing_ok=True)
             self._log = None
@@ -117,26 +115,6 @@ class S3Server:
         if self._log is None or not self._log.exists():
             return ""
         return "\n".join(self._log.read_text(errors="replace").splitlines()[-lines:])
-
-    def _wait_until_it_answers(self, launched: float) -> None:
-        last: Exception | None = None
-        while time.monotonic() - launched < START_TIMEOUT:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise S3ServerError(
-                    f"the S3 server exited with {self.process.returncode} while starting\n"
-                    + self.log_tail()
-                )
-            try:
-                self.client().create_bucket(Bucket=self.bucket)
-                return
-            except Exception as exc:  # connection refused until the server listens
-                last = exc
-            time.sleep(0.1)
-        raise S3ServerError(
-            f"the S3 server did not answer on {self.endpoint} within {START_TIMEOUT:.0f} s"
-            f" ({last})\n" + self.log_tail()
-        )
 
     # -- clients ------------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ from barriered.control.columns import (
 from barriered.coordinator import deferred_registrations
 from barriered.coordinator.driver import QueryCoordinator
 from barriered.coordinator.listener import BarrieredListener
-from barriered.errors import CheckpointError, ConfigError, KeyedStateError
+from barriered.errors import CheckpointError, ConfigError, KeyedStateError, unwrapped
 from barriered.files.fileio import read_json
 from barriered.files.storage import settings_for
 from barriered.session import installed_listeners, listener_of
@@ -65,15 +65,17 @@ class KeyedStream:
     def __init__(self, df: DataFrame, key_columns: tuple[str, ...]) -> None:
         if not key_columns:
             raise ConfigError("barriered.keyed() needs at least one key column")
-        if BARRIER not in df.columns:
+        with unwrapped():  # a Spark Connect load() is lazy: the source's checks run here
+            schema = df.schema
+        if BARRIER not in schema.names:
             raise ConfigError(
                 "barriered.keyed() needs a stream read with "
                 'spark.readStream.format("barriered"): column _barrier is missing'
             )
-        missing = [c for c in key_columns if c not in df.columns]
+        missing = [c for c in key_columns if c not in schema.names]
         if missing:
             raise ConfigError(f"barriered.keyed(): unknown key column(s) {missing}")
-        meta = df.schema[BARRIER].metadata or {}
+        meta = schema[BARRIER].metadata or {}
         if META_SNAPSHOT_PATH not in meta:
             raise ConfigError(
                 "barriered.keyed(): the _barrier column lost its metadata (snapshot path); "
@@ -356,16 +358,20 @@ def await_termination(query: Any, timeout: float | None = None) -> None:
 
     Raises
     ------
+    barriered.errors.BarrieredError
+        When a barriered error failed the query: that error (type and message first,
+        Spark's ``StreamingQueryException`` after, and as its ``spark_error``).
     pyspark.errors.StreamingQueryException
-        When the query failed (as ``awaitTermination`` does).
+        When the query failed otherwise (as ``awaitTermination`` does).
     barriered.errors.CheckpointError
         When ``timeout`` passes first.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    if timeout is None:
-        query.awaitTermination()
-    elif not query.awaitTermination(timeout):
-        raise CheckpointError(f"query {query.id} is still running after {timeout} s")
+    with unwrapped():
+        if timeout is None:
+            query.awaitTermination()
+        elif not query.awaitTermination(timeout):
+            raise CheckpointError(f"query {query.id} is still running after {timeout} s")
     listener = listener_of(query)
     if listener is None:
         raise ConfigError(

@@ -15,7 +15,9 @@ Commands:
   savepoint from a table of keyed state, or with one operator's state changed
   (:mod:`barriered.tools.offline_state`);
 * ``restore-plan PATH [--from latest|N|FOLDER]``: where a restore would start, after
-  checking every file it reads (nothing is written).
+  checking every file it reads (nothing is written);
+* ``kafka-broker [--jars DIR]``: a local Kafka broker until Ctrl-C
+  (:mod:`barriered.local.kafka_broker`).
 
 Each command is a function ``cmd_<name>(args) -> exit code`` registered by
 :func:`build_parser`; the work itself lives in :mod:`barriered.tools`. Long work shows
@@ -34,6 +36,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -174,6 +177,33 @@ def cmd_restore_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_kafka_broker(args: argparse.Namespace) -> int:
+    """Run a local Kafka broker (KRaft) until Ctrl-C or SIGTERM, then stop it by pid."""
+    from barriered.errors import LocalServerError
+    from barriered.local.kafka_broker import KafkaBroker
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    # SIGINT too: a process started in the background of a shell ignores it
+    kept = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    broker = KafkaBroker(Path(args.jars)) if args.jars else KafkaBroker()
+    try:
+        broker.start()
+        print(f"Kafka broker at {broker.bootstrap} (pid {broker.pid}, log {broker.log_file})")
+        print(f"try: barriered demo --kafka {broker.bootstrap}; Ctrl-C stops it", flush=True)
+        code = broker.wait()
+        raise LocalServerError(f"the Kafka broker exited with {code}\n{broker.log_tail()}")
+    except KeyboardInterrupt:
+        broker.stop()
+        print("Kafka broker stopped", flush=True)
+        return 0
+    finally:
+        broker.stop()
+        for sig, handler in kept.items():
+            signal.signal(sig, handler)
+
+
 def _checkpoint_id(raw: str) -> int:
     try:
         value = int(raw)
@@ -254,7 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser(
         "savepoint",
-        help="copy a completed checkpoint into a self-contained savepoint folder",
+        help="copy a completed checkpoint into a self-contained savepoint folder; "
+        "savepoint bootstrap|transform: write state offline",
         epilog="Write state offline: barriered savepoint bootstrap --help, "
         "barriered savepoint transform --help",
     )
@@ -275,6 +306,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="latest (default), a checkpoint id, or a savepoint folder (restoreFrom)",
     )
     rp.set_defaults(run=cmd_restore_plan)
+
+    kb = sub.add_parser(
+        "kafka-broker",
+        help="run a local Kafka broker (KRaft, from the jars `make kafka` fetched) until Ctrl-C",
+    )
+    kb.add_argument(
+        "--jars", metavar="DIR", help="the broker's jars (default: build/kafka of the checkout)"
+    )
+    kb.set_defaults(run=cmd_kafka_broker)
     return parser
 
 

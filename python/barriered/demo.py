@@ -5,14 +5,17 @@ local Spark, prints a line per finished checkpoint while the query runs, and a s
 table at the end. The input is the ``rate`` upstream, or with ``kafka`` (a bootstrap
 server) a topic of 4 partitions the demo creates and fills, partition 0 with 4 times the
 records of the others: every phase reads it from its earliest offsets. The Delta
-tables stay under ``OUT/snapshots/<mode>``; the console output of the Spark it starts
-(JVM log lines, pyspark's worker prints) goes to ``OUT/spark.log``, so that the screen shows
-only the demo's own lines.
+tables stay under ``OUT/snapshots/<mode>``, each mode's checkpoint plot is written to
+``OUT/plots/<mode>.png``, and the last lines name the commands that look further. The
+console output of the Spark it starts (JVM log lines, pyspark's worker prints) goes to
+``OUT/spark.log``, so that the screen shows only the demo's own lines.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import logging
 import os
 import shutil
 import statistics
@@ -46,6 +49,8 @@ from barriered.errors import BarrieredError, ConfigError
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from barriered.tools.progress import Progress
+
+log = logging.getLogger(__name__)
 
 #: Session keys per demo phase (on top of the common ones in :func:`run_demo`).
 PHASES: dict[str, dict[str, str]] = {
@@ -108,7 +113,8 @@ def kafka_topic(bootstrap: str, duration: float) -> tuple[str, dict[str, str]]:
             "pip install 'spark-barriered[kafka]'"
         ) from None
     topic = f"barriered-demo-{uuid.uuid4().hex[:8]}"
-    client: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap}
+    # librdkafka's lines (a fresh broker's "GETPID ... retrying" notice) go to logging
+    client: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": log}
     new = NewTopic(topic, num_partitions=KAFKA_PARTITIONS, replication_factor=1)
     admin = AdminClient(client)  # kept while its future runs: it fails once it is gone
     try:
@@ -346,5 +352,43 @@ def run_demo(
         if stop_session and found is None:
             spark.stop()
     progress.log(summary(results))
-    progress.log(f"Delta tables: {target / 'snapshots'}")
+    progress.log(next_steps(target, results, write_plots(target, results)))
     return results
+
+
+def write_plots(target: Path, results: dict[str, list[dict[str, Any]]]) -> list[Path]:
+    """Write the checkpoint plot of each mode that finished a checkpoint to
+    ``target/plots/<mode>.png``; return the files (none without matplotlib, the ``plot``
+    extra)."""
+    from barriered.tools.plot import save_checkpoint_plot
+
+    if importlib.util.find_spec("matplotlib") is None:
+        return []
+    folder = target / "plots"
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for phase, rows in results.items():
+        if rows:
+            path = folder / f"{phase}.png"
+            save_checkpoint_plot(rows, str(path), title=f"demo: {phase}")
+            written.append(path)
+    return written
+
+
+def next_steps(target: Path, results: dict[str, list[dict[str, Any]]], plots: list[Path]) -> str:
+    """Where the demo left its snapshot paths and plots, and the commands that look
+    further: each path one the CLI takes (the snapshot path of the mode with the most
+    completed checkpoints; ``inspect`` and ``plot`` only once one completed)."""
+    snaps = target / "snapshots"
+    lines = [f"Snapshot paths (Delta tables), one per mode: {snaps}/<mode>"]
+    if plots:
+        lines.append(f"Checkpoint plots: {', '.join(str(p) for p in plots)}")
+    completed = {p: sum(r["status"] == "completed" for r in rows) for p, rows in results.items()}
+    phase = max(completed, key=lambda p: completed[p])
+    snap = snaps / phase
+    lines += ["Look further:", f"  barriered checkpoints {snap}"]
+    if completed[phase]:
+        lines.append(f"  barriered inspect {snap}")
+        lines.append(f"  barriered inspect {snap} --key user-1 --partitions 2")
+        lines.append(f"  barriered plot {snap} -o {phase}.png")
+    return "\n".join(lines)

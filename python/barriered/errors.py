@@ -7,9 +7,17 @@ and say what to do about it.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class BarrieredError(Exception):
     """Base class of every error raised on purpose by spark-barriered."""
+
+    #: The Spark error this one was raised in, when it reached the driver through Spark
+    #: (see :func:`raised_in_spark`).
+    spark_error: BaseException | None = None
 
 
 class ConfigError(BarrieredError, ValueError):
@@ -105,3 +113,64 @@ class StateProcessorError(BarrieredError, ValueError):
     refused: its input does not fit the operator or the source it writes state for (the
     message names the operator, the column or option and what to do). Nothing was
     written."""
+
+
+class WorkerPythonError(BarrieredError, RuntimeError):
+    """The interpreter Spark starts its Python workers with (``PYSPARK_PYTHON``) cannot
+    import barriered: the message names it and how to point Spark at the right one."""
+
+
+class LocalServerError(BarrieredError, RuntimeError):
+    """A local server (``barriered kafka-broker``'s Kafka broker) cannot start: its jars
+    or Java are missing, or it exited or did not answer (the message says which, with
+    the end of its log)."""
+
+
+#: A barriered error's last line in a Python traceback that Spark passes on.
+_RAISED = re.compile(r"^barriered\.errors\.(\w+): (.+)$", re.MULTILINE)
+
+
+def raised_in_spark(error: BaseException) -> BarrieredError | None:
+    """The barriered error a Spark error carries, first, or None when it carries none.
+
+    An error raised in a Python worker (the source's, the sinks', ``barriered.keyed``'s)
+    reaches the driver as Spark's ``AnalysisException`` (``PYTHON_DATA_SOURCE_ERROR``)
+    or ``StreamingQueryException``, with the worker's traceback inside. The error
+    returned has the barriered type and its one-line message first; Spark's error follows
+    it in the message (and is its ``spark_error``).
+
+    Parameters
+    ----------
+    error : BaseException
+        What a Spark call raised.
+
+    Returns
+    -------
+    BarrieredError or None
+        The last barriered error named in ``error``'s text.
+    """
+    if isinstance(error, BarrieredError):
+        return None
+    found = _RAISED.findall(str(error))
+    if not found:
+        return None
+    name, message = found[-1]
+    kind = globals().get(name)
+    if not (isinstance(kind, type) and issubclass(kind, BarrieredError)):
+        kind = BarrieredError
+    translated = kind(f"{message}\n\nSpark's error, {type(error).__name__}: {error}")
+    translated.spark_error = error
+    return translated
+
+
+@contextmanager
+def unwrapped() -> Iterator[None]:
+    """Re-raise a Spark error that carries a barriered error as that error
+    (:func:`raised_in_spark`); let every other error through as it is."""
+    try:
+        yield
+    except Exception as exc:
+        translated = raised_in_spark(exc)
+        if translated is None:
+            raise
+        raise translated from None

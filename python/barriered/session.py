@@ -19,13 +19,14 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from barriered import worker_python
 from barriered.config import PREFIX
 from barriered.config.sink_options import PATH as SINK_PATH
 from barriered.config.source_options import SESSION_CONF_OPTION, SESSION_EXTENSIONS
 from barriered.coordinator.listener import BarrieredListener
 from barriered.datasource import preflight
 from barriered.datasource.source import BarrieredDataSource
-from barriered.errors import CheckpointError
+from barriered.errors import CheckpointError, unwrapped
 from barriered.files import storage
 from barriered.sink import BarrieredDeltaSink, writer
 from barriered.sink.kafka import writer as kafka_writer
@@ -129,14 +130,16 @@ def _hook_load(cls: Any) -> None:
 
     def load(self: Any, path: str | None = None, format: str | None = None, **kw: Any) -> Any:
         fmt = format or getattr(self, "_barriered_format", None)
-        if fmt == "barriered":
-            # classic readers keep their session in _spark, Connect readers in _client
-            classic = getattr(self, "_spark", None)
-            _pass_session_keys(self, classic or self._client)
-            if classic is not None:  # this process is the driver: our own errors, unwrapped
-                _, layout, _ = preflight.checked(self.__dict__.get("_barriered_options", {}))
-                storage.configure_hadoop(classic, layout.root)
-        return original_load(self, path=path, format=format, **kw)
+        if fmt != "barriered":
+            return original_load(self, path=path, format=format, **kw)
+        # classic readers keep their session in _spark, Connect readers in _client
+        classic = getattr(self, "_spark", None)
+        _pass_session_keys(self, classic or self._client)
+        if classic is not None:  # this process is the driver: our own errors, unwrapped
+            _, layout, _ = preflight.checked(self.__dict__.get("_barriered_options", {}))
+            storage.configure_hadoop(classic, layout.root)
+        with unwrapped():  # the worker's checks (Spark Connect): our error first
+            return original_load(self, path=path, format=format, **kw)
 
     cls.load = load
 
@@ -168,28 +171,30 @@ def _hook_start(cls: Any) -> None:
     def start(self: Any, *args: Any, **kw: Any) -> Any:
         given = kw.get("format") or (args[1] if len(args) > 1 else None)
         fmt = given or getattr(self, "_barriered_format", None)
-        if fmt in (BarrieredDeltaSink.name(), BarrieredKafkaSink.name()):
-            classic = getattr(self, "_spark", None)
-            keys = json.dumps(session_conf(classic or self._session))
-            self.option(SESSION_CONF_OPTION, keys)
-            df = getattr(self, "_df", None)
-            sink_options = {
-                **self.__dict__.get("_barriered_options", {}),
-                **{k: str(v) for k, v in kw.items() if k not in _START_ARGS and v is not None},
-            }
-            path = kw.get("path") or (args[0] if args else None)
-            if path is not None:
-                sink_options[SINK_PATH.name] = str(path)
-            if classic is not None and df is not None:
-                check = (
-                    writer.before_start
-                    if fmt == BarrieredDeltaSink.name()
-                    else kafka_writer.before_start
-                )
-                check(sink_options, df.schema)
-            elif fmt == BarrieredKafkaSink.name():  # Connect: the coordinator publishes here
-                kafka_writer.remember(sink_options)
-        return original_start(self, *args, **kw)
+        if fmt not in (BarrieredDeltaSink.name(), BarrieredKafkaSink.name()):
+            return original_start(self, *args, **kw)
+        classic = getattr(self, "_spark", None)
+        keys = json.dumps(session_conf(classic or self._session))
+        self.option(SESSION_CONF_OPTION, keys)
+        df = getattr(self, "_df", None)
+        sink_options = {
+            **self.__dict__.get("_barriered_options", {}),
+            **{k: str(v) for k, v in kw.items() if k not in _START_ARGS and v is not None},
+        }
+        path = kw.get("path") or (args[0] if args else None)
+        if path is not None:
+            sink_options[SINK_PATH.name] = str(path)
+        if classic is not None and df is not None:
+            check = (
+                writer.before_start
+                if fmt == BarrieredDeltaSink.name()
+                else kafka_writer.before_start
+            )
+            check(sink_options, df.schema)
+        elif fmt == BarrieredKafkaSink.name():  # Connect: the coordinator publishes here
+            kafka_writer.remember(sink_options)
+        with unwrapped():
+            return original_start(self, *args, **kw)
 
     cls.start = start
 
@@ -262,6 +267,8 @@ def install(spark: SparkSession) -> BarrieredListener:
     When the session has no state store provider configured and no query is running, it
     sets ``spark.sql.streaming.stateStore.providerClass`` to RocksDB (which
     ``barriered.keyed()`` needs); another configured provider is kept, with a warning.
+    On a local classic session it first checks that Spark's Python workers can import
+    barriered (:mod:`barriered.worker_python`).
 
     Parameters
     ----------
@@ -277,7 +284,12 @@ def install(spark: SparkSession) -> BarrieredListener:
     ------
     barriered.errors.CheckpointError
         When the session did not keep the listener.
+    barriered.errors.WorkerPythonError
+        On a local classic session, when the interpreter Spark starts its Python workers
+        with (``PYSPARK_PYTHON``, ``python3`` when unset) cannot import barriered.
     """
+    if not _is_connect(spark):
+        worker_python.check(spark)
     spark.dataSource.register(BarrieredDataSource)
     spark.dataSource.register(BarrieredDeltaSink)
     spark.dataSource.register(BarrieredKafkaSink)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import tempfile
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -41,15 +43,28 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["checkpoints", "plot_checkpoints", "state_table"]
+__all__ = ["checkpoints", "display", "plot_checkpoints", "state_table"]
 
 
-def checkpoints(spark: SparkSession, path_or_query: Any) -> DataFrame:
+#: The columns of the concise view (each row fits in 100 columns of ``show()``), and
+#: what each shows: the id, the kind (checkpoint or savepoint), the mode its cut was
+#: taken in, the status, the trigger's time of day (session time zone), the end-to-end
+#: and alignment durations, the state bytes written, the in-flight rows stored, the acks.
+CONCISE = (
+    "id", "kind", "mode", "status", "triggered", "e2e_ms", "align_ms", "state_bytes",
+    "inflight_rows", "acks",
+)  # fmt: skip
+
+
+def checkpoints(spark: SparkSession, path_or_query: Any, full: bool = False) -> DataFrame:
     """Return the checkpoint history (the ``_checkpoints`` table) as a DataFrame.
 
-    One row per finished checkpoint, ordered by id. The first columns are the ones of
-    Flink's checkpoint history: ``checkpoint_id, kind, mode, effective_mode, status,
-    trigger_time`` (a timestamp), the durations in milliseconds
+    One row per finished checkpoint, ordered by id. By default the concise view
+    (:data:`CONCISE`: ``id, kind, mode, status, triggered, e2e_ms, align_ms,
+    state_bytes, inflight_rows, acks``; ``mode`` is the mode the cut was taken in),
+    which ``show()`` prints in 100 columns. With ``full=True`` every column: first the
+    ones of Flink's checkpoint history, ``checkpoint_id, kind, mode, effective_mode,
+    status, trigger_time`` (a timestamp), the durations in milliseconds
     (``end_to_end_duration_ms, alignment_duration_ms, start_delay_ms``), the sizes
     (``state_bytes, inflight_bytes, inflight_rows``), ``acks`` (``"n/N"``),
     ``failure_reason, mode_reason, end_time``; every other ``_checkpoints`` column
@@ -61,6 +76,8 @@ def checkpoints(spark: SparkSession, path_or_query: Any) -> DataFrame:
         The session.
     path_or_query : str or StreamingQuery
         A snapshot path, or a running/finished query whose source is barriered.
+    full : bool
+        Every column instead of the concise view.
 
     Returns
     -------
@@ -81,7 +98,40 @@ def checkpoints(spark: SparkSession, path_or_query: Any) -> DataFrame:
         "acks": F.concat_ws("/", F.col("num_acknowledged"), F.col("num_expected")),
     }
     columns = [derived.get(c, F.col(c)).alias(c) for c in display_columns()]
-    return df.select(*columns).orderBy("checkpoint_id", "end_time")
+    history = df.select(*columns).orderBy("checkpoint_id", "end_time")
+    if full:
+        return history
+    concise = {
+        "id": F.col("checkpoint_id"),
+        "mode": F.coalesce("effective_mode", "mode"),
+        "triggered": F.date_format("trigger_time", "HH:mm:ss.SSS"),
+        "e2e_ms": F.col("end_to_end_duration_ms"),
+        "align_ms": F.col("alignment_duration_ms"),
+    }
+    return history.select(*[concise.get(c, F.col(c)).alias(c) for c in CONCISE])
+
+
+def display(obj: Any) -> None:
+    """Show ``obj`` where Databricks' ``display`` is missing (a notebook run with ``python``).
+
+    A DataFrame is printed with ``show`` (its first 50 rows, values in full), a matplotlib
+    figure is written to a PNG file in the temporary folder (its path printed), anything
+    else is printed.
+
+    Parameters
+    ----------
+    obj : DataFrame, Figure or any object
+        What the notebook displays.
+    """
+    if isinstance(obj, DataFrame):  # classic and Spark Connect (any attribute is a column)
+        obj.show(50, truncate=False)
+    elif hasattr(obj, "savefig"):
+        fd, path = tempfile.mkstemp(prefix="barriered-figure-", suffix=".png")
+        os.close(fd)
+        obj.savefig(path)
+        print(f"figure written to {path}")
+    else:
+        print(obj)
 
 
 def plot_checkpoints(path_or_query: Any, title: str | None = None) -> Figure:

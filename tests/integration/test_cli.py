@@ -8,6 +8,7 @@ run's own Delta tables and the upstream.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -32,6 +33,7 @@ from barriered.testing.expected import running_totals
 from barriered.testing.session import barriered_keys
 from barriered.tools.history import display_columns
 from barriered.tools.plot import STYLES
+from barriered.views import CONCISE
 
 pytestmark = pytest.mark.spark
 
@@ -218,7 +220,7 @@ def test_inspect_on_a_terminal_shows_a_progress_bar(
 
 def test_notebook_views_of_the_run(run: dict[str, Any]) -> None:
     spark = run["spark"]
-    history = barriered.checkpoints(spark, run["query"])
+    history = barriered.checkpoints(spark, run["query"], full=True)
     assert history.columns == display_columns()
     assert history.columns[:3] == ["checkpoint_id", "kind", "mode"]
     first = history.first()
@@ -227,6 +229,17 @@ def test_notebook_views_of_the_run(run: dict[str, Any]) -> None:
     assert first["acks"] == f"{row['num_acknowledged']}/{row['num_expected']}"
     assert int(first["trigger_time"].timestamp() * 1000) == row["trigger_timestamp_ms"]
     assert history.count() == len(run["rows"])
+    concise = barriered.checkpoints(spark, run["query"])  # the default: show() in 100 columns
+    assert concise.columns == list(CONCISE)
+    with contextlib.redirect_stdout(io.StringIO()) as shown:
+        concise.show()
+    lines = shown.getvalue().splitlines()
+    assert [c.strip() for c in lines[1].split("|")[1:-1]] == list(CONCISE)
+    assert max(len(line) for line in lines) <= 100, lines[0]
+    top = concise.first()
+    assert top is not None and top["id"] == row["checkpoint_id"]
+    assert top["mode"] == row["effective_mode"]
+    assert top["e2e_ms"] == row["end_to_end_duration_ms"]
 
     state = barriered.state_table(spark, run["path"])
     totals = state.select(F.col("user_id").alias("user"), "total").collect()
@@ -273,6 +286,14 @@ def test_demo_runs_every_mode_and_leaves_snapshot_paths(
         assert cli.main(["checkpoints", str(tmp_path / "snapshots" / phase), "--json"]) == 0
         rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         assert int(summary[0].split()[1]) == sum(r["status"] == "completed" for r in rows)
+        assert (tmp_path / "plots" / f"{phase}.png").exists() == bool(rows)
+    # the demo's last lines: commands that look further, each one the CLI takes
+    commands = [line.split()[1:] for line in out.splitlines() if line.startswith("  barriered ")]
+    assert commands[0][0] == "checkpoints"
+    for words in commands:
+        if words[0] == "plot":
+            words[-1] = str(tmp_path / words[-1])
+        assert cli.main(words) == 0, words
 
 
 @pytest.mark.kafka

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -11,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from kafka_broker import START_TIMEOUT, KafkaBroker, KafkaBrokerError, Produced, Record, running
+from barriered.errors import LocalServerError
+from barriered.local.kafka_broker import START_TIMEOUT
+from barriered.local.processes import running
+from kafka_broker import KafkaBroker, Produced, Record
 
 pytestmark = pytest.mark.kafka
 
@@ -65,7 +69,7 @@ def test_read_committed_sees_plain_and_committed_records_only(kafka_broker: Kafk
     assert broker.read_committed(topic) == expected[2:]
 
     broker.delete_topic(topic)
-    with pytest.raises(KafkaBrokerError, match="broker-transactions"):
+    with pytest.raises(LocalServerError, match="broker-transactions"):
         broker.partitions(topic)
 
 
@@ -88,7 +92,8 @@ def test_retention_deletes_records_nobody_read(kafka_broker: KafkaBroker) -> Non
 _CHILD = """
 import sys, time
 sys.path.insert(0, {tests!r})
-from kafka_broker import KafkaBroker, die_with_parent
+from barriered.local.processes import die_with_parent
+from kafka_broker import KafkaBroker
 die_with_parent()()  # this child too, should the test's own process be killed
 broker = KafkaBroker().start()
 print(broker.process.pid, broker.folder, flush=True)
@@ -122,3 +127,66 @@ def test_a_broker_dies_with_the_process_that_started_it(how: signal.Signals) -> 
     assert folder.exists()
     KafkaBroker().start().stop()
     assert not folder.exists()
+
+
+def test_the_kafka_broker_command_serves_until_ctrl_c(tmp_path: Path) -> None:
+    """``python -m barriered kafka-broker``: prints its bootstrap address, serves a
+    produce and a consume, and on Ctrl-C (SIGINT) stops with no process left."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    command = subprocess.Popen(
+        [sys.executable, "-m", "barriered", "kafka-broker"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert command.stdout is not None
+        first = command.stdout.readline()
+        match = re.fullmatch(
+            r"Kafka broker at (127\.0\.0\.1:\d+) \(pid (\d+), log (\S+)\)\n", first
+        )
+        assert match, first
+        bootstrap, pid, log = match[1], int(match[2]), Path(match[3])
+        assert command.stdout.readline() == (
+            f"try: barriered demo --kafka {bootstrap}; Ctrl-C stops it\n"
+        )
+        assert running(pid)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("cli", 1, 1)])["cli"].result(30)
+        producer = Producer({"bootstrap.servers": bootstrap})
+        producer.produce("cli", key=b"k", value=b"v")
+        assert producer.flush(30) == 0
+        consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": "cli", "auto.offset.reset": "earliest"}
+        )
+        consumer.subscribe(["cli"])
+        message = None
+        deadline = time.monotonic() + 30
+        while message is None and time.monotonic() < deadline:
+            message = consumer.poll(1)
+        consumer.close()
+        assert message is not None and (message.key(), message.value()) == (b"k", b"v")
+        command.send_signal(signal.SIGINT)
+        out, err = command.communicate(timeout=60)
+    finally:
+        command.kill()
+        command.wait()
+    assert (command.returncode, out, err) == (0, "Kafka broker stopped\n", "")
+    assert not running(pid) and not log.parent.exists()
+
+
+def test_the_kafka_broker_command_without_jars_says_make_kafka(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "barriered", "kafka-broker", "--jars", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        f"barriered: error: no Kafka jars in {tmp_path}: run `make kafka` in the "
+        "spark-barriered checkout (it fetches them from Maven Central), or name their folder\n"
+    )

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.errors import StreamingQueryException
 
 import barriered
+from barriered.errors import UpstreamError
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from kafka_queries import kafka_totals, records, recount, state_totals
@@ -92,10 +92,8 @@ def test_records_deleted_before_they_were_read_fail_the_query(
 ) -> None:
     topic, snap = lose_records(session, kafka_broker, tmp_path)
     before = state_totals(session, str(snap))
-    with pytest.raises(
-        StreamingQueryException, match=rf"offsets \[40, 60\) of {topic}-0 were deleted"
-    ):
-        run(session, kafka_broker, topic, snap, tmp_path / "ck")
+    with pytest.raises(UpstreamError, match=rf"^kafka upstream: offsets \[40, 60\) of {topic}-0 "):
+        run(session, kafka_broker, topic, snap, tmp_path / "ck")  # the error first
     assert state_totals(session, str(snap)) == before
 
 
@@ -125,7 +123,7 @@ def test_a_recreated_topic_is_refused_not_read_again(
     kafka_broker.delete_topic(topic)
     kafka_broker.create_topic(topic, 1)
     kafka_broker.produce(topic, records(30, 500), partition=0)
-    with pytest.raises(StreamingQueryException, match=f"topic '{topic}' was deleted and recreated"):
+    with pytest.raises(UpstreamError, match=f"topic '{topic}' was deleted and recreated"):
         run(session, kafka_broker, topic, snap, tmp_path / "ck")
     assert state_totals(session, str(snap)) == before
 

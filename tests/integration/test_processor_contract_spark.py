@@ -13,7 +13,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
 import barriered
-from barriered.errors import ConfigError
+from barriered.errors import ConfigError, ProcessorError
 from barriered.files.fileio import exists
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
@@ -80,10 +80,12 @@ def test_a_processor_breaking_its_contract_fails_the_query_naming_it(
     before = tree(data)
     source = {**FILES_SOURCE, "path": str(data)}
     query = start(session, tmp_path, MODES["aligned"], source=source, processor=processor)
-    with pytest.raises(StreamingQueryException) as error:
-        query.awaitTermination(120)
-    assert message in str(error.value)
-    assert "The contract: process_batch(rows, state) returns a tuple" in str(error.value)
+    with pytest.raises(ProcessorError) as error:  # the error first, Spark's after
+        barriered.await_termination(query, 120)
+    first = str(error.value).splitlines()[0]
+    assert first.startswith(message)
+    assert "The contract: process_batch(rows, state) returns a tuple" in first
+    assert isinstance(error.value.spark_error, StreamingQueryException)
     layout = SnapshotLayout.at(str(tmp_path / "snap"))
     assert checkpoints_table.completed(layout) == []
     assert not exists(layout.state_table)

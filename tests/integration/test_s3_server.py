@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from child_process import running
+from barriered.local.processes import running
 from s3_server import START_TIMEOUT, S3Server
 
 pytestmark = pytest.mark.s3
@@ -46,7 +46,7 @@ def test_the_session_bucket_takes_and_lists_objects(s3_server: S3Server) -> None
 _CHILD = """
 import sys, time
 sys.path.insert(0, {tests!r})
-from child_process import die_with_parent
+from barriered.local.processes import die_with_parent
 from s3_server import S3Server
 die_with_parent()()  # this child too, should the test's own process be killed
 server = S3Server().start()

@@ -13,6 +13,7 @@ import barriered
 from barriered.config import KEYS, PREFIX, resolve
 from barriered.control.columns import BARRIER, META_MAX_PARALLELISM
 from barriered.control.triggers import TriggerLog
+from barriered.errors import ConfigError
 from barriered.files.fileio import read_json
 from barriered.session import listener_registered
 from barriered.statestore.layout import SnapshotLayout
@@ -49,6 +50,22 @@ NON_DEFAULT = {
     "keyed.localCacheDir": "<set per test>",
 }
 RATE = {"upstream": "rate", "channels": "2", "rowsPerSecond": "0", "rowsPerChannel": "30"}
+
+
+@BOTH
+def test_a_refused_source_is_the_barriered_error_first(session: Any, tmp_path: Path) -> None:
+    """A classic load() refuses in the driver; a Spark Connect load() is lazy and the
+    data source's worker refuses when keyed() reads the schema: the user sees the
+    ConfigError, its message on the first line, on either session."""
+    missing = tmp_path / "no-such-folder"
+    reader = session.readStream.format("barriered").options(
+        upstream="files", path=str(missing), snapshotPath=str(tmp_path / "snap")
+    )
+    with pytest.raises(ConfigError) as refused:
+        barriered.keyed(reader.load(), "user_id")
+    assert str(refused.value).splitlines()[0] == (
+        f"upstream option 'path': directory {str(missing)!r} does not exist; create it"
+    )
 
 
 @BOTH

@@ -11,6 +11,8 @@ import itertools
 import json
 import logging
 import os
+import subprocess
+import sys
 import time
 from collections import Counter, defaultdict
 from datetime import datetime
@@ -24,6 +26,7 @@ from deltalake import DeltaTable
 import barriered
 from barriered import cli
 from barriered.control.offsets import SourceOffset
+from barriered.errors import ConfigError, WorkerPythonError
 from barriered.examples import RunningTotals
 from barriered.files import storage
 from barriered.session import ROCKSDB_PROVIDER, STATE_STORE_PROVIDER
@@ -116,8 +119,8 @@ def test_aligned_checkpoints_block_the_fast_channels(
     assert waited and all(r["alignment_duration_ms"] > 0 for r in waited)
     # The same history through the public API (by path and by query) and the CLI.
     rows = checkpoints_table.read_rows(layout)
-    by_path = barriered.checkpoints(session, layout.root).orderBy("checkpoint_id").collect()
-    assert [r.checkpoint_id for r in by_path] == [r["checkpoint_id"] for r in rows]
+    by_path = barriered.checkpoints(session, layout.root).orderBy("id").collect()
+    assert [r.id for r in by_path] == [r["checkpoint_id"] for r in rows]
     assert barriered.checkpoints(session, query).count() == len(rows)
     assert cli.main(["checkpoints", layout.root, "--json"]) == 0
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -387,3 +390,51 @@ def test_install_sets_rocksdb_only_when_no_provider_is_set(
         assert f"{key} is {hdfs}: barriered.install() keeps it" in caplog.text
     finally:
         spark.conf.set(key, rocksdb)
+
+
+def test_install_refuses_workers_that_cannot_import_barriered(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interpreter Spark starts its Python workers with is run once at install()."""
+    bare = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    python = str(bare / "bin" / "python")
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.setattr(spark.sparkContext, "pythonExec", python)
+    with pytest.raises(WorkerPythonError) as refused:
+        barriered.install(spark)
+    assert str(refused.value).startswith(
+        f"barriered.install(spark): Spark's Python workers run {python!r} (PYSPARK_PYTHON, "
+        "python3 on the PATH when unset), which cannot import barriered: "
+        "ModuleNotFoundError: No module named 'barriered'. Set PYSPARK_PYTHON to the "
+        "interpreter barriered is installed in before the session starts"
+    )
+
+
+def test_available_now_on_records_over_time_is_refused_with_the_fix(
+    session: Any, tmp_path: Path
+) -> None:
+    """A rate upstream producing over time would end an availableNow run at once with
+    nothing read: the query fails with the source's ConfigError, its message first."""
+    events = (
+        session.readStream.format("barriered")
+        .options(upstream="rate", channels="2", rowsPerSecond="50")
+        .option("snapshotPath", str(tmp_path / "snap"))
+        .load()
+    )
+    query = (
+        barriered.keyed(events, "user_id")
+        .process(RunningTotals())
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(ConfigError) as refused:
+        barriered.await_termination(query, 120)
+    assert str(refused.value).splitlines()[0] == (
+        "upstream 'rate' with option 'rowsPerSecond' = 50 produces its records over time, "
+        "so a trigger(availableNow=True) run would end at once with none: set "
+        "'rowsPerSecond' to 0 and 'rowsPerChannel' to the records per channel (all "
+        "available at once), or use a processingTime trigger"
+    )

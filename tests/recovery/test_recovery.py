@@ -126,6 +126,12 @@ def test_crash_and_restore_gives_the_exact_state(
     first = first_offset(restored)
     assert first.last_id >= crashed_at  # new ids never reuse what the crashed run left
     assert final["checkpoint_id"] > crashed_at
+    # no id vanishes from the history: the crashed checkpoint shows as aborted, its reason
+    rows = {r["checkpoint_id"]: r for r in checkpoints_table.read_rows(layout)}
+    assert set(range(1, final["checkpoint_id"] + 1)) <= rows.keys() | committed.keys()
+    if crashed_at not in committed:
+        assert rows[crashed_at]["status"] == "aborted"
+        assert rows[crashed_at]["failure_reason"].startswith("interrupted: the "), rows
     # The restored run started at the restored checkpoint's positions (in-flight first).
     barrier = json.loads(committed[restore_point]["barriered.barrier"])
     inflight = json.loads(committed[restore_point]["barriered.inflight"])

@@ -254,7 +254,14 @@ def test_load_time_refusals_are_the_projects_own_errors(session: Any, copy: Path
     with pytest.raises(BarrieredError) as changed:
         load(restoreFrom="latest")
     assert "maxParallelism is fixed for the life of the snapshot path" in str(changed.value)
-    for error in (missing.value, misspelt.value, changed.value):
+    no_input = copy.parent / "no-such-folder"
+    files = session.readStream.format("barriered").options(**FILES_SOURCE)
+    with pytest.raises(ConfigError) as folder:
+        files.option("snapshotPath", str(copy)).option("path", str(no_input)).load()
+    assert str(folder.value) == (
+        f"upstream option 'path': directory {str(no_input)!r} does not exist; create it"
+    )
+    for error in (missing.value, misspelt.value, changed.value, folder.value):
         assert "PYTHON_DATA_SOURCE_ERROR" not in str(error) and "Traceback" not in str(error)
     assert tree(copy) == before
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from barriered.barrier.modes import Mode
 from barriered.coordinator import (
     AckStats,
     ChannelSignals,
@@ -16,6 +17,7 @@ from barriered.coordinator import (
     CoordinatorSettings,
     ManualClock,
 )
+from barriered.coordinator.coordinator import INTERRUPTED_REASON
 from barriered.errors import CheckpointError, CheckpointFailureLimitExceeded
 
 KG = frozenset({"op0/kg0", "op0/kg1"})
@@ -621,6 +623,31 @@ def test_restore_from_history_continues_ids() -> None:
     assert start(c) == 3
     again = CheckpointCoordinator.from_history(rows, CoordinatorSettings(), clock, KG, next_id=50)
     assert again.next_id == 50
+
+
+def test_ids_a_killed_run_started_are_recorded_as_aborted() -> None:
+    """The restored run learns from the source that ids up to 5 were used; 4 has no row
+    (the killed run started it) and 5 is its own: 4 is aborted, interrupted."""
+    old, _ = make(KG)
+    for _ in range(3):
+        done = start(old)
+        old.on_cut(done)
+        old.acknowledge(done, "op0/kg0")
+        old.acknowledge(done, "op0/kg1")
+    rows = [s.to_row() for s in old.history()]
+    clock = ManualClock(7)
+    c = CheckpointCoordinator.from_history(rows, CoordinatorSettings(), clock, KG, next_id=6)
+    (lost,) = c.interrupted(0, spared=[5])
+    assert (lost.checkpoint_id, lost.status, lost.mode.value) == (4, "aborted", "aligned")
+    assert lost.failure_reason == INTERRUPTED_REASON and lost.trigger_timestamp_ms == 7
+    assert [(s.checkpoint_id, s.status) for s in c.history()] == [
+        (1, "completed"), (2, "completed"), (3, "completed"), (4, "aborted")
+    ]  # fmt: skip
+    assert c.interrupted(0, spared=[5]) == []  # recorded once
+    assert c.adopt(4, Mode.ALIGNED, "late") is False  # and never adopted again
+    restored = CheckpointCoordinator.from_history(rows, CoordinatorSettings(), clock, KG, next_id=6)
+    # restored from checkpoint 4 (of another path): only 5 is this path's and unfinished
+    assert [s.checkpoint_id for s in restored.interrupted(4, spared=[])] == [5]
 
 
 def test_shutdown_aborts_pending_without_counting() -> None:

@@ -21,12 +21,8 @@ from barriered.control import offsets
 from barriered.control.offsets import SourceOffset
 from barriered.control.triggers import TriggerLog, TriggerRequest
 from barriered.datasource import mirror
-from barriered.datasource.reader import (
-    BarrieredStreamReader,
-    InflightPartition,
-    MarkerPartition,
-    WithMarkers,
-)
+from barriered.datasource.partitions import InflightPartition, MarkerPartition, WithMarkers
+from barriered.datasource.reader import BarrieredStreamReader
 from barriered.datasource.source import BarrieredDataSource
 from barriered.errors import MirrorError, SnapshotPathInUseError
 from barriered.statestore.layout import SnapshotLayout

@@ -46,3 +46,12 @@ def test_the_subcommands_have_their_own_usage(capsys: Any) -> None:
     assert capsys.readouterr().out.startswith("usage: barriered savepoint bootstrap")
     assert cli.main(["savepoint", "transform"]) == 2  # PATH, -o and --operator are required
     assert "usage: barriered savepoint transform" in capsys.readouterr().err
+
+
+def test_help_names_the_offline_commands_as_they_are_typed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.main(["--help"]) == 0
+    shown = capsys.readouterr().out
+    assert "savepoint bootstrap|transform: write state offline" in " ".join(shown.split())
+    assert "savepoint-bootstrap" not in shown and "savepoint-transform" not in shown

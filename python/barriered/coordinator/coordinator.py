@@ -57,6 +57,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from barriered.barrier.modes import Mode
 from barriered.control.model import CHECKPOINT, SAVEPOINT, CheckpointKind, CompletedCheckpoint
 from barriered.control.schedule import Schedule
 from barriered.control.stats import CheckpointStats
@@ -179,6 +180,42 @@ class CheckpointCoordinator(CheckpointEvents):
             start,
         )
         return coordinator
+
+    def interrupted(self, restored: int, spared: Iterable[int]) -> list[CheckpointStats]:
+        """Record as aborted, with :data:`INTERRUPTED_REASON`, every id above the history's
+        highest (and the ``restored`` checkpoint's) and below the next id that nobody
+        finished and ``spared`` does not name (the ones this run started, the ones
+        committed without a row): a run that scheduled or started it ended first. Without
+        a row it would vanish from the history (ids 1, 2, 3, 5).
+
+        Returns
+        -------
+        list of CheckpointStats
+            The rows to append to ``_checkpoints`` (mode: the one the settings give).
+        """
+        with self._lock:
+            decision = decide_mode(self._settings, None)
+            mode = Mode.ALIGNED if decision.mode is Mode.ALIGNED_WITH_TIMEOUT else decision.mode
+            now, mine = self._clock.now_ms(), set(spared)
+            done = (s.checkpoint_id for s in self._outcomes.tracker.finished())
+            highest = max([restored, *done])
+            found = [
+                CheckpointStats(
+                    cid,
+                    CHECKPOINT,
+                    mode,
+                    decision.reason,
+                    "aborted",
+                    now,
+                    failure_reason=INTERRUPTED_REASON,
+                    end_timestamp_ms=now,
+                )
+                for cid in range(highest + 1, self._next_id)
+                if cid not in mine and not self._outcomes.knows(cid)
+            ]
+            for stats in found:
+                self._outcomes.tracker.record(stats)
+            return found
 
     # ------------------------------------------------------------------ listeners
 

@@ -158,6 +158,14 @@ class QueryCoordinator:
             self.sinks.recover(committed, restored_id)
         stores = {cid: operators.stores_of(meta) for cid, (_, meta) in committed.items()}
         self._completed = retention.retained_of(history, stores)
+        self._unfinished = (int((restored or {}).get("checkpoint_id", 0)), frozenset(committed))
+
+    def record_interrupted(self, started: frozenset[int]) -> None:
+        """Record as aborted the ids a run that ended first left unfinished (not started by
+        this run's first batch, ``started``, nor committed); never for a refused run."""
+        restored, committed = self._unfinished
+        for stats in self.core.interrupted(restored, started | committed):
+            self._on_stats(stats)
 
     # -- ownership ------------------------------------------------------------------------
 
@@ -522,16 +530,7 @@ class QueryCoordinator:
                 continue
             for participant, ack in read_acks(self.layout, cid, self.epoch).items():
                 state = participant.startswith(("state/", operators.PARTICIPANT_PREFIX))
-                stats = AckStats(
-                    state_bytes=ack.bytes if state else 0,
-                    state_rows=ack.rows if state else 0,
-                    inflight_rows=ack.rows if participant.startswith("inflight/") else 0,
-                    inflight_bytes=ack.bytes if participant.startswith("inflight/") else 0,
-                    write_ms=int(ack.extra.get("write_ms", 0)) if state else 0,
-                    files=tuple(f.path for f in ack.files),
-                    payload=ack,
-                )
-                self.core.acknowledge(cid, participant, stats)
+                self.core.acknowledge(cid, participant, ack.stats(state))
             for participant in self.sinks.staged(cid):
                 self.core.acknowledge(cid, participant, AckStats())
             if cid not in self.core.pending_ids:

@@ -158,6 +158,7 @@ class BarrieredListener(StreamingQueryListener):
                         qc.fail(refused)  # before any checkpoint of this query completes
                     else:  # the run's keyed operators, registered now that nothing refuses it
                         deferred_registrations.start_run(layout.root, stream)
+                        qc.record_interrupted(frozenset(s.checkpoint_id for s in offset.started))
                 duration = int(progress.batchDuration or 0)
                 qc.on_progress(int(progress.batchId), start, end, report, duration)
         except Exception:

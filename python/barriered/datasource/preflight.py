@@ -3,10 +3,11 @@
 A Python data source's ``schema()`` runs in a Python worker; an error raised there
 reaches the user wrapped in a long ``PYTHON_DATA_SOURCE_ERROR`` traceback. The checks
 that need nothing but the options and the snapshot path (option names and values, the
-restore point and its files) are here, in one function the source itself calls too, so
-that :func:`barriered.install`'s reader hook can run them in the driver first and the
-user gets the project's own error (a :class:`~barriered.errors.ConfigError` or
-:class:`~barriered.errors.RestoreError`) with its message. None of them writes anything.
+restore point and its files, the input folder of the ``files`` upstream) are here, in
+one function the source itself calls too, so that :func:`barriered.install`'s reader
+hook can run them in the driver first and the user gets the project's own error (a
+:class:`~barriered.errors.ConfigError` or :class:`~barriered.errors.RestoreError`) with
+its message. None of them writes anything.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from barriered.config import check_restore_compatible
 from barriered.datasource.options import SourceSettings, parse_source_options
+from barriered.datasource.upstreams.files import input_path
 from barriered.errors import RestoreError
 from barriered.files.fileio import read_json
 from barriered.provider import EXTENSION_CLASS
@@ -50,7 +52,8 @@ def checked(
     Raises
     ------
     ConfigError
-        An unknown option (with a suggestion), a bad value or no snapshot path, or a key
+        An unknown option (with a suggestion), a bad value or no snapshot path, a
+        ``files`` upstream's input folder that does not exist, or a key
         fixed for the life of the snapshot path (``maxParallelism``) that differs from
         the value its previous run recorded.
     RestoreError
@@ -60,6 +63,8 @@ def checked(
         someone else wrote after it.
     """
     settings = parse_source_options(options)
+    if settings.upstream == "files":
+        input_path(settings.upstream_options)
     layout = SnapshotLayout.at(settings.conf.require_snapshot_path(), settings.conf.storage_options)
     previous = read_json(layout.config_file, default=None)
     if previous is not None:  # a restart: refused here, before keyed() registers anything

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -31,6 +31,12 @@ from barriered.control.schedule import Schedule
 from barriered.control.triggers import TriggerLog
 from barriered.datasource import available_now, fatal, mirror, replay
 from barriered.datasource.options import SourceSettings
+from barriered.datasource.partitions import (
+    InflightPartition,
+    MarkerPartition,
+    RangePartition,
+    WithMarkers,
+)
 from barriered.datasource.planner import PlanInput, Planner
 from barriered.datasource.upstreams.base import Upstream
 from barriered.datasource.watchdog import CoordinatorWatchdog
@@ -46,45 +52,6 @@ from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint, highest_checkpoint_id
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RangePartition(InputPartition):
-    """Records ``[start, end)`` of one channel."""
-
-    channel: int
-    start: int
-    end: int
-
-
-@dataclass(frozen=True)
-class MarkerPartition(InputPartition):
-    """The marker rows of a cut: one per key group."""
-
-    checkpoint_id: int
-    key_groups: int
-    meta: tuple[tuple[str, Any], ...]
-
-
-@dataclass(frozen=True)
-class WithMarkers(InputPartition):
-    """A partition of records followed by a cut's marker rows: the markers ride in a
-    task the batch runs anyway (one more task is one more wave of them on few cores)."""
-
-    records: InputPartition
-    markers: MarkerPartition
-
-
-@dataclass(frozen=True)
-class InflightPartition(InputPartition):
-    """Capture of one channel's in-flight range; yields no rows."""
-
-    checkpoint_id: int
-    channel: int
-    start: int
-    end: int
-    capture: str
-    epoch: int | None
 
 
 class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -252,6 +219,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         # owns the snapshot path (every refusal passed): listing the upstream here would
         # record new files in a manifest before then, in the restore point's own when a
         # savepoint is restored (issue 36).
+        self.upstream.check_available_now()
         self._available_now = True
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:

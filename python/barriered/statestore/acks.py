@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from barriered import wall_time
+from barriered.control.model import AckStats
 from barriered.files.fileio import (
     filesystem,
     join,
@@ -39,9 +40,13 @@ def state_participant(operator: str, key_group: int) -> str:
     return f"state/{operator}/{key_group}"
 
 
+#: The participant names of the in-flight writers begin with it.
+INFLIGHT_PREFIX = "inflight/"
+
+
 def inflight_participant(channel: int) -> str:
     """Participant name of the in-flight writer of one channel."""
-    return f"inflight/{channel}"
+    return f"{INFLIGHT_PREFIX}{channel}"
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,21 @@ class Ack:
         d = asdict(self)
         d["files"] = [asdict(f) for f in self.files]
         return d
+
+    def stats(self, state: bool) -> AckStats:
+        """What this acknowledgement adds to its checkpoint's statistics: rows and bytes
+        of state (``state``: a keyed operator's key group or a Spark operator's store)
+        or of in-flight records, the write time and the files."""
+        inflight = self.participant.startswith(INFLIGHT_PREFIX)
+        return AckStats(
+            state_bytes=self.bytes if state else 0,
+            state_rows=self.rows if state else 0,
+            inflight_rows=self.rows if inflight else 0,
+            inflight_bytes=self.bytes if inflight else 0,
+            write_ms=int(self.extra.get("write_ms", 0)) if state else 0,
+            files=tuple(f.path for f in self.files),
+            payload=self,
+        )
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Ack:

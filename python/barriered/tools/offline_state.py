@@ -213,13 +213,14 @@ def cmd_transform(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: Any, checkpoint_option: Callable[[argparse.ArgumentParser], None]) -> None:
-    """Register ``savepoint-bootstrap`` and ``savepoint-transform`` (typed as
-    ``savepoint bootstrap`` and ``savepoint transform``)."""
+    """Register ``savepoint-bootstrap`` and ``savepoint-transform``, typed as
+    ``savepoint bootstrap`` and ``savepoint transform`` (so ``--help`` lists them under
+    ``savepoint``, not as commands of their own)."""
     conf_help = "a Spark or spark.sql.streaming.barriered.* key of the local session"
     bs = sub.add_parser(
         "savepoint-bootstrap",
         prog="barriered savepoint bootstrap",
-        help="write a savepoint from a table of keyed state (barriered savepoint bootstrap)",
+        # no help: --help lists it under "savepoint" (typed "savepoint bootstrap")
     )
     bs.add_argument("-o", "--out", required=True, help="the savepoint folder (must be new)")
     bs.add_argument("--input", required=True, help="the table or files of the state rows")
@@ -250,7 +251,6 @@ def add_parsers(sub: Any, checkpoint_option: Callable[[argparse.ArgumentParser],
     tf = sub.add_parser(
         "savepoint-transform",
         prog="barriered savepoint transform",
-        help="write a savepoint with one operator's state changed (barriered savepoint transform)",
     )
     tf.add_argument("path", help="the snapshot path or savepoint folder (only read)")
     tf.add_argument("-o", "--out", required=True, help="the new savepoint folder (must be new)")

@@ -79,6 +79,11 @@ class Upstream(ABC):
         """Return True when the channels will never grow past :meth:`available`."""
         return False
 
+    def check_available_now(self) -> None:  # noqa: B027 - optional hook
+        """Refuse a ``trigger(availableNow=True)`` run this upstream cannot serve with a
+        :class:`~barriered.errors.ConfigError` saying what to do. The default serves it:
+        the run reads what is available when it starts."""
+
     def discover(self) -> None:  # noqa: B027 - optional hook
         """Add the channels an upstream that :attr:`grows` gained, and record them.
 

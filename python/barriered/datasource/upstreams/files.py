@@ -200,18 +200,7 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             must exist, it is never rebuilt from the listing.
         """
         options = Options(options)
-        raw_path = opt.PATH.read_str(options)
-        if raw_path is None:
-            raise ConfigError(
-                f"{opt.PATH.where} is required by upstream 'files': set it to the "
-                "directory the files are written to"
-            )
-        path = folder_io.normalize(raw_path)
-        found = folder_io.kind(path)
-        if found == FileType.NotFound:
-            raise ConfigError(f"{opt.PATH.where}: directory {path!r} does not exist; create it")
-        if found != FileType.Directory:
-            raise ConfigError(f"{opt.PATH.where}: {path!r} is not a directory")
+        path = input_path(options)
         fmt = opt.FORMAT.read_str(options)
         channel_by = opt.CHANNEL_BY.read_str(options)
         channels = opt.FILES_CHANNELS.read_int(options)
@@ -575,6 +564,29 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
     def _file_count(self) -> int:
         self._load()
         return len(self._known)
+
+
+def input_path(options: Mapping[str, str]) -> str:
+    """The input folder option ``path`` names, normalized; checked to be a directory.
+
+    Raises
+    ------
+    ConfigError
+        No ``path``, or it does not exist or is not a directory.
+    """
+    raw_path = opt.PATH.read_str(Options(options))
+    if raw_path is None:
+        raise ConfigError(
+            f"{opt.PATH.where} is required by upstream 'files': set it to the "
+            "directory the files are written to"
+        )
+    path = folder_io.normalize(raw_path)
+    found = folder_io.kind(path)
+    if found == FileType.NotFound:
+        raise ConfigError(f"{opt.PATH.where}: directory {path!r} does not exist; create it")
+    if found != FileType.Directory:
+        raise ConfigError(f"{opt.PATH.where}: {path!r} is not a directory")
+    return path
 
 
 def _archive_option(options: Mapping[str, str], path: str) -> str | None:

@@ -109,6 +109,19 @@ class RateUpstream(Upstream):
     def is_finite(self) -> bool:
         return self.rows_per_channel is not None
 
+    def check_available_now(self) -> None:
+        """Refuse ``availableNow`` with ``rowsPerSecond > 0``: the records appear over time
+        from the stream's first start, so such a run would end at once with what little
+        existed at its start (none on a first run)."""
+        if self.rows_per_second > 0:
+            raise ConfigError(
+                f"upstream 'rate' with option {ROWS_PER_SECOND.name!r} = "
+                f"{self.rows_per_second:g} produces its records over time, so a "
+                "trigger(availableNow=True) run would end at once with none: set "
+                f"{ROWS_PER_SECOND.name!r} to 0 and {ROWS_PER_CHANNEL.name!r} to the records "
+                "per channel (all available at once), or use a processingTime trigger"
+            )
+
     def _bound(self, channel: int) -> float:
         if self.rows_per_channel is None:
             return math.inf
