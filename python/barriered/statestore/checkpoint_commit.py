@@ -39,7 +39,8 @@ class CheckpointCommit:
     inflight_version: int | None
     #: Per channel (as text), the captured in-flight range ``[start, end)``.
     inflight_ranges: dict[str, list[int]]
-    #: The files the ``state`` commit removed (for retention).
+    #: The files the ``state`` commit removed, and the deletion vector files it no
+    #: longer references (for retention).
     removed: Sequence[Any]
     #: Per Spark operator store, its table version (None: empty so far).
     stores: dict[str, int | None]
@@ -121,8 +122,9 @@ def commit_checkpoint(
         epoch,
     )
     log.debug("checkpoint %d: state table version %d", cid, commit.version)
+    removed = (*commit.removed, *commit.vectors_dropped)  # tombstoned alike
     return CheckpointCommit(
-        commit.version, inflight_version, ranges, commit.removed, store_versions(stores)
+        commit.version, inflight_version, ranges, removed, store_versions(stores)
     )
 
 
