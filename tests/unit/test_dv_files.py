@@ -21,11 +21,19 @@ from deltalake import Schema as DeltaSchema
 from deltalake.transaction import create_table_with_add_actions
 
 from barriered.errors import RestoreError, SnapshotStoreError
-from barriered.statestore import dv_files, maintenance, restored_state, retention
+from barriered.statestore import checkpoint_commit, dv_files, maintenance, restored_state, retention
+from barriered.statestore.acks import Ack
 from barriered.statestore.deletion_vectors import DeletionVector
-from barriered.statestore.dv_files import INLINE_MAX, is_vector_file, vector_rows
+from barriered.statestore.dv_files import (
+    INLINE_MAX,
+    VECTORS_READ,
+    VECTORS_READ_KEY,
+    is_vector_file,
+    vector_rows,
+)
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.live_manifest import RestoredFile, new_manifest
+from barriered.statestore.live_state import LiveState
 from barriered.statestore.restore_point import TableFile, _check_vectors
 from barriered.statestore.state_log import (
     STATE_CONFIGURATION,
@@ -217,8 +225,8 @@ def test_a_commit_that_loses_its_version_race_leaves_no_vector_file(tmp_path: Pa
 
 def test_a_restored_manifest_stays_small_and_reads_the_vectors(tmp_path: Path) -> None:
     """A restore carries each file's vector as a descriptor of its file (absolute path):
-    a few hundred bytes per run, however many rows it deletes; a claimed restore keeps
-    the rows inline (its run may outlive the table's reference to the file)."""
+    a few hundred bytes per run, however many rows it deletes; the partition reports the
+    files its runs read at each cut, and the checkpoint's commit lists this table's."""
     uri = str(tmp_path / "state")
     files = new_table(uri)
     adds = [data_file(uri, f"f{i}", np.arange(i * 200_000, (i + 1) * 200_000), 1) for i in range(4)]
@@ -232,7 +240,7 @@ def test_a_restored_manifest_stays_small_and_reads_the_vectors(tmp_path: Path) -
             0,
             127,
             None,
-            restored_state._run_vector(f, uri, version, claim=False),
+            restored_state._run_vector(f, uri),
         )
         for f in live
     ]
@@ -243,10 +251,18 @@ def test_a_restored_manifest_stays_small_and_reads_the_vectors(tmp_path: Path) -
         assert run.dv is not None and run.dv["storageType"] == "p"
         got = vector_rows(DeletionVector.from_json(run.dv), "")  # no table needed
         assert got.tolist() == list(range(0, 200_000, 2))
-    f = next(iter(live))
-    claimed = restored_state._run_vector(f, uri, version, claim=True)
-    assert claimed is not None and claimed["storageType"] == "i"
-    assert vector_rows(DeletionVector.from_json(claimed)).tolist() == list(range(0, 200_000, 2))
+    read = LiveState(None, None, None, manifest).vector_files()  # type: ignore[arg-type]
+    (name,) = {f.dv.relative_file() for f in live if f.dv is not None}
+    assert read == [f"{uri}/{name}"]
+    layout = SimpleNamespace(state_table=uri)
+    acks = [
+        Ack(2, "state/op/0", False, extra={VECTORS_READ: read}),
+        Ack(2, "state/op/1", False, extra={VECTORS_READ: ["/elsewhere/state/x.bin"]}),
+        Ack(2, "state/op/2", False),
+    ]
+    listed = checkpoint_commit._vectors_read(layout, acks)  # type: ignore[arg-type]
+    assert listed is not None and json.loads(listed) == [name]
+    assert checkpoint_commit._vectors_read(layout, acks[2:]) is None  # type: ignore[arg-type]
 
 
 def _age(path: Path, seconds: float) -> None:
@@ -288,6 +304,42 @@ def test_retention_deletes_an_unreferenced_vector_file_and_keeps_a_referenced_on
     assert deleted == 1 and not orphan.exists()
     assert vector_files(uri) == set(names[1:])
     assert sorted(rows(uri)) == [k for k in range(20_000) if k % 4 == 3]
+
+
+def test_retention_keeps_a_vector_file_a_retained_checkpoint_lists_as_read(
+    tmp_path: Path,
+) -> None:
+    """A claimed restore's run reads its file with the restored version's vector after
+    the table replaced it: the checkpoints list the file, and retention keeps it until
+    no retained checkpoint does."""
+    layout = SnapshotLayout.at(str(tmp_path / "snap"))
+    uri = layout.state_table
+    files = new_table(uri)
+    a = data_file(uri, "a", np.arange(20_000), 1)
+    commit_state(files, 1, [a], {}, {}, APP)
+    v2 = commit_state(files, 2, [], {a.path: np.arange(0, 20_000, 4)}, {}, APP).version
+    restored = files.files[a.path].dv
+    assert restored is not None
+    name = restored.relative_file()
+    pins = {VECTORS_READ_KEY: json.dumps([name])}
+    c3 = commit_state(files, 3, [], {a.path: np.arange(1, 20_000, 4)}, pins, APP)
+    assert c3.vectors_dropped == (name,)
+    retention.record_removed(layout, retention.STATE, c3.version, c3.vectors_dropped)
+    assert retention.pinned_vectors(layout, [retention.Retained(3, c3.version, None)]) == {name}
+    assert retention.apply(layout, [retention.Retained(3, c3.version, None)]) == 0
+    assert name in vector_files(uri)
+    for p in Path(uri).iterdir():
+        if p.is_file():
+            _age(p, 60)
+    now = int(time.time() * 1000)
+    kept = [retention.Retained(3, c3.version, None)]
+    assert maintenance._unread_state_files(layout, kept, now) == 0  # nor the orphan scan
+    # the run was absorbed: checkpoint 4 lists nothing, and once 3 leaves the window
+    c4 = commit_state(files, 4, [], {a.path: np.arange(2, 20_000, 4)}, {}, APP)
+    retention.record_removed(layout, retention.STATE, c4.version, c4.vectors_dropped)
+    assert retention.apply(layout, [retention.Retained(4, c4.version, None)]) == 2
+    assert vector_files(uri) == {files.files[a.path].dv.relative_file()}
+    assert v2 < c3.version and sorted(rows(uri)) == list(range(3, 20_000, 4))
 
 
 def test_cache_is_bounded(monkeypatch: Any) -> None:

@@ -16,9 +16,14 @@ file's request).
 A deletion vector file is read by the versions from the commit that wrote it up to the
 first that no longer references it (every vector in it replaced, or its data files
 removed): the commit reports it then (:attr:`~barriered.statestore.state_log.StateCommit.
-vectors_dropped`) and retention deletes it like a removed data file. A file of a commit
-that lost its version's race is deleted at once; one left by a crash between the file
-and the log entry is deleted by maintenance (:mod:`barriered.statestore.maintenance`).
+vectors_dropped`) and retention deletes it like a removed data file. It is read longer
+by a partition whose live state holds a restored file with the restored version's
+vector (:mod:`barriered.statestore.live_state`, until a compaction absorbs the file):
+each cut reports the vector files its restored runs read (:data:`VECTORS_READ`), the
+checkpoint's commit lists them (:data:`VECTORS_READ_KEY`), and retention keeps a file
+a retained checkpoint lists. A file of a commit that lost its version's race is deleted
+at once; one left by a crash between the file and the log entry is deleted by
+maintenance (:mod:`barriered.statestore.maintenance`).
 
 :func:`vector_rows` reads one vector's record (a ranged read, not the file) and keeps
 the decoded rows in a per-process cache keyed by the descriptor (bounded by
@@ -50,6 +55,10 @@ INLINE_MAX = 1024
 PREFIX, SUFFIX = "deletion_vector_", ".bin"
 #: Bytes of decoded rows (8 per row) the per-process cache holds at most.
 CACHE_BYTES = 512 << 20
+#: The acknowledgement's ``extra`` key listing the vector files a partition's restored
+#: runs read (absolute paths), and the ``state`` commit metadata key listing those of the
+#: table (relative): retention keeps them while a retained checkpoint lists them.
+VECTORS_READ, VECTORS_READ_KEY = "vectors_read", "barriered.vectors_read"
 
 _CACHE: OrderedDict[Hashable, np.ndarray] = OrderedDict()
 _CACHED = [0]

@@ -66,6 +66,7 @@ from barriered.statestore.retention import (
     Retained,
     ack_table,
     floors,
+    pinned_vectors,
     record_removed,
     table_uri,
 )
@@ -214,7 +215,7 @@ def _unread_state_files(
     stones = read_json(layout.tombstones_file, default={}) or {}
     keep.update(str(e[1]) for e in stones.get(STATE, []))
     if exists(join(layout.state_table, "_delta_log")):
-        keep |= _referenced_vectors(layout, versions)
+        keep |= _referenced_vectors(layout, versions) | pinned_vectors(layout, retained)
     deleted = 0
     for root in (layout.state_table, layout.live_dir):
         fs, base = filesystem(root)

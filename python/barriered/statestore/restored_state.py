@@ -23,8 +23,6 @@ from pyspark.sql.types import StructType, _parse_datatype_string
 
 from barriered.errors import RestoreError
 from barriered.files.fileio import exists, join, read_json
-from barriered.statestore.deletion_vectors import DeletionVector
-from barriered.statestore.dv_files import vector_rows
 from barriered.statestore.evolution import check_defaults, compare
 from barriered.statestore.keyed import OperatorSpec, Restored
 from barriered.statestore.layout import SnapshotLayout
@@ -120,20 +118,12 @@ def _claimable(restored: Mapping[str, LiveFile], current: Mapping[str, LiveFile]
     return all(f.dv == current[p].dv for p, f in restored.items())
 
 
-def _run_vector(f: LiveFile, table: str, version: int, claim: bool) -> dict[str, Any] | None:
-    """The deletion vector a restored run carries: a file's by its absolute path (read
-    on any executor, cached there), inline when the restore claims the files.
-
-    A claimed run reads its file with the restored version's vector as long as it stays
-    in the partition's live state, which may be longer than the table keeps that
-    vector's file (a later commit replaces the vector; retention deletes the file once
-    no retained checkpoint reads it), so it keeps the rows itself."""
-    if f.dv is None:
-        return None
-    if claim and f.dv.storage_type != "i":
-        rows = vector_rows(f.dv, table, f"data file {f.path!r} at version {version}")
-        return DeletionVector.inline(rows).to_json()
-    return f.dv.absolute(table).to_json()
+def _run_vector(f: LiveFile, table: str) -> dict[str, Any] | None:
+    """The deletion vector a restored run carries: inline, or its file by its absolute
+    path (read on any executor, cached there; a few hundred bytes in the manifest
+    however many rows it deletes). The partition reports the file at every cut while
+    the run reads it, so retention keeps it (:mod:`barriered.statestore.dv_files`)."""
+    return None if f.dv is None else f.dv.absolute(table).to_json()
 
 
 def restored_files(
@@ -187,7 +177,7 @@ def restored_files(
                     int(lo) if old is None else int(old),
                     int(hi) if old is None else int(old),
                     None if old is None else int(old),
-                    _run_vector(f, origin.state_table, version, claim),
+                    _run_vector(f, origin.state_table),
                     f.path if claim else None,
                 )
             )
