@@ -33,7 +33,6 @@ from barriered.statestore.dv_files import (
 )
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.live_manifest import RestoredFile, new_manifest
-from barriered.statestore.live_state import LiveState
 from barriered.statestore.restore_point import TableFile, _check_vectors
 from barriered.statestore.state_log import (
     STATE_CONFIGURATION,
@@ -251,7 +250,7 @@ def test_a_restored_manifest_stays_small_and_reads_the_vectors(tmp_path: Path) -
         assert run.dv is not None and run.dv["storageType"] == "p"
         got = vector_rows(DeletionVector.from_json(run.dv), "")  # no table needed
         assert got.tolist() == list(range(0, 200_000, 2))
-    read = LiveState(None, None, None, manifest).vector_files()  # type: ignore[arg-type]
+    read = manifest.vector_files()
     (name,) = {f.dv.relative_file() for f in live if f.dv is not None}
     assert read == [f"{uri}/{name}"]
     layout = SimpleNamespace(state_table=uri)

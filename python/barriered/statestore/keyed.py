@@ -328,7 +328,7 @@ class KeyedOperator:
                 crash_points.STATE_COMPACTION if flushed.compacted else crash_points.STATE_SNAPSHOT
             )
             crash_points.hit(layout, point, min(ids), detail=detail)
-        vectors = state.vector_files()  # kept by retention while the partition reads them
+        vectors = state.manifest.vector_files()  # kept by retention while the partition reads them
         acks: dict[tuple[str, int], list[Ack]] = {}
         for checkpoint_id, meta, group in zip(ids, metas, markers[KEY_GROUP], strict=True):
             ack = self._ack(int(group), checkpoint_id, meta.get("epoch"), flushed)

@@ -225,19 +225,6 @@ class LiveState:
         where = f"restored file {run.uri!r} of keyed operator {self.config.operator!r}"
         return vector_rows(DeletionVector.from_json(run.dv), "", where)
 
-    def vector_files(self) -> list[str]:
-        """The deletion vector files (absolute paths) the restored runs read. Each cut
-        reports them, so retention keeps them while a run reads them, however long after
-        the table stopped referencing them (:func:`~barriered.statestore.retention.
-        pinned_vectors`)."""
-        return sorted(
-            {
-                DeletionVector.from_json(run.dv).file_path("")
-                for run in self.manifest.runs
-                if run.dv is not None and run.dv.get("storageType") == "p"
-            }
-        )
-
     def lookup(self, keys: pa.Table, key_groups: np.ndarray) -> Found:
         """The state of ``keys`` (distinct; the key columns) of ``key_groups``: the
         newest entry of each (buffered changes, then the runs in order)."""
