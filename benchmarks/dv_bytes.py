@@ -5,7 +5,8 @@ synthetic state (no Spark, no data read: the commits only need each file's row c
 [--fraction 0.01]``: a table of ``--files`` files of ``--rows`` rows each, then
 ``--commits`` checkpoints each deleting a random ``--fraction`` of every file's rows
 (a bulk update's deletion vectors growing commit after commit). Prints the log bytes
-per commit, the log's total, and the JSON bytes of the manifest a partition keeps after
+per commit, the log's total, the time to replay the log (what every reader of the
+newest version does), and the JSON bytes of the manifest a partition keeps after
 restoring the last version.
 """
 
@@ -69,6 +70,9 @@ def main() -> None:
             sizes.append(Path(uri, "_delta_log", f"{version:020d}.json").stat().st_size)
         total = sum(p.stat().st_size for p in Path(uri).rglob("*") if p.is_file())
         log_total = sum(p.stat().st_size for p in Path(uri, "_delta_log").iterdir())
+        begin = time.perf_counter()
+        StateFiles(uri)  # what every reader of the newest version replays
+        replay_ms = round(1000 * (time.perf_counter() - begin), 1)
         restored = [  # as a restore into another snapshot path carries them
             RestoredFile(f"{uri}/{f.path}", 0, 127, None, f.dv and f.dv.absolute(uri).to_json())
             for f in StateFiles(uri).files.values()
@@ -87,6 +91,7 @@ def main() -> None:
                     "table_bytes_total": total,
                     "commit_ms_median": round(1000 * float(np.median(seconds)), 1),
                     "commit_ms_last": round(1000 * seconds[-1], 1),
+                    "replay_ms": replay_ms,
                     "manifest_bytes_after_restore": len(manifest.to_json()),
                 }
             )
