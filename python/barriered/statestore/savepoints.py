@@ -45,7 +45,7 @@ from barriered.files.fileio import (
 from barriered.statestore import checkpoints_table, operators
 from barriered.statestore.acks import DataFile, write_data_file
 from barriered.statestore.delta_tables import INFLIGHT_PARTITIONS, commit_files, open_table
-from barriered.statestore.dv_files import vector_rows
+from barriered.statestore.dv_files import VECTORS_READ_KEY, vector_rows
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import (
     TableFile,
@@ -203,6 +203,7 @@ def export(
     copy_tree(origin.source_dir, out.source_dir)
     metadata = dict(point.metadata)
     metadata.pop("barriered.checkpoint_id", None)
+    metadata.pop(VECTORS_READ_KEY, None)  # the origin's files its partitions read
     inflight = _copy(point.inflight_files(), origin.inflight_table, out.inflight_table)
     inflight_version = None
     if inflight:
