@@ -393,3 +393,20 @@ def test_on_s3_a_vector_file_is_one_put_and_reads_back(s3_server: S3Server) -> N
     fs.delete_file(f"{root}/{dv.relative_file()}")
     with pytest.raises(RestoreError, match="is missing"):
         _check_vectors(uri, listed, point, {})  # type: ignore[arg-type]
+
+
+def test_vector_files_stay_bounded_over_many_commits(tmp_path: Path) -> None:
+    """30 commits each growing a large vector, one checkpoint retained: the vector
+    files on disk stay those the retained version and the current one reference."""
+    layout = SnapshotLayout.at(str(tmp_path / "snap"))
+    uri = layout.state_table
+    files = new_table(uri)
+    a = data_file(uri, "a", np.arange(60_000), 1)
+    commit_state(files, 1, [a], {}, {}, APP)
+    for cid in range(2, 32):
+        gone = {a.path: np.arange(cid, 60_000, 31)}
+        commit = commit_state(files, cid, [], gone, {}, APP)
+        retention.record_removed(layout, retention.STATE, commit.version, commit.vectors_dropped)
+        retention.apply(layout, [retention.Retained(cid, commit.version, None)])
+        assert len(vector_files(uri)) == 1  # the current (retained) version's only
+    assert sorted(rows(uri)) == [0, *(k for k in range(60_000) if k % 31 == 1)]
