@@ -11,7 +11,7 @@ spark_version="$("$python" -c 'import pyspark; print(pyspark.__version__)')"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/classes/io/barriered/shim"
-javac --release 17 -nowarn -cp "$pyspark_home/jars/*" -d "$work/classes" \
+javac --release 17 -nowarn -XDsuppressNotes -cp "$pyspark_home/jars/*" -d "$work/classes" \
   $(find "$here/src" -name '*.java' | sort)
 printf 'spark.version=%s\n' "$spark_version" > "$work/classes/io/barriered/shim/build.properties"
 mkdir -p "$(dirname "$out")"

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,19 @@ from barriered.local.processes import running
 from kafka_broker import KafkaBroker, Produced, Record
 
 pytestmark = pytest.mark.kafka
+
+
+def end_offsets_once_at(
+    read: Callable[[], dict[int, int]], expected: dict[int, int], seconds: float = 10.0
+) -> dict[int, int]:
+    """``read()`` as soon as it returns ``expected``, else its last answer after
+    ``seconds``: the transaction coordinator writes commit and abort markers after the
+    producer's commit returned (WriteTxnMarkers), so end offsets reach them a moment later."""
+    found, deadline = read(), time.monotonic() + seconds
+    while found != expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+        found = read()
+    return found
 
 
 def test_read_committed_sees_plain_and_committed_records_only(kafka_broker: KafkaBroker) -> None:
@@ -38,8 +52,10 @@ def test_read_committed_sees_plain_and_committed_records_only(kafka_broker: Kafk
     assert broker.produce(topic, [(b"c3", None)], partition=2, transactional=True) == [(2, 6)]
 
     # each transaction's commit or abort marker takes an offset of its own
-    assert broker.end_offsets(topic, read_committed=False) == {0: 3, 1: 6, 2: 8}
-    assert broker.end_offsets(topic) == {0: 3, 1: 6, 2: 8}
+    ends = {0: 3, 1: 6, 2: 8}
+    uncommitted = end_offsets_once_at(lambda: broker.end_offsets(topic, read_committed=False), ends)
+    assert uncommitted == ends
+    assert end_offsets_once_at(lambda: broker.end_offsets(topic), ends) == ends
     plain_rows = [
         Record(p, i, f"k{p}{i}".encode(), f"v{p}{i}".encode(), ())
         for p in range(3)

@@ -43,6 +43,7 @@ from deltalake.transaction import CommitProperties
 from barriered import wall_time
 from barriered.errors import FencedError, SnapshotPathInUseError, SnapshotStoreError
 from barriered.files.fileio import exists, join, read_json, write_json
+from barriered.local.processes import running
 from barriered.statestore.delta_tables import open_table
 from barriered.statestore.layout import SnapshotLayout
 
@@ -69,16 +70,6 @@ def _when(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _pid_running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 @dataclass(frozen=True)
 class Owner:
     """One run that took a snapshot path, with what its leases say."""
@@ -101,7 +92,7 @@ class Owner:
             return False
         if now_ms - max(self.renewed_ms, self.started_ms) > lease_timeout_ms:
             return False
-        return self.host != socket.gethostname() or _pid_running(self.pid)
+        return self.host != socket.gethostname() or running(self.pid)
 
     def describe(self, now_ms: int) -> str:
         """The run for a message: query and run id, since when, where, lease age."""

@@ -113,8 +113,6 @@ class FileNotes:
         rows of older files it replaces when not ``deletes`` (a reader's footer: they are
         the commit's, and as large as the changes)."""
         meta = metadata or {}
-        if not deletes:
-            meta = {k: v for k, v in meta.items() if k != META_DELETES}
 
         def get(key: bytes, default: Any) -> Any:
             return json.loads(meta[key]) if key in meta else default
@@ -123,7 +121,7 @@ class FileNotes:
         hashes = get(META_HASHES, None)
         return cls(
             decode_rows(hidden) if hidden else np.empty(0, np.int64),
-            {p: decode_rows(r) for p, r in get(META_DELETES, {}).items()},
+            {p: decode_rows(r) for p, r in (get(META_DELETES, {}) if deletes else {}).items()},
             tuple(int(g) for g in get(META_REPLACES, [])),
             tuple(int(g) for g in get(META_GROUPS, [])),
             tuple((int(a), int(b)) for a, b in get(META_CHUNKS, [])),
@@ -234,8 +232,8 @@ def _exact(kind: pa.DataType) -> bool:
     """Whether values of ``kind`` are equal exactly when Arrow's ``is_in`` says so (no
     -0.0 / NaN or decimal-scale subtleties): a key column a lookup may prefilter on."""
     t = pa.types
-    exact = (t.is_string, t.is_large_string, t.is_binary, t.is_integer, t.is_boolean)
-    return any(test(kind) for test in exact) or t.is_temporal(kind)
+    exact = (t.is_string, t.is_large_string, t.is_binary, t.is_integer, t.is_boolean, t.is_temporal)
+    return any(test(kind) for test in exact)
 
 
 def candidates(table: pa.Table, keys: pa.Table, key_columns: Sequence[str]) -> np.ndarray | None:
