@@ -16,6 +16,7 @@ from deltalake import Schema as DeltaSchema
 from deltalake.transaction import create_table_with_add_actions
 
 from barriered.errors import SnapshotStoreError
+from barriered.statestore.dv_files import vector_rows
 from barriered.statestore.state_log import (
     STATE_CONFIGURATION,
     NewFile,
@@ -103,7 +104,7 @@ def test_replay_follows_a_delta_checkpoint_and_time_travel(tmp_path: Path) -> No
     fresh = StateFiles(uri)
     assert fresh.files == files.files
     assert fresh.files[a.path].dv is not None
-    assert fresh.files[a.path].dv.rows().tolist() == [0, 1, 2]
+    assert vector_rows(fresh.files[a.path].dv, uri).tolist() == [0, 1, 2]
     old = StateFiles(uri, v2)
     assert sorted(old.files) == sorted([a.path, b.path])
     assert old.files[a.path].live_rows == 2

@@ -32,6 +32,7 @@ from barriered.files.fileio import join
 from barriered.state_processor.target import Target
 from barriered.state_processor.writer import KeyGroupWriter, write_state
 from barriered.statestore.acks import DataFile
+from barriered.statestore.dv_files import vector_rows
 from barriered.statestore.keyed import OperatorSpec
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint, resolve
@@ -71,7 +72,15 @@ def read_state(spark: SparkSession, point: RestorePoint, operator: str) -> DataF
     if not files:
         return spark.createDataFrame([], schema)
     df = spark.read.schema(schema).parquet(*[join(point.origin.state_table, f.path) for f in files])
-    deleted = [(f.path.rsplit("/", 1)[-1], f.dv.rows()) for f in files if f.dv is not None]
+    table = point.origin.state_table
+    deleted = [
+        (
+            f.path.rsplit("/", 1)[-1],
+            vector_rows(f.dv, table, f"data file {f.path!r} of {point.describe()}"),
+        )
+        for f in files
+        if f.dv is not None
+    ]
     if not deleted:
         return df
     # rows a file's deletion vector deleted are not the checkpoint's state (Spark reads

@@ -23,6 +23,7 @@ from barriered.files.fileio import filesystem
 from barriered.statestore import operators
 from barriered.statestore.acks import Ack
 from barriered.statestore.delta_tables import INFLIGHT_PARTITIONS, as_json, commit_files
+from barriered.statestore.dv_files import VECTORS_READ, VECTORS_READ_KEY
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.retention import store_versions
 from barriered.statestore.state_commit import commit_state_table
@@ -39,7 +40,8 @@ class CheckpointCommit:
     inflight_version: int | None
     #: Per channel (as text), the captured in-flight range ``[start, end)``.
     inflight_ranges: dict[str, list[int]]
-    #: The files the ``state`` commit removed (for retention).
+    #: The files the ``state`` commit removed, and the deletion vector files it no
+    #: longer references (for retention).
     removed: Sequence[Any]
     #: Per Spark operator store, its table version (None: empty so far).
     stores: dict[str, int | None]
@@ -116,14 +118,31 @@ def commit_checkpoint(
             "barriered.inflight": as_json(ranges),
             "barriered.inflight_version": inflight_version,
             operators.VERSIONS_KEY: as_json(stores),
+            VECTORS_READ_KEY: _vectors_read(layout, state_acks),
             **metadata,
         },
         epoch,
     )
     log.debug("checkpoint %d: state table version %d", cid, commit.version)
+    removed = (*commit.removed, *commit.vectors_dropped)  # tombstoned alike
     return CheckpointCommit(
-        commit.version, inflight_version, ranges, commit.removed, store_versions(stores)
+        commit.version, inflight_version, ranges, removed, store_versions(stores)
     )
+
+
+def _vectors_read(layout: SnapshotLayout, acks: Sequence[Ack]) -> str | None:
+    """The deletion vector files of the ``state`` table that the keyed partitions'
+    restored runs read (relative to the table; JSON), None when there are none: a
+    retained checkpoint listing one keeps it (:func:`~barriered.statestore.retention.
+    pinned_vectors`). Another path's files (a restore from there) are that path's."""
+    root = layout.state_table.rstrip("/") + "/"
+    read = {
+        str(path)[len(root) :]
+        for a in acks
+        for path in a.extra.get(VECTORS_READ, ())
+        if str(path).startswith(root)
+    }
+    return as_json(sorted(read)) if read else None
 
 
 def upstream_start(

@@ -14,8 +14,11 @@ but does not write them, so they are written here, in the format of the Delta pr
   serialization (array containers for up to 4,096 rows of a 65,536-row chunk, bitmap
   containers above; run containers are read, not written);
 * stored inline in the log (storage type ``i``): the bytes in Z85, Base85 with the
-  ZeroMQ alphabet, padded to a multiple of 4 bytes. Descriptors of Spark's on-disk
-  deletion vectors (``u``, ``p``) are read as well.
+  ZeroMQ alphabet, padded to a multiple of 4 bytes; or in a deletion vector file
+  (``u``: ``deletion_vector_<uuid>.bin`` in the table's folder, named by the Z85 of the
+  UUID, with an optional prefix folder; ``p``: an absolute path) at ``offset``: the
+  size (int32, big endian), the bytes, their CRC-32 (int32, big endian). Which form a
+  commit writes, and the file itself, is :mod:`barriered.statestore.dv_files`.
 
 A deletion vector is handled here as a sorted ``numpy`` array of distinct row indices.
 """
@@ -233,53 +236,95 @@ class DeletionVector:
             out["offset"] = self.offset
         return out
 
+    def relative_file(self) -> str:
+        """The path of a ``u`` deletion vector's file relative to its table."""
+        if self.storage_type != "u":
+            raise ValueError(f"a {self.storage_type!r} deletion vector has no table-relative file")
+        encoded = self.path_or_inline_dv
+        prefix, z85 = encoded[:-20], encoded[-20:]
+        name = f"deletion_vector_{uuid.UUID(bytes=z85_decode(z85, 16))}.bin"
+        return f"{prefix.strip('/')}/{name}" if prefix.strip("/") else name
+
     def file_path(self, table_uri: str) -> str:
         """Where an on-disk deletion vector is (``u``: relative to the table, ``p``)."""
         if self.storage_type == "p":
             return self.path_or_inline_dv
-        encoded = self.path_or_inline_dv
-        prefix, z85 = encoded[:-20], encoded[-20:]
-        name = f"deletion_vector_{uuid.UUID(bytes=z85_decode(z85, 16))}.bin"
-        return "/".join(p.strip("/") for p in (table_uri, prefix, name) if p)
+        return table_uri.rstrip("/") + "/" + self.relative_file()
 
-    def rows(self, read: Any = None, table_uri: str = "") -> np.ndarray:
+    def absolute(self, table_uri: str) -> DeletionVector:
+        """The same deletion vector with its file named by an absolute path (``p``), to
+        be read without its table (an inline one is returned as it is)."""
+        if self.storage_type != "u":
+            return self
+        path = self.file_path(table_uri)
+        return DeletionVector("p", path, self.size_in_bytes, self.cardinality, self.offset)
+
+    @property
+    def stored_bytes(self) -> tuple[int, int]:
+        """Where an on-disk deletion vector's record is in its file: start and length
+        (the size, the bytes and the checksum)."""
+        return (1 if self.offset is None else self.offset), 4 + self.size_in_bytes + 4
+
+    def rows(self, read: Any = None, table_uri: str = "", where: str = "") -> np.ndarray:
         """The deleted row indices, sorted.
 
         Parameters
         ----------
         read : callable, optional
-            ``read(path) -> bytes`` for an on-disk deletion vector (``u``, ``p``).
+            ``read(path, start, length) -> bytes`` for an on-disk deletion vector (``u``,
+            ``p``): the bytes of the file at ``start`` (fewer at its end).
         table_uri : str
             The table the descriptor belongs to (for ``u``).
+        where : str, optional
+            What the deletion vector belongs to, for messages (a data file, a version).
 
         Raises
         ------
         SnapshotStoreError
-            When the deletion vector cannot be read or does not match its descriptor.
+            When the deletion vector cannot be read or does not match its descriptor,
+            naming the table, ``where`` and the deletion vector's file.
         """
+        table = table_uri or "a state table"
+        at = f" ({where})" if where else ""
         try:
             if self.storage_type == "i":
                 rows = deserialize(z85_decode(self.path_or_inline_dv, self.size_in_bytes))
             else:
                 if read is None:
                     raise ValueError("an on-disk deletion vector needs a reader")
-                blob = read(self.file_path(table_uri))
-                at = self.offset or 1
-                (size,) = struct.unpack_from(">I", blob, at)
-                data = blob[at + 4 : at + 4 + size]
-                (checksum,) = struct.unpack_from(">I", blob, at + 4 + size)
+                path = self.file_path(table_uri)
+                start, length = self.stored_bytes
+                try:
+                    record = read(path, start, length)
+                except OSError as exc:
+                    raise SnapshotStoreError(
+                        f"the deletion vector file {path!r} of table {table}{at} cannot be "
+                        f"read: {exc}. The version that references it cannot be read; put "
+                        "the file back or restore a newer checkpoint"
+                    ) from exc
+                if len(record) < length:
+                    raise ValueError(
+                        f"its file {path!r} ends {length - len(record)} byte(s) before the "
+                        "deletion vector does (truncated)"
+                    )
+                (size,) = struct.unpack_from(">I", record, 0)
+                data = record[4 : 4 + self.size_in_bytes]
+                (checksum,) = struct.unpack_from(">I", record, 4 + self.size_in_bytes)
                 if size != self.size_in_bytes or zlib.crc32(data) != checksum:
-                    raise ValueError("size or checksum does not match its descriptor")
+                    raise ValueError(
+                        f"its size or checksum in {path!r} (offset {start}) does not match "
+                        "its descriptor"
+                    )
                 rows = deserialize(data)
-        except (ValueError, struct.error, OSError) as exc:
+        except (ValueError, struct.error) as exc:
             raise SnapshotStoreError(
                 f"deletion vector {self.storage_type}:{self.path_or_inline_dv[:40]!r} of "
-                f"{table_uri or 'a state table file'} cannot be read: {exc}"
+                f"table {table}{at} cannot be read: {exc}"
             ) from exc
         if len(rows) != self.cardinality:
             raise SnapshotStoreError(
-                f"deletion vector of {table_uri or 'a state table file'} holds {len(rows)} "
-                f"rows, its descriptor says {self.cardinality}"
+                f"deletion vector of table {table}{at} holds {len(rows)} rows, its "
+                f"descriptor says {self.cardinality}"
             )
         return rows
 

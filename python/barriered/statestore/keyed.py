@@ -43,6 +43,7 @@ from barriered.files.fileio import join
 from barriered.files.storage import register
 from barriered.statestore.acks import Ack, DataFile, state_participant, write_acks
 from barriered.statestore.contract import Contract
+from barriered.statestore.dv_files import VECTORS_READ
 from barriered.statestore.key_groups import group_values, key_group_for_key, key_types
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.live_manifest import RestoredFile, new_manifest
@@ -327,11 +328,17 @@ class KeyedOperator:
                 crash_points.STATE_COMPACTION if flushed.compacted else crash_points.STATE_SNAPSHOT
             )
             crash_points.hit(layout, point, min(ids), detail=detail)
+        vectors = state.manifest.vector_files()  # kept by retention while the partition reads them
         acks: dict[tuple[str, int], list[Ack]] = {}
         for checkpoint_id, meta, group in zip(ids, metas, markers[KEY_GROUP], strict=True):
             ack = self._ack(int(group), checkpoint_id, meta.get("epoch"), flushed)
+            extra: dict[str, Any] = {}
             if flushed.written is not None:
-                ack = replace(ack, extra={"write_ms": write_ms})
+                extra["write_ms"] = write_ms
+            if vectors and (meta["path"], checkpoint_id) not in acks:  # once per call
+                extra[VECTORS_READ] = vectors
+            if extra:
+                ack = replace(ack, extra=extra)
             acks.setdefault((meta["path"], checkpoint_id), []).append(ack)
         for (path, _), written in acks.items():
             write_acks(SnapshotLayout.at(path), written)

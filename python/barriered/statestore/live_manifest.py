@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from barriered.statestore.deletion_vectors import DeletionVector
 from barriered.statestore.key_groups import partition_key_groups
 
 #: The format of the value in Spark's state store.
@@ -76,6 +77,19 @@ class Manifest:
             next_run=int(d["next_run"]),
             full_next=bool(d["full_next"]),
             format=int(d["format"]),
+        )
+
+    def vector_files(self) -> list[str]:
+        """The deletion vector files (absolute paths) the restored runs read. Each cut
+        reports them, so retention keeps them while a run reads them, however long after
+        the table stopped referencing them (:func:`~barriered.statestore.retention.
+        pinned_vectors`)."""
+        return sorted(
+            {
+                DeletionVector.from_json(run.dv).file_path("")
+                for run in self.runs
+                if run.dv is not None and run.dv.get("storageType") == "p"
+            }
         )
 
     def add_run(self, **kwargs: Any) -> Run:

@@ -49,6 +49,7 @@ from barriered.config.source_options import RESTORE_FROM
 from barriered.errors import KeyedStateError
 from barriered.files.fileio import join
 from barriered.statestore.deletion_vectors import DeletionVector, contains, distinct, union
+from barriered.statestore.dv_files import vector_rows
 from barriered.statestore.entries import in_groups, newest_first, unchanged, with_columns
 from barriered.statestore.evolution import conform
 from barriered.statestore.key_groups import partition_key_groups
@@ -151,8 +152,6 @@ class Flushed:
 NO_FILE, SPILLED = -1, -2
 EMPTY = np.empty(0, np.int64)
 
-_DVS: dict[tuple[str, str], np.ndarray] = {}
-
 
 class LiveState:
     """One partition's live keyed state during one call (see the module docstring).
@@ -219,14 +218,12 @@ class LiveState:
     # -- reads ---------------------------------------------------------------------------
 
     def _not_state(self, run: Run) -> np.ndarray | None:
-        """A restored run's deleted rows (the restored version's deletion vector)."""
+        """A restored run's deleted rows (the restored version's deletion vector: inline,
+        or in a file named by its absolute path; cached per process)."""
         if run.dv is None:
             return None
-        key = (run.uri, json.dumps(run.dv, sort_keys=True))
-        rows = _DVS.get(key)
-        if rows is None:
-            rows = _DVS[key] = DeletionVector.from_json(run.dv).rows()
-        return rows
+        where = f"restored file {run.uri!r} of keyed operator {self.config.operator!r}"
+        return vector_rows(DeletionVector.from_json(run.dv), "", where)
 
     def lookup(self, keys: pa.Table, key_groups: np.ndarray) -> Found:
         """The state of ``keys`` (distinct; the key columns) of ``key_groups``: the

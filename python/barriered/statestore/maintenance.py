@@ -21,7 +21,10 @@ coordinator also bounds what is left, without touching what a retained checkpoin
   neither its current version nor a retained checkpoint's references and that retention
   does not track (a failed task attempt's file, one replaced before it was committed),
   and the files of changes spilled between two cuts (``_live/``), once written before
-  the trigger of the newest completed checkpoint by ``retention.minAge``. Every keyed
+  the trigger of the newest completed checkpoint by ``retention.minAge``; so are the
+  table's deletion vector files that no such version references (a commit that crashed
+  between its deletion vector file and its log entry, or before retention recorded the
+  file it dropped, :mod:`barriered.statestore.dv_files`). Every keyed
   partition reports at each cut every file its live state reads that no completed
   checkpoint holds, so whatever the newest completed checkpoint's version does not hold
   and was written before its cut is read by nobody (:mod:`barriered.statestore.live_state`).
@@ -39,6 +42,7 @@ import pyarrow.fs as pafs
 from barriered.files.fileio import (
     delete_file,
     delete_tree,
+    exists,
     filesystem,
     join,
     list_names,
@@ -52,6 +56,7 @@ from barriered.statestore.delta_tables import (
     open_table,
     truncate_log,
 )
+from barriered.statestore.dv_files import is_vector_file, referenced
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.retention import (
     CHECKPOINTS,
@@ -61,9 +66,11 @@ from barriered.statestore.retention import (
     Retained,
     ack_table,
     floors,
+    pinned_vectors,
     record_removed,
     table_uri,
 )
+from barriered.statestore.state_log import StateFiles
 
 log = logging.getLogger(__name__)
 
@@ -185,14 +192,30 @@ def _stray_acks(
     return len(stray)
 
 
+def _referenced_vectors(layout: SnapshotLayout, versions: set[int | None]) -> set[str]:
+    """The deletion vector files of the ``state`` table that ``versions`` reference."""
+    out: set[str] = set()
+    files = None
+    for version in sorted(versions, key=lambda v: -1 if v is None else v):
+        if version is None:  # the newest, replayed last (kept current from the older)
+            continue
+        files = StateFiles(layout.state_table, version) if files is None else files.refresh(version)
+        out |= referenced(f.dv for f in files.files.values())
+    newest = StateFiles(layout.state_table) if files is None else files.refresh()
+    return out | referenced(f.dv for f in newest.files.values())
+
+
 def _unread_state_files(
     layout: SnapshotLayout, retained: Sequence[Retained], before_ms: int
 ) -> int:
-    """Delete the keyed state files nothing reads that were written before ``before_ms``."""
+    """Delete the keyed state files and deletion vector files nothing reads that were
+    written before ``before_ms``."""
     versions: set[int | None] = {None, *(r.state_version for r in retained)}
     keep = _referenced(layout, STATE, versions)
     stones = read_json(layout.tombstones_file, default={}) or {}
     keep.update(str(e[1]) for e in stones.get(STATE, []))
+    if exists(join(layout.state_table, "_delta_log")):
+        keep |= _referenced_vectors(layout, versions) | pinned_vectors(layout, retained)
     deleted = 0
     for root in (layout.state_table, layout.live_dir):
         fs, base = filesystem(root)
@@ -201,7 +224,7 @@ def _unread_state_files(
             rel = info.path[len(base) :].lstrip("/")
             if (
                 info.type != pafs.FileType.File
-                or not rel.endswith(".parquet")
+                or not (rel.endswith(".parquet") or is_vector_file(rel))
                 or rel.startswith("_")  # the log (its checkpoints)
                 or (root == layout.state_table and rel in keep)
                 or info.mtime is None

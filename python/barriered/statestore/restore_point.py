@@ -156,6 +156,7 @@ class RestorePoint:
                 continue
             for f in files:
                 _check_file(join(table_uri, f.path), f.size, self)
+            _check_vectors(table_uri, files, self)
         self.check_manifest()
 
     def check_manifest(self) -> None:
@@ -282,6 +283,41 @@ def _check_listed(
         if size != f.size:
             problem = "is missing" if size is None else f"has {size} bytes"
             _refuse(join(table_uri, f.path), f"{problem}, the Delta log says {f.size}", point)
+    _check_vectors(table_uri, files, point, {p: s for p, s in sizes.items() if s is not None})
+
+
+def _check_vectors(
+    table_uri: str,
+    files: list[TableFile],
+    point: RestorePoint,
+    sizes: Mapping[str, int] | None = None,
+) -> None:
+    """Check that the deletion vector files the version references are there and long
+    enough for each vector (``sizes``: the listed sizes of an object store's files, by
+    path inside it; else one request per file)."""
+    ends: dict[str, tuple[int, str]] = {}
+    for f in files:
+        if f.dv is None or f.dv.storage_type == "i":
+            continue
+        start, length = f.dv.stored_bytes
+        path = f.dv.file_path(table_uri)
+        if start + length > ends.get(path, (0, ""))[0]:
+            ends[path] = (start + length, f.path)
+    for path, (end, data_file) in sorted(ends.items()):
+        if sizes is not None:
+            size = sizes.get(filesystem(path)[1])
+        else:
+            fs, local = filesystem(path)
+            size = fs.get_file_info(local).size
+        if size is None or size < end:
+            found = "is missing" if size is None else f"has {size} bytes"
+            raise RestoreError(
+                f"cannot restore {point.describe()}: deletion vector file {path!r} of table "
+                f"{table_uri!r} (version {point.state_version}; the vector of data file "
+                f"{data_file!r} ends at byte {end}) {found}. Nothing was changed or "
+                "deleted. If retention removed it, restore a newer checkpoint (barriered "
+                "checkpoints PATH lists them); otherwise put the file back"
+            )
 
 
 def _refuse(uri: str, problem: str, point: RestorePoint) -> NoReturn:

@@ -118,6 +118,14 @@ def _claimable(restored: Mapping[str, LiveFile], current: Mapping[str, LiveFile]
     return all(f.dv == current[p].dv for p, f in restored.items())
 
 
+def _run_vector(f: LiveFile, table: str) -> dict[str, Any] | None:
+    """The deletion vector a restored run carries: inline, or its file by its absolute
+    path (read on any executor, cached there; a few hundred bytes in the manifest
+    however many rows it deletes). The partition reports the file at every cut while
+    the run reads it, so retention keeps it (:mod:`barriered.statestore.dv_files`)."""
+    return None if f.dv is None else f.dv.absolute(table).to_json()
+
+
 def restored_files(
     restore: Mapping[str, Any],
     spec: OperatorSpec,
@@ -169,7 +177,7 @@ def restored_files(
                     int(lo) if old is None else int(old),
                     int(hi) if old is None else int(old),
                     None if old is None else int(old),
-                    None if f.dv is None else f.dv.to_json(),
+                    _run_vector(f, origin.state_table),
                     f.path if claim else None,
                 )
             )

@@ -29,6 +29,7 @@ read its files.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +38,14 @@ from typing import Any
 import pyarrow as pa
 
 from barriered import wall_time
-from barriered.files.fileio import delete_file, delete_tree, join, read_json, write_json
+from barriered.files.fileio import (
+    delete_file,
+    delete_tree,
+    join,
+    read_bytes,
+    read_json,
+    write_json,
+)
 from barriered.statestore.acks import Ack, read_acks
 from barriered.statestore.delta_tables import (
     INFLIGHT_PARTITIONS,
@@ -45,6 +53,7 @@ from barriered.statestore.delta_tables import (
     current_files,
     open_table,
 )
+from barriered.statestore.dv_files import VECTORS_READ_KEY, is_vector_file
 from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)
@@ -154,6 +163,30 @@ def drop_inflight(layout: SnapshotLayout, older_than: int) -> None:
     log.info("retention: in-flight records of checkpoints %s removed from the table", ids)
 
 
+def pinned_vectors(layout: SnapshotLayout, retained: Sequence[Retained]) -> set[str]:
+    """The deletion vector files of the ``state`` table that the keyed partitions read
+    at a retained checkpoint beyond what its version references (a restored file's
+    vector, :mod:`barriered.statestore.dv_files`): listed in the checkpoint's commit."""
+    pinned: set[str] = set()
+    for r in retained:
+        raw = read_bytes(join(layout.state_table, "_delta_log", f"{r.state_version:020d}.json"))
+        for line in (raw or b"").decode("utf-8", "replace").splitlines():
+            if '"commitInfo"' not in line:
+                continue
+            try:
+                listed = json.loads(line)["commitInfo"].get(VECTORS_READ_KEY)
+                pinned.update(json.loads(listed) if listed else ())
+            except (ValueError, KeyError, TypeError, AttributeError):
+                log.warning(
+                    "retention: the commit of checkpoint %d (state version %d) is not "
+                    "readable JSON; its pinned deletion vector files are not known",
+                    r.checkpoint_id,
+                    r.state_version,
+                )
+            break
+    return pinned
+
+
 def floors(retained: Sequence[Retained]) -> dict[str, int | None]:
     """The oldest version of each table a retained checkpoint reads (None: no version of
     that table is read by a retained checkpoint). Store tables appear once a retained
@@ -206,6 +239,7 @@ def apply(
     stones = read_json(layout.tombstones_file, default={}) or {}
     deleted = stamped = 0
     kept: dict[str, list[list[object]]] = {}
+    pinned: set[str] | None = None  # read once a vector file could go
     for table, entries in stones.items():
         floor = oldest.get(table)
         keep: list[list[object]] = []
@@ -214,6 +248,11 @@ def apply(
             if floor is not None and version > floor:
                 keep.append(entry)  # a retained checkpoint still reads it
                 continue
+            if table == STATE and is_vector_file(path):
+                pinned = pinned_vectors(layout, retained) if pinned is None else pinned
+                if path in pinned:  # a partition's restored file still reads it
+                    keep.append(entry[:2])
+                    continue
             unread_since = int(entry[2]) if len(entry) > 2 else now
             if now - unread_since >= min_age_ms:
                 delete_file(join(table_uri(layout, table), path))

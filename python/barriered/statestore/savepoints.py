@@ -45,6 +45,7 @@ from barriered.files.fileio import (
 from barriered.statestore import checkpoints_table, operators
 from barriered.statestore.acks import DataFile, write_data_file
 from barriered.statestore.delta_tables import INFLIGHT_PARTITIONS, commit_files, open_table
+from barriered.statestore.dv_files import VECTORS_READ_KEY, vector_rows
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import (
     TableFile,
@@ -90,6 +91,14 @@ def _copy(files: list[TableFile], source: str, target: str) -> list[DataFile]:
     return out
 
 
+def _deleted(f: TableFile, table: str) -> np.ndarray:
+    """The rows of ``f`` its version does not hold: its deletion vector (inline or in a
+    file of ``table``), written again by the savepoint's commit."""
+    if f.dv is None:
+        return np.empty(0, np.int64)
+    return vector_rows(f.dv, table, f"data file {f.path!r} of the checkpoint")
+
+
 def _copy_state(
     files: list[TableFile], source: str, target: str
 ) -> list[tuple[DataFile, np.ndarray]]:
@@ -102,7 +111,7 @@ def _copy_state(
         group = f.partition_values.get(KEY_GROUP)
         if group is None:
             (copied,) = _copy([f], source, target)
-            out.append((copied, f.dv.rows() if f.dv else np.empty(0, np.int64)))
+            out.append((copied, _deleted(f, source)))
             continue
         fs, path = filesystem(join(source, f.path))
         with fs.open_input_file(path) as handle:
@@ -122,7 +131,7 @@ def _copy_state(
             written.modification_time,
             json.dumps(stats),
         )
-        out.append((converted, f.dv.rows() if f.dv else np.empty(0, np.int64)))
+        out.append((converted, _deleted(f, source)))
     return out
 
 
@@ -194,6 +203,7 @@ def export(
     copy_tree(origin.source_dir, out.source_dir)
     metadata = dict(point.metadata)
     metadata.pop("barriered.checkpoint_id", None)
+    metadata.pop(VECTORS_READ_KEY, None)  # the origin's files its partitions read
     inflight = _copy(point.inflight_files(), origin.inflight_table, out.inflight_table)
     inflight_version = None
     if inflight:

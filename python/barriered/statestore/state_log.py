@@ -14,8 +14,10 @@ lists them with a table's files, so this module
   vectors of the files whose rows they replace (a file whose every row is deleted is
   removed instead), the app transaction ``(barriered.state, checkpoint id)`` and the
   commit metadata, as the log file of the next version, created only if absent
-  (:func:`~barriered.files.fileio.create_if_absent`). Metadata commits (creating
-  the table, adding a new operator's columns) stay delta-rs's.
+  (:func:`~barriered.files.fileio.create_if_absent`). Its deletion vectors above
+  :data:`~barriered.statestore.dv_files.INLINE_MAX` bytes go to one deletion vector
+  file written before the log entry (:mod:`barriered.statestore.dv_files`). Metadata
+  commits (creating the table, adding a new operator's columns) stay delta-rs's.
 """
 
 from __future__ import annotations
@@ -33,12 +35,14 @@ from barriered import wall_time
 from barriered.errors import SnapshotStoreError
 from barriered.files.fileio import (
     create_if_absent,
+    delete_file,
     filesystem,
     join,
     list_names,
     read_bytes,
 )
 from barriered.statestore.deletion_vectors import DeletionVector, union
+from barriered.statestore.dv_files import VectorFile, referenced, vector_rows
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +237,9 @@ class StateCommit:
     removed: tuple[str, ...] = ()
     #: Files whose deletion vector it changed.
     masked: tuple[str, ...] = ()
+    #: Deletion vector files the version before referenced and this one does not (no
+    #: later version can): for retention, like ``removed``.
+    vectors_dropped: tuple[str, ...] = ()
 
 
 def _actions(
@@ -241,10 +248,11 @@ def _actions(
     deleted: Mapping[str, np.ndarray],
     removable: Collection[str],
     now_ms: int,
-    read_dv: Any,
-    uri: str,
+    vectors: VectorFile,
+    files: StateFiles,
 ) -> tuple[list[dict[str, Any]], list[str], list[str]]:
-    """The add and remove actions of one commit; the paths removed whole and masked."""
+    """The add and remove actions of one commit; the paths removed whole and masked.
+    Deletion vectors go inline or into ``vectors`` by size."""
     actions: list[dict[str, Any]] = []
     removed, masked = [], []
     for new in adds:
@@ -261,7 +269,7 @@ def _actions(
             new.partition_values,
             new.modification_time,
             new.stats,
-            DeletionVector.inline(rows) if len(rows) else None,
+            vectors.vector(rows) if len(rows) else None,
         )
         actions.append({"add": entry.add_json()})
     fresh = {a.path for a in adds if a.path not in current}
@@ -269,7 +277,8 @@ def _actions(
         old = current.get(path)
         if old is None or path in fresh:
             continue  # removed before, or a new file (its vector was set above)
-        before = old.dv.rows(read_dv, uri) if old.dv else np.empty(0, np.int64)
+        where = f"data file {path!r} at version {files.version}"
+        before = vector_rows(old.dv, files.uri, where) if old.dv else np.empty(0, np.int64)
         now = union(before, rows)
         if len(now) == len(before):
             continue
@@ -277,7 +286,7 @@ def _actions(
         if path in removable and old.rows >= 0 and len(now) >= old.rows:
             removed.append(path)
         else:
-            actions.append({"add": replace(old, dv=DeletionVector.inline(now)).add_json()})
+            actions.append({"add": replace(old, dv=vectors.vector(now)).add_json()})
             masked.append(path)
     return actions, removed, masked
 
@@ -334,16 +343,8 @@ def commit_state(
                 log.info("checkpoint %s already committed to %s; skipped", checkpoint_id, files.uri)
                 return StateCommit(int(done))
         now = wall_time.now_ms()
-
-        def read_dv(path: str) -> bytes:
-            data = read_bytes(path, "deletion vector")
-            if data is None:
-                raise OSError(f"{path} is missing")
-            return data
-
-        body, removed, masked = _actions(
-            files.files, adds, deleted, removable, now, read_dv, files.uri
-        )
+        vectors = VectorFile()
+        body, removed, masked = _actions(files.files, adds, deleted, removable, now, vectors, files)
         info = {
             "timestamp": now,
             "operation": "WRITE",
@@ -361,18 +362,33 @@ def commit_state(
         entry = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in [*head, *body])
         version = files.version + 1
         target = join(files.uri, "_delta_log", f"{version:020d}.json")
+        before = referenced(f.dv for f in files.files.values())
+        written = vectors.write(files.uri)  # before the log entry that references it
         if create_if_absent(target, entry.encode("utf-8"), "Delta log entry"):
             files.refresh(version)
+            dropped = before - referenced(f.dv for f in files.files.values())
             log.debug(
-                "%s version %d: %d action(s), %d file(s) removed, %d masked",
+                "%s version %d (checkpoint %s): %d action(s), %d file(s) removed, %d masked, "
+                "deletion vector file %s (%d vector(s)), %d no longer referenced",
                 files.uri,
                 version,
+                checkpoint_id,
                 len(body),
                 len(removed),
                 len(masked),
+                written,
+                vectors.records,
+                len(dropped),
             )
-            return StateCommit(version, tuple(removed), tuple(masked))
-        log.info("%s: version %d was taken by another writer; trying again", files.uri, version)
+            return StateCommit(version, tuple(removed), tuple(masked), tuple(sorted(dropped)))
+        if written is not None:  # nothing references it: the entry was not written
+            delete_file(join(files.uri, written))
+        log.info(
+            "%s: version %d was taken by another writer (checkpoint %s); trying again",
+            files.uri,
+            version,
+            checkpoint_id,
+        )
     raise SnapshotStoreError(
         f"cannot commit checkpoint {checkpoint_id} to {files.uri!r}: another writer took "
         f"the next version {COMMIT_ATTEMPTS} times in a row"

@@ -24,6 +24,7 @@ from barriered.errors import SnapshotStoreError
 from barriered.files.fileio import filesystem, join
 from barriered.statestore import operators
 from barriered.statestore.delta_tables import current_files, open_table, read_table
+from barriered.statestore.dv_files import vector_rows
 from barriered.statestore.integrity import committed_checkpoints
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.state_log import StateFiles
@@ -103,7 +104,8 @@ def key_group_states(layout: SnapshotLayout, version: int) -> list[KeyGroupState
         n = data.num_rows
         keep = np.ones(n, bool)
         if f.dv is not None:
-            keep[f.dv.rows()] = False
+            where = f"data file {f.path!r} at version {version}"
+            keep[vector_rows(f.dv, layout.state_table, where)] = False
         earlier = f.partition_values.get("key_group")  # the earlier layout: in the path
         owned = (
             np.full(n, int(earlier), np.int64)
