@@ -66,6 +66,9 @@ def test_required_keys_exist_with_their_types_and_defaults() -> None:
         "keyed.maxRuns": ("int", "8"),
         "keyed.localCacheSize": ("bytes", "10g"),
         "keyed.localCacheDir": ("path", None),
+        "metrics.prometheusPort": ("int", None),
+        "metrics.host": ("str", "0.0.0.0"),
+        "metrics.openTelemetry": ("bool", "false"),
     }
     declared = {k.name: (k.type, k.default) for k in KEYS}
     assert declared == expected
@@ -102,6 +105,9 @@ def test_defaults() -> None:
         "keyed_max_runs": 8,
         "keyed_local_cache_size": 10 << 30,
         "keyed_local_cache_dir": None,
+        "metrics_prometheus_port": None,
+        "metrics_host": "0.0.0.0",
+        "metrics_open_telemetry": False,
     }
     assert conf.mode == "exactlyOnce"
     json.dumps(conf.to_dict())  # serialisable as snapshot metadata
