@@ -3,13 +3,16 @@
 :func:`finish` appends one finished checkpoint's row to a snapshot path's ``_checkpoints``
 table the way the driver does (:meth:`CheckpointStats.to_row`, then
 :func:`barriered.statestore.checkpoints_table.append`); :func:`snapshot_path` makes a
-snapshot path with its ``config.json``.
+snapshot path with its ``config.json``; :func:`samples` scrapes a Prometheus endpoint.
 """
 
 from __future__ import annotations
 
+import urllib.request
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from barriered.barrier.modes import Mode
 from barriered.config import BarrieredConf
@@ -65,3 +68,23 @@ def finish(
     row = checkpoints_table.row_of(checkpoints_table.read_rows(layout), checkpoint_id)
     assert row is not None
     return row
+
+
+def get(url: str) -> str:
+    """The body of a GET of ``url``."""
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return str(answer.read().decode())
+
+
+def samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a Prometheus endpoint: (name, sorted labels) -> value."""
+    found = {}
+    for family in text_string_to_metric_families(get(url + "metrics")):
+        for s in family.samples:
+            found[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return found
+
+
+def value(found: dict[Any, float], name: str, **labels: str) -> float:
+    """The sample ``name`` with exactly ``labels`` among ``found`` (:func:`samples`)."""
+    return found[(name, tuple(sorted(labels.items())))]

@@ -12,12 +12,10 @@ import json
 import signal
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from barriered.config import BarrieredConf
 from barriered.errors import MonitoringError
@@ -28,27 +26,9 @@ from barriered.monitoring.phases import phases
 from barriered.monitoring.server import MonitoringServer
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
-from monitoring_rows import finish, snapshot_path
+from monitoring_rows import finish, get, samples, snapshot_path, value
 
 EXPIRED = "expired after 600000 ms (spark.sql.streaming.barriered.checkpointTimeout=600000 ms)"
-
-
-def _get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        return str(answer.read().decode())
-
-
-def samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of a Prometheus endpoint: (name, sorted labels) -> value."""
-    found = {}
-    for family in text_string_to_metric_families(_get(url + "metrics")):
-        for s in family.samples:
-            found[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return found
-
-
-def _value(found: dict[Any, float], name: str, **labels: str) -> float:
-    return found[(name, tuple(sorted(labels.items())))]
 
 
 @pytest.fixture()
@@ -106,28 +86,28 @@ def test_prometheus_endpoint_of_a_snapshot_path(snap: SnapshotLayout) -> None:
         rows = checkpoints_table.read_rows(snap)
         path = {"snapshot_path": snap.root}
         done = [r for r in rows if r["status"] == "completed"]
-        assert _value(found, "barriered_checkpoints_completed_total", **path) == len(done)
-        assert _value(found, "barriered_checkpoints_total", **path) == len(rows)
-        expired = _value(found, "barriered_checkpoints_failed_total", reason="expired", **path)
+        assert value(found, "barriered_checkpoints_completed_total", **path) == len(done)
+        assert value(found, "barriered_checkpoints_total", **path) == len(rows)
+        expired = value(found, "barriered_checkpoints_failed_total", reason="expired", **path)
         assert expired == 1
-        assert _value(found, "barriered_last_checkpoint_id", **path) == 6
-        assert _value(found, "barriered_last_checkpoint_size_bytes", **path) == 123_456
-        assert _value(found, "barriered_last_checkpoint_alignment_seconds", **path) == 0.321
-        assert _value(found, "barriered_last_failed_checkpoint_id", **path) == 5
-        count = _value(found, "barriered_checkpoint_duration_seconds_count", **path)
+        assert value(found, "barriered_last_checkpoint_id", **path) == 6
+        assert value(found, "barriered_last_checkpoint_size_bytes", **path) == 123_456
+        assert value(found, "barriered_last_checkpoint_alignment_seconds", **path) == 0.321
+        assert value(found, "barriered_last_failed_checkpoint_id", **path) == 5
+        count = value(found, "barriered_checkpoint_duration_seconds_count", **path)
         assert count == len(done)
         mode = {"kind": "checkpoint", "mode": "unaligned", "effective_mode": "unaligned"}
-        assert _value(found, "barriered_last_checkpoint_info", **path, **mode) == 1
+        assert value(found, "barriered_last_checkpoint_info", **path, **mode) == 1
         # a new row is scraped at once (the snapshot path is read per request)
         finish(snap, 7)
         found = samples(server.url)
-        assert _value(found, "barriered_checkpoints_completed_total", **path) == len(done) + 1
-        page = json.loads(_get(server.url + "checkpoints.json"))
+        assert value(found, "barriered_checkpoints_completed_total", **path) == len(done) + 1
+        page = json.loads(get(server.url + "checkpoints.json"))
         (view,) = page["snapshot_paths"]
         assert view["counts"]["total"] == len(rows) + 1
         assert view["history"][0]["checkpoint_id"] == 7
         assert view["configuration"]["spark.sql.streaming.barriered.checkpointInterval"] == "2s"
-        assert "data-checkpoint-id='7'" in _get(server.url)
+        assert "data-checkpoint-id='7'" in get(server.url)
     finally:
         server.close()
 
@@ -155,13 +135,13 @@ def test_driver_hook_serves_what_it_recorded(tmp_path: Path) -> None:
         url = hub.address()
         assert url is not None
         path = {"snapshot_path": layout.root}
-        assert _value(samples(url), "barriered_checkpoints_completed_total", **path) == 2
+        assert value(samples(url), "barriered_checkpoints_completed_total", **path) == 2
         hub.recorded(on, layout, finish(layout, 3, "subsumed"))
         found = samples(url)
         rows = checkpoints_table.read_rows(layout)
-        assert _value(found, "barriered_checkpoints_total", **path) == len(rows) == 3
-        assert _value(found, "barriered_checkpoints_failed_total", reason="subsumed", **path) == 1
-        assert "subsumed" in _get(url)
+        assert value(found, "barriered_checkpoints_total", **path) == len(rows) == 3
+        assert value(found, "barriered_checkpoints_failed_total", reason="subsumed", **path) == 1
+        assert "subsumed" in get(url)
     finally:
         hub.stop()
 
@@ -244,9 +224,9 @@ def test_ui_command_serves_a_snapshot_path_until_stopped(snap: SnapshotLayout) -
         first = proc.stdout.readline()
         assert first.startswith(f"checkpoint page of {snap.root} at http://"), first
         url = first.split(" at ", 1)[1].split(" ", 1)[0]
-        page = _get(url)
+        page = get(url)
         assert "declined by key group 7: disk full" in page
-        assert _value(samples(url), "barriered_checkpoints_total", snapshot_path=snap.root) == 6
+        assert value(samples(url), "barriered_checkpoints_total", snapshot_path=snap.root) == 6
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
