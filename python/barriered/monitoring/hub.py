@@ -17,8 +17,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from barriered.config import BarrieredConf
-from barriered.config.keys import METRICS_OPEN_TELEMETRY, METRICS_PROMETHEUS_PORT
+from barriered.config import METRICS_OPEN_TELEMETRY, METRICS_PROMETHEUS_PORT, BarrieredConf
 from barriered.errors import MonitoringError
 from barriered.monitoring.figures import Figures, Tally
 from barriered.monitoring.offline import configuration, restored_from
