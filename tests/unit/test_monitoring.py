@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -242,3 +243,21 @@ def test_ui_command_refuses_a_folder_that_is_no_snapshot_path(tmp_path: Path) ->
     )
     assert done.returncode == 1
     assert "is not a snapshot path" in done.stderr
+
+
+def test_docs_list_exactly_the_metrics_served(snap: SnapshotLayout) -> None:
+    """docs/monitoring.md's Prometheus table names every metric family served, and no
+    other."""
+    from prometheus_client import generate_latest
+
+    from barriered.monitoring.prometheus import registry_of
+
+    figures = Tally.of(snap.root, checkpoints_table.read_rows(snap)).figures()
+    served = {
+        line.split()[2]
+        for line in generate_latest(registry_of(lambda: [figures])).decode().splitlines()
+        if line.startswith("# TYPE ")
+    }
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "monitoring.md").read_text()
+    documented = set(re.findall(r"^\| `(barriered_[a-z_]+)", doc, re.MULTILINE))
+    assert documented == served
