@@ -261,3 +261,57 @@ def test_docs_list_exactly_the_metrics_served(snap: SnapshotLayout) -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "monitoring.md").read_text()
     documented = set(re.findall(r"^\| `(barriered_[a-z_]+)", doc, re.MULTILINE))
     assert documented == served
+
+
+def test_a_restore_is_measured_served_and_traced(snap: SnapshotLayout, tmp_path: Path) -> None:
+    """A run restored from checkpoint 3 of another path: the driver's start hook records
+    what it loaded and how long it took (owner record to now), on /metrics and the page,
+    and the OpenTelemetry ``restore`` span carries the same."""
+    pytest.importorskip("opentelemetry.sdk", reason="opentelemetry-sdk is in the test extra")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from barriered.monitoring.otel import OtelReporter
+    from barriered.statestore.ownership import Owner
+    from barriered.wall_time import now_ms
+
+    layout = snapshot_path(tmp_path / "restored")
+    conf = BarrieredConf(snapshot_path=layout.root, metrics_prometheus_port=0)
+    restored = {"from": snap.root, "checkpoint_id": 3}
+    began = now_ms() - 1500
+    owner = Owner(epoch=2, host="h", pid=1, started_ms=began, restore_from="3")
+    origin = checkpoints_table.row_of(checkpoints_table.read_rows(snap), 3)
+    assert origin is not None
+    hub.stop()
+    try:
+        hub.started(conf, layout, restored, owner)
+        url = hub.address()
+        assert url is not None
+        found = samples(url)
+        path = {"snapshot_path": layout.root}
+        assert value(found, "barriered_restored_checkpoint_id", **path) == 3
+        took = value(found, "barriered_last_restore_duration_seconds", **path)
+        assert 1.5 <= took < 60
+        state = value(found, "barriered_last_restore_state_bytes", **path)
+        assert state == origin["state_bytes"]
+        assert f"from {snap.root}" in get(url)
+        # a later run of the same query continues: its offsets still name the restore,
+        # its owner record does not
+        hub.started(conf, layout, restored, Owner(epoch=3, host="h", pid=1, started_ms=began))
+        assert value(samples(url), "barriered_restored_checkpoint_id", **path) == 3
+    finally:
+        hub.stop()
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    record = hub.restore_record(restored, began, began + 2000)
+    OtelReporter(tracer_provider=provider).restore({**record, "snapshot_path": layout.root})
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "restore"
+    assert (span.start_time, span.end_time) == (began * 1_000_000, (began + 2000) * 1_000_000)
+    assert span.attributes["barriered.checkpoint_id"] == 3
+    assert span.attributes["barriered.restore.from"] == snap.root
+    assert span.attributes["barriered.restore.state_bytes"] == origin["state_bytes"]
+    assert span.attributes["barriered.restore.duration_ms"] == 2000

@@ -8,7 +8,8 @@ without an SDK they are no-ops, without the API :func:`available` is False and
 Like Flink's ``Checkpoint`` span (FLIP-384), one span per finished checkpoint with its
 trigger and end times from the ``_checkpoints`` row, and a child span per phase the row
 has a duration for (:mod:`barriered.monitoring.phases`); attributes carry the ids, mode,
-status and sizes. A failed checkpoint's span has status ERROR and its reason.
+status and sizes. A failed checkpoint's span has status ERROR and its reason. Like
+Flink's ``JobInitialization`` span, one ``restore`` span per restored run.
 """
 
 from __future__ import annotations
@@ -148,6 +149,24 @@ class OtelReporter:
             )
             child.end(end_time=_ns(phase.end_ms))
         parent.end(end_time=_ns(end))
+
+    def restore(self, record: Mapping[str, Any]) -> None:
+        """Emit the span of one restore (Flink's ``JobInitialization``) from its record
+        (:func:`barriered.monitoring.hub.restore_record`): from the run taking the snapshot
+        path to the end of its first micro-batch, which loaded the state."""
+        attributes = {
+            f"barriered.restore.{key}": value if isinstance(value, str) else int(value)
+            for key, value in record.items()
+            if value is not None and key != "snapshot_path"
+        }
+        if record.get("snapshot_path") is not None:
+            attributes["barriered.snapshot_path"] = str(record["snapshot_path"])
+        if record.get("checkpoint_id") is not None:
+            attributes["barriered.checkpoint_id"] = int(record["checkpoint_id"])
+        span = self._tracer.start_span(
+            "restore", start_time=_ns(int(record["started_ms"])), attributes=attributes
+        )
+        span.end(end_time=_ns(int(record["ready_ms"])))
 
     # -- metrics ---------------------------------------------------------------------------
 

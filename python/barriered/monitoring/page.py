@@ -173,10 +173,15 @@ def _latest(f: Figures) -> str:
             f"<td colspan='3' class='reason'>{_e(bad.get('failure_reason'))}</td></tr>"
         )
     if f.restored:
+        took = f.restored.get("duration_ms")
+        loaded = f.restored.get("state_bytes")
         rows.append(
             f"<tr id='latest-restored'><th>Restored</th><td>"
-            f"{_e(f.restored.get('checkpoint_id'))}</td><td colspan='4'>from "
-            f"{_e(f.restored.get('from'))}</td></tr>"
+            f"{_e(f.restored.get('checkpoint_id') or '-')}</td>"
+            f"<td>{_time(f.restored.get('ready_ms') or f.restored.get('started_ms'))}</td>"
+            f"<td>{'' if took is None else _dur(took)}</td>"
+            f"<td>{'' if loaded is None else _bytes(loaded)}</td>"
+            f"<td>from {_e(f.restored.get('from'))}</td></tr>"
         )
     if not rows:
         return "<p class='muted'>No checkpoint has finished yet.</p>"

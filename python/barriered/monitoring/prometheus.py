@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from barriered.monitoring.figures import DURATION_BUCKETS_S, REASONS, Figures
 
-__all__ = ["LAST_COMPLETED_GAUGES", "CheckpointCollector", "registry_of"]
+__all__ = ["LAST_COMPLETED_GAUGES", "RESTORE_GAUGES", "CheckpointCollector", "registry_of"]
 
 LABEL = "snapshot_path"
 
@@ -100,6 +100,30 @@ LAST_COMPLETED_GAUGES: tuple[tuple[str, str, str, float], ...] = (
 )
 
 
+#: The gauges of the run's restore, when this process saw it (the driver's): (name, help,
+#: key of :func:`barriered.monitoring.hub.restore_record`, scale).
+RESTORE_GAUGES: tuple[tuple[str, str, str, float], ...] = (
+    (
+        "barriered_last_restore_duration_seconds",
+        "The run taking the snapshot path to the end of its first micro-batch (state loaded).",
+        "duration_ms",
+        1e-3,
+    ),
+    (
+        "barriered_last_restore_timestamp_seconds",
+        "When the restored run's first micro-batch ended (Unix time).",
+        "ready_ms",
+        1e-3,
+    ),
+    (
+        "barriered_last_restore_state_bytes",
+        "Keyed state bytes of the checkpoint the run was restored from.",
+        "state_bytes",
+        1,
+    ),
+)
+
+
 class CheckpointCollector(Collector):
     """A collector of the checkpoint metrics of some snapshot paths.
 
@@ -160,6 +184,10 @@ class CheckpointCollector(Collector):
             "Id of the checkpoint the run was restored from.",
             labels=[LABEL],
         )
+        restore_gauges = [
+            (GaugeMetricFamily(name, doc, labels=[LABEL]), key, scale)
+            for name, doc, key, scale in RESTORE_GAUGES
+        ]
         gauges = [
             (GaugeMetricFamily(name, doc, labels=[LABEL]), column, scale)
             for name, doc, column, scale in LAST_COMPLETED_GAUGES
@@ -205,8 +233,13 @@ class CheckpointCollector(Collector):
             source = _number(figures.restored or {}, "checkpoint_id")
             if source is not None:
                 restored.add_metric(path, source)
+            for family, key, scale in restore_gauges:
+                value = _number(figures.restored or {}, key)
+                if value is not None:
+                    family.add_metric(path, value * scale)
         yield from (completed, failed, total, durations, info, last_failed, last_failed_time)
         yield restored
+        yield from (family for family, _, _ in restore_gauges)
         yield from (family for family, _, _ in gauges)
 
 
