@@ -160,6 +160,7 @@ class QueryCoordinator:
         stores = {cid: operators.stores_of(meta) for cid, (_, meta) in committed.items()}
         self._completed = retention.retained_of(history, stores)
         self._unfinished = (int((restored or {}).get("checkpoint_id", 0)), frozenset(committed))
+        monitoring_hub.started(self.conf, self.layout, restored, owner)  # metrics, traces, page
 
     def record_interrupted(self, started: frozenset[int]) -> None:
         """Record as aborted the ids a run that ended first left unfinished (not started by
