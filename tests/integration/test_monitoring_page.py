@@ -65,15 +65,15 @@ def test_page_shows_checkpoints_and_updates_live(browser: Any, tmp_path: Path) -
         browser.get(server.url)
 
         def ids() -> list[str]:
-            rows = browser.find_elements(By.CSS_SELECTOR, "#history tr.checkpoint")
+            rows = browser.find_elements(By.CSS_SELECTOR, ".history tr.checkpoint")
             return [r.get_attribute("data-checkpoint-id") for r in rows]
 
         def tile(name: str) -> str:
-            return str(browser.find_element(By.CSS_SELECTOR, f"#count-{name} b").text)
+            return str(browser.find_element(By.CSS_SELECTOR, f".count-{name} b").text)
 
         assert ids() == ["3", "2", "1"]
         assert (tile("completed"), tile("failed")) == ("3", "0")
-        assert "Latest completed" in browser.find_element(By.ID, "latest-completed").text
+        assert "Latest completed" in browser.find_element(By.CLASS_NAME, "latest-completed").text
         # a marker in the window: the page updates in place, it is not reloaded
         browser.execute_script("window.barrieredMarker = 42;")
 
@@ -87,9 +87,9 @@ def test_page_shows_checkpoints_and_updates_live(browser: Any, tmp_path: Path) -
         failed = browser.find_element(By.CSS_SELECTOR, "tr[data-checkpoint-id='5']")
         assert failed.get_attribute("data-status") == "aborted"
         assert failed.find_element(By.CSS_SELECTOR, "td.reason").text == REASON
-        assert REASON in browser.find_element(By.ID, "latest-failed").text
+        assert REASON in browser.find_element(By.CLASS_NAME, "latest-failed").text
         assert (tile("completed"), tile("failed"), tile("total")) == ("4", "1", "5")
-        assert "declined" in browser.find_element(By.ID, "failures").text
+        assert "declined" in browser.find_element(By.CLASS_NAME, "failures").text
         assert len(browser.find_elements(By.CSS_SELECTOR, "tr[data-checkpoint-id='5'] .phase"))
         assert browser.execute_script("return window.barrieredMarker;") == 42
     finally:

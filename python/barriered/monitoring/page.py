@@ -144,7 +144,7 @@ def _path_section(view: PathView) -> str:
         ("restored", "Restored from", restored.get("checkpoint_id", "-")),
     ]
     tile_html = "".join(
-        f"<div class='tile' id='count-{k}'>{_e(label)}<b>{_e(value)}</b></div>"
+        f"<div class='tile count-{k}'>{_e(label)}<b>{_e(value)}</b></div>"
         for k, label, value in tiles
     )
     return (
@@ -160,7 +160,7 @@ def _latest(f: Figures) -> str:
     done = f.latest_completed
     if done is not None:
         rows.append(
-            f"<tr id='latest-completed'><th>Latest completed</th><td>{_e(done['checkpoint_id'])}"
+            f"<tr class='latest-completed'><th>Latest completed</th><td>{_e(done['checkpoint_id'])}"
             f"</td><td>{_time(done.get('end_timestamp_ms'))}</td><td>"
             f"{_dur(done.get('end_to_end_duration_ms'))}</td><td>"
             f"{_bytes(done.get('state_bytes'))}</td><td>{_e(done.get('mode'))}</td></tr>"
@@ -168,7 +168,7 @@ def _latest(f: Figures) -> str:
     bad = f.latest_failed
     if bad is not None:
         rows.append(
-            f"<tr id='latest-failed'><th>Latest failed</th><td>{_e(bad['checkpoint_id'])}</td>"
+            f"<tr class='latest-failed'><th>Latest failed</th><td>{_e(bad['checkpoint_id'])}</td>"
             f"<td>{_time(bad.get('end_timestamp_ms'))}</td>"
             f"<td colspan='3' class='reason'>{_e(bad.get('failure_reason'))}</td></tr>"
         )
@@ -176,7 +176,7 @@ def _latest(f: Figures) -> str:
         took = f.restored.get("duration_ms")
         loaded = f.restored.get("state_bytes")
         rows.append(
-            f"<tr id='latest-restored'><th>Restored</th><td>"
+            f"<tr class='latest-restored'><th>Restored</th><td>"
             f"{_e(f.restored.get('checkpoint_id') or '-')}</td>"
             f"<td>{_time(f.restored.get('ready_ms') or f.restored.get('started_ms'))}</td>"
             f"<td>{'' if took is None else _dur(took)}</td>"
@@ -195,7 +195,7 @@ def _reasons(f: Figures) -> str:
         f"<tr><td>{_e(label)}</td><td class='n'>{n}</td></tr>"
         for label, n in sorted(f.failed_by_reason.items())
     )
-    return f"<h2>Failures by reason</h2><table id='failures'>{cells}</table>"
+    return f"<h2>Failures by reason</h2><table class='failures'>{cells}</table>"
 
 
 def _history(history: Sequence[Mapping[str, Any]]) -> str:
@@ -233,7 +233,7 @@ def _history(history: Sequence[Mapping[str, Any]]) -> str:
     )
     return (
         f"<h2>History</h2><p class='legend muted'>{legend}</p>"
-        f"<table id='history'>{head}{''.join(lines)}</table>"
+        f"<table class='history'>{head}{''.join(lines)}</table>"
     )
 
 
@@ -271,7 +271,7 @@ def _sizes(history: Sequence[Mapping[str, Any]]) -> str:
         f"{_e(done[0]['checkpoint_id'])} to {_e(done[-1]['checkpoint_id'])}; up to "
         f"{_bytes(top)}; <span style='color:#2196f3'>state</span>, "
         f"<span style='color:#ff9800'>in-flight</span></p>"
-        f"<svg id='sizes' width='{width}' height='{height}' "
+        f"<svg class='sizes' width='{width}' height='{height}' "
         f"style='border:1px solid #eee'>{''.join(lines)}</svg>"
     )
 
@@ -282,7 +282,7 @@ def _configuration(configuration: Mapping[str, str]) -> str:
     cells = "".join(
         f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in sorted(configuration.items())
     )
-    return f"<h2>Configuration</h2><table id='configuration'>{cells}</table>"
+    return f"<h2>Configuration</h2><table class='configuration'>{cells}</table>"
 
 
 def _e(value: Any) -> str:
