@@ -163,7 +163,8 @@ def _latest(f: Figures) -> str:
             f"<tr class='latest-completed'><th>Latest completed</th><td>{_e(done['checkpoint_id'])}"
             f"</td><td>{_time(done.get('end_timestamp_ms'))}</td><td>"
             f"{_dur(done.get('end_to_end_duration_ms'))}</td><td>"
-            f"{_bytes(done.get('state_bytes'))}</td><td>{_e(done.get('mode'))}</td></tr>"
+            f"{_bytes(done.get('state_bytes'))}</td>"
+            f"<td>{_e(done.get('effective_mode') or done.get('mode'))}</td></tr>"
         )
     bad = f.latest_failed
     if bad is not None:
