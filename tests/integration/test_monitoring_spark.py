@@ -19,6 +19,7 @@ import pytest
 import barriered
 from barriered.examples import RunningTotals
 from barriered.monitoring import hub
+from barriered.monitoring.offline import path_view
 from barriered.monitoring.phases import phases
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
@@ -109,6 +110,11 @@ def test_endpoint_counts_equal_checkpoints_during_a_run(spark: Any, tmp_path: Pa
         assert value(found, "barriered_last_checkpoint_id", **path) == done[-1]["checkpoint_id"]
         assert max(during) <= len(done)
         assert f"data-checkpoint-id='{done[-1]['checkpoint_id']}'" in get(url)
+        # barriered ui's view of the path: the same rows, and the in-flight ranges per
+        # channel of the latest completed checkpoint from the state table's commit
+        view = path_view(SnapshotLayout.existing(snap))
+        assert view.figures.total == len(rows)
+        assert done[-1]["checkpoint_id"] in view.inflight
         spans = [
             s
             for s in exporter.get_finished_spans()

@@ -108,7 +108,12 @@ def test_prometheus_endpoint_of_a_snapshot_path(snap: SnapshotLayout) -> None:
         assert view["counts"]["total"] == len(rows) + 1
         assert view["history"][0]["checkpoint_id"] == 7
         assert view["configuration"]["spark.sql.streaming.barriered.checkpointInterval"] == "2s"
-        assert "data-checkpoint-id='7'" in get(server.url)
+        page = get(server.url)
+        assert "data-checkpoint-id='7'" in page
+        # per channel, checkpoint 7's barrier positions (monitoring_rows.finish)
+        row_7 = page.split("data-checkpoint-id='7'", 1)[1].split("</tr></table></details>")[0]
+        assert "<td>0</td><td class='n'>70</td>" in row_7
+        assert "<td>1</td><td class='n'>84</td>" in row_7
     finally:
         server.close()
 

@@ -2,12 +2,14 @@
 
 Everything comes from the snapshot path itself, on local disk or an object store (the
 storage options its source recorded): the ``_checkpoints`` rows, the configuration in
-``config.json`` (secrets redacted there) and the owners table, which says whether the
-newest run was restored and from where. Nothing is written.
+``config.json`` (secrets redacted there), the owners table, which says whether the
+newest run was restored and from where, and the state table's commit metadata, which
+holds each checkpoint's in-flight ranges per channel. Nothing is written.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -17,10 +19,10 @@ from barriered.errors import BarrieredError
 from barriered.files.fileio import read_json
 from barriered.monitoring.figures import Tally
 from barriered.monitoring.page import PathView
-from barriered.statestore import checkpoints_table, ownership
+from barriered.statestore import checkpoints_table, integrity, ownership
 from barriered.statestore.layout import SnapshotLayout
 
-__all__ = ["configuration", "path_view", "restored_from"]
+__all__ = ["configuration", "inflight_ranges", "path_view", "restored_from"]
 
 log = logging.getLogger(__name__)
 
@@ -66,4 +68,23 @@ def path_view(layout: SnapshotLayout, restored: Mapping[str, Any] | None = None)
     """
     rows = checkpoints_table.read_rows(layout)
     tally = Tally.of(layout.root, rows, restored or restored_from(layout))
-    return PathView(tally.figures(), configuration(layout))
+    return PathView(tally.figures(), configuration(layout), inflight_ranges(layout))
+
+
+def inflight_ranges(layout: SnapshotLayout) -> dict[int, dict[str, list[int]]]:
+    """Per checkpoint still in the state table's history, its in-flight ranges
+    ``{channel: [start, end)}`` (commit metadata ``barriered.inflight``); empty when the
+    table cannot be read (the page shows the rest)."""
+    try:
+        committed = integrity.committed_checkpoints(layout)
+    except BarrieredError as exc:
+        log.warning("the in-flight ranges of %s cannot be read: %s", layout.root, exc)
+        return {}
+    out: dict[int, dict[str, list[int]]] = {}
+    for cid, (_, meta) in committed.items():
+        try:
+            ranges = json.loads(meta.get("barriered.inflight") or "{}")
+            out[cid] = {str(c): [int(r[0]), int(r[1])] for c, r in ranges.items()}
+        except (ValueError, TypeError, IndexError, AttributeError):
+            continue
+    return out

@@ -79,10 +79,14 @@ class PathView:
     configuration : dict
         The query's settings (session key -> value string), as ``config.json`` records
         them (secrets redacted).
+    inflight : dict
+        Per completed checkpoint id, its in-flight ranges ``{channel: [start, end)}`` (the
+        state table's commit metadata), when known.
     """
 
     figures: Figures
     configuration: Mapping[str, str] = field(default_factory=dict)
+    inflight: Mapping[int, Mapping[str, Sequence[int]]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The figures' JSON and the configuration."""
@@ -150,7 +154,7 @@ def _path_section(view: PathView) -> str:
     return (
         f"<section class='snapshot' data-snapshot-path='{_e(f.snapshot_path)}'>"
         f"<h2>{_e(f.snapshot_path)}</h2><div class='tiles'>{tile_html}</div>"
-        f"{_latest(f)}{_reasons(f)}{_history(f.history)}{_sizes(f.history)}"
+        f"{_latest(f)}{_reasons(f)}{_history(f.history, view.inflight)}{_sizes(f.history)}"
         f"{_configuration(view.configuration)}</section>"
     )
 
@@ -199,14 +203,17 @@ def _reasons(f: Figures) -> str:
     return f"<h2>Failures by reason</h2><table class='failures'>{cells}</table>"
 
 
-def _history(history: Sequence[Mapping[str, Any]]) -> str:
+def _history(
+    history: Sequence[Mapping[str, Any]], inflight: Mapping[int, Mapping[str, Sequence[int]]]
+) -> str:
     if not history:
         return ""
     longest = max(max(1, bounds(r)[1] - bounds(r)[0]) for r in history)
     head = (
         "<tr><th>id</th><th>status</th><th>kind</th><th>mode</th><th>trigger time</th>"
         "<th>end to end</th><th>phases</th><th>start delay</th><th>alignment</th>"
-        "<th>state write</th><th>state</th><th>in-flight</th><th>acks</th><th>reason</th></tr>"
+        "<th>state write</th><th>state</th><th>in-flight</th><th>acks</th><th>channels</th>"
+        "<th>reason</th></tr>"
     )
     lines = []
     for row in reversed(history):
@@ -226,6 +233,7 @@ def _history(history: Sequence[Mapping[str, Any]]) -> str:
             f"<td class='n'>{_e(row.get('inflight_rows') or 0)} rows / "
             f"{_bytes(row.get('inflight_bytes'))}</td>"
             f"<td class='n'>{_e(row.get('num_acknowledged'))}/{_e(row.get('num_expected'))}</td>"
+            f"<td>{_channels(row, inflight.get(int(row['checkpoint_id'])))}</td>"
             f"<td class='reason'>{_e(row.get('failure_reason') or '')}</td></tr>"
         )
     legend = "".join(
@@ -235,6 +243,32 @@ def _history(history: Sequence[Mapping[str, Any]]) -> str:
     return (
         f"<h2>History</h2><p class='legend muted'>{legend}</p>"
         f"<table class='history'>{head}{''.join(lines)}</table>"
+    )
+
+
+def _channels(row: Mapping[str, Any], inflight: Mapping[str, Sequence[int]] | None) -> str:
+    """Per channel: the barrier position and the in-flight range ``[start, end)`` of
+    upstream positions the checkpoint holds (when known)."""
+    try:
+        barriers = json.loads(row.get("barrier_positions") or "{}")
+    except ValueError:
+        return ""
+    if not barriers:
+        return ""
+    lines = []
+    for channel in sorted(barriers, key=lambda c: int(c)):
+        held = (inflight or {}).get(str(channel))
+        extra = ""
+        if held:
+            extra = f"<td class='n inflight'>[{_e(held[0])}, {_e(held[1])})</td>"
+        lines.append(
+            f"<tr data-channel='{_e(channel)}'><td>{_e(channel)}</td>"
+            f"<td class='n'>{_e(barriers[channel])}</td>{extra}</tr>"
+        )
+    return (
+        f"<details><summary>{len(barriers)}</summary><table class='channels'><tr><th>channel"
+        "</th><th>barrier</th><th>in flight [start, end)</th></tr>"
+        f"{''.join(lines)}</table></details>"
     )
 
 
