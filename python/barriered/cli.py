@@ -14,6 +14,8 @@ Commands:
 * ``savepoint bootstrap -o OUT ...`` and ``savepoint transform PATH -o OUT ...``: write a
   savepoint from a table of keyed state, or with one operator's state changed
   (:mod:`barriered.tools.offline_state`);
+* ``savepoint rescale SAVEPOINT -o OUT --max-parallelism N``: write a savepoint again
+  with another number of key groups (:mod:`barriered.state_processor.rescale`);
 * ``restore-plan PATH [--from latest|N|FOLDER]``: where a restore would start, after
   checking every file it reads (nothing is written);
 * ``kafka-broker [--jars DIR]``: a local Kafka broker until Ctrl-C
@@ -147,6 +149,23 @@ def cmd_savepoint(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_savepoint_rescale(args: argparse.Namespace) -> int:
+    """Write a savepoint again with another maxParallelism."""
+    from barriered.state_processor.rescale import rescale
+
+    with reporting() as progress:
+        progress.step(f"rewriting {args.path} for {args.max_parallelism} key groups")
+        saved = rescale(args.path, args.out, args.max_parallelism, option="--max-parallelism")
+    print(
+        f"savepoint of checkpoint {saved.checkpoint_id} written to {saved.path} with "
+        f"maxParallelism {args.max_parallelism} ({saved.state_files} state files, "
+        f"{saved.state_bytes} bytes); restore it with .option({RESTORE_FROM.name!r}, "
+        f"{saved.path!r}) and maxParallelism={args.max_parallelism} on a new snapshot path, "
+        f"at up to {args.max_parallelism} shuffle partitions"
+    )
+    return 0
+
+
 def cmd_restore_plan(args: argparse.Namespace) -> int:
     """Resolve and check a restore point; print where a restore starts."""
     from barriered.statestore.layout import SnapshotLayout
@@ -212,6 +231,14 @@ def _checkpoint_id(raw: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"checkpoint ids start at 1, got {value}")
     return value
+
+
+def _whole_number(raw: str) -> int | str:
+    """An int, or the text as given: the command checks the range and names the option."""
+    try:
+        return int(raw)
+    except ValueError:
+        return raw
 
 
 def _add_checkpoint_option(parser: argparse.ArgumentParser) -> None:
@@ -285,15 +312,36 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser(
         "savepoint",
         help="copy a completed checkpoint into a self-contained savepoint folder; "
-        "savepoint bootstrap|transform: write state offline",
+        "savepoint bootstrap|transform: write state offline; savepoint rescale: change "
+        "maxParallelism",
         epilog="Write state offline: barriered savepoint bootstrap --help, "
-        "barriered savepoint transform --help",
+        "barriered savepoint transform --help; change maxParallelism: barriered savepoint "
+        "rescale --help",
     )
     sp.add_argument("path", help="the snapshot path")
     sp.add_argument("-o", "--out", required=True, help="the savepoint folder (must be new)")
     _add_checkpoint_option(sp)
     sp.set_defaults(run=cmd_savepoint)
     offline_state.add_parsers(sub, _add_checkpoint_option)
+
+    rs = sub.add_parser(
+        "savepoint-rescale",
+        prog="barriered savepoint rescale",
+        description="Write a savepoint again with another maxParallelism (number of key "
+        "groups): each key moves to its new key group.",
+        # no help: --help lists it under "savepoint" (typed "savepoint rescale")
+    )
+    rs.add_argument("path", help="the savepoint folder (only read)")
+    rs.add_argument("-o", "--out", required=True, help="the new savepoint folder (must not exist)")
+    rs.add_argument(
+        "--max-parallelism",
+        required=True,
+        type=_whole_number,
+        metavar="N",
+        help="the new number of key groups (1 to 32768): the most shuffle partitions a "
+        "restore of the result can use",
+    )
+    rs.set_defaults(run=cmd_savepoint_rescale)
 
     rp = sub.add_parser(
         "restore-plan", help="check a restore point and show where a restore would start"
@@ -342,7 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
-    if words[:1] == ["savepoint"] and words[1:2] in (["bootstrap"], ["transform"]):
+    if words[:1] == ["savepoint"] and words[1:2] in (["bootstrap"], ["transform"], ["rescale"]):
         words[:2] = [f"savepoint-{words[1]}"]  # "savepoint bootstrap": its own parser
     try:
         return _command(build_parser().parse_args(words))

@@ -40,12 +40,14 @@ from barriered.files.fileio import (
     filesystem,
     join,
     list_names,
+    read_json,
     write_json,
 )
 from barriered.statestore import checkpoints_table, operators
 from barriered.statestore.acks import DataFile, write_data_file
 from barriered.statestore.delta_tables import INFLIGHT_PARTITIONS, commit_files, open_table
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.regroup import Regroup
 from barriered.statestore.restore_point import (
     TableFile,
     resolve,
@@ -150,6 +152,7 @@ def export(
     checkpoint_id: int | None,
     target: str,
     rewrite: Rewrite | None = None,
+    regroup: Regroup | None = None,
 ) -> Savepoint:
     """Copy a completed checkpoint of ``origin`` to the savepoint folder ``target``.
 
@@ -164,6 +167,10 @@ def export(
     rewrite : Rewrite, optional
         Replace one operator's registration and state files (everything else is
         copied as it is).
+    regroup : Regroup, optional
+        Write every key group again for another ``maxParallelism`` (the keyed state, the
+        provider's stores, the configuration and the registrations); not with
+        ``rewrite``.
 
     Raises
     ------
@@ -177,6 +184,10 @@ def export(
     assert source_table is not None  # resolve() found the checkpoint in it
     state_schema = pa.schema(source_table.schema().to_arrow())
     registrations = origin.registrations()
+    if rewrite is not None and regroup is not None:
+        raise ValueError("a savepoint is transformed or regrouped, not both at once")
+    if regroup is not None:
+        registrations = {n: regroup.registration(r) for n, r in registrations.items()}
     if rewrite is not None:
         registrations[rewrite.operator] = rewrite.registration
         state_schema = table_schema(registrations.values())
@@ -188,7 +199,10 @@ def export(
             "folder: savepoints are never overwritten"
         )
     cid = point.checkpoint_id
-    copy_file(origin.config_file, out.config_file)
+    if regroup is None:
+        copy_file(origin.config_file, out.config_file)
+    else:
+        write_json(out.config_file, regroup.config(read_json(origin.config_file, default={})))
     for name, registration in registrations.items():
         write_json(out.operator_file(name), registration)
     copy_tree(origin.source_dir, out.source_dir)
@@ -205,7 +219,10 @@ def export(
             storage_options=out.storage_options,
         ).version  # fmt: skip
     metadata["barriered.inflight_version"] = inflight_version
-    stores = operators.copy_stores(origin, point.metadata, out, cid)
+    if regroup is None:
+        stores = operators.copy_stores(origin, point.metadata, out, cid)
+    else:
+        stores = regroup.stores(origin, point.metadata, out, cid)
     if stores is not None:
         metadata[operators.VERSIONS_KEY] = stores
     kept = [
@@ -213,7 +230,10 @@ def export(
         for f in point.state_files()
         if rewrite is None or f.partition_values.get("operator") != rewrite.operator
     ]
-    copies = _copy_state(kept, origin.state_table, out.state_table)
+    if regroup is None:
+        copies = _copy_state(kept, origin.state_table, out.state_table)
+    else:
+        copies = regroup.state(point, out)
     if rewrite is not None:
         copies.extend((f, np.empty(0, np.int64)) for f in rewrite.write(out, cid))
     state = [f for f, _ in copies]
@@ -247,6 +267,7 @@ def export(
             "state_files": saved.state_files,
             "state_bytes": saved.state_bytes,
             **({} if rewrite is None else {"transformed": rewrite.operator}),
+            **({} if regroup is None else regroup.marker(origin)),
         },
     )
     log.info(
