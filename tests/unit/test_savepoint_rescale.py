@@ -12,6 +12,7 @@ byte for byte; bad input is refused, naming the option or path, writing nothing.
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -254,3 +255,15 @@ def test_the_command_line(
     assert _state_of(str(out))[0] == totals
     assert cli.main(["savepoint", "rescale", "--help"]) == 0
     assert capsys.readouterr().out.startswith("usage: barriered savepoint rescale")
+
+
+def test_state_of_an_unregistered_operator_is_refused(
+    savepoint: tuple[str, dict[str, int]], tmp_path: Path
+) -> None:
+    source, _ = savepoint
+    copy = tmp_path / "copy"
+    shutil.copytree(source, copy)
+    (copy / "_coordinator" / "operators" / "op.json").unlink()
+    with pytest.raises(RescaleError, match=r"keyed operator\(s\) \['op'\] that are not registered"):
+        rescale(str(copy), str(tmp_path / "out"), 64)
+    assert not (tmp_path / "out").exists()

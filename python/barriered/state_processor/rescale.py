@@ -115,7 +115,16 @@ def rescale(
     point.check_files()
     old = int(dict(point.config.get("conf") or {}).get("max_parallelism") or 0)
     old = old or int(MAX_PARALLELISM.default or 128)
-    check_keys(point.operators(), new)
+    registrations = point.operators()
+    unknown = {str(f.partition_values.get("operator")) for f in point.state_files()}
+    unknown -= set(registrations)
+    if unknown:
+        raise RescaleError(
+            f"{point.describe()} holds state of keyed operator(s) {sorted(unknown)} that are "
+            "not registered (_coordinator/operators/<op>.json is missing): their key columns "
+            "are unknown, so their keys' groups cannot be computed; nothing was written"
+        )
+    check_keys(registrations, new)
     regroup = Regroup(new, old)
     with target.writing():
         saved = export(origin, point.checkpoint_id, target.layout.root, regroup=regroup)
