@@ -5,6 +5,7 @@ Commands:
 * ``demo [--kafka BOOTSTRAP]``: the local demo on real Spark (on the ``rate`` upstream,
   or on a Kafka topic it creates and fills);
 * ``checkpoints PATH [--json]``: the checkpoint history of a snapshot path;
+* ``rescales PATH [--json]``: the rescales of a managed query (:mod:`barriered.managed_query`);
 * ``inspect PATH [--checkpoint N] [--json]``: what a completed checkpoint holds; with
   ``--key VALUE[,VALUE...] [--partitions N] [--operator NAME]``, which key group (and
   shuffle partition) one key lives in and its state rows;
@@ -65,7 +66,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_checkpoints(args: argparse.Namespace) -> int:
     """Print the checkpoint history of a snapshot path."""
-    from barriered.statestore import integrity
+    from barriered.statestore import integrity, rescales_table
+    from barriered.tools import rescales
     from barriered.tools.history import (
         channel_names,
         format_history,
@@ -79,10 +81,30 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
             print(json.dumps(row, sort_keys=True))
     elif rows:
         print(format_history(rows))
+        note = rescales.summary(rescales_table.read_rows(layout), args.path)
+        if note is not None:
+            print(note)
     else:
         print(f"barriered: no checkpoint has finished yet under {args.path}", file=sys.stderr)
     for line in integrity.check(layout).warnings():
         print(f"barriered: warning: {line}", file=sys.stderr)
+    return 0
+
+
+def cmd_rescales(args: argparse.Namespace) -> int:
+    """Print the rescales of a managed query's snapshot path."""
+    from barriered.statestore import rescales_table
+    from barriered.statestore.layout import SnapshotLayout
+    from barriered.tools.rescales import format_rescales
+
+    rows = rescales_table.read_rows(SnapshotLayout.existing(args.path))
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, sort_keys=True))
+    elif rows:
+        print(format_rescales(rows))
+    else:
+        print(f"barriered: no rescale recorded under {args.path}", file=sys.stderr)
     return 0
 
 
@@ -275,6 +297,13 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("path", help="the snapshot path (snapshotPath of the query)")
     ck.add_argument("--json", action="store_true", help="one JSON object per checkpoint")
     ck.set_defaults(run=cmd_checkpoints)
+
+    rsc = sub.add_parser(
+        "rescales", help="the rescales of a managed query (barriered.managed): when, partitions"
+    )
+    rsc.add_argument("path", help="the snapshot path")
+    rsc.add_argument("--json", action="store_true", help="one JSON object per rescale")
+    rsc.set_defaults(run=cmd_rescales)
 
     ins = sub.add_parser(
         "inspect", help="state per operator and key group, in-flight records per channel"
