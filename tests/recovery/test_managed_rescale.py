@@ -94,11 +94,11 @@ class KafkaOutput:
         return published(self.broker, self.topic, "append")
 
 
-def _starter(session: Any, tmp: Path, output: Any) -> Any:
+def _starter(session: Any, tmp: Path, output: Any, source: dict[str, str] = SOURCE) -> Any:
     def start(run: Run) -> Any:
         events = (
             session.readStream.format("barriered")
-            .options(**SOURCE, path=str(tmp / "data"), **run.source_options)
+            .options(**source, path=str(tmp / "data"), **run.source_options)
             .option("snapshotPath", str(tmp / "snap"))
             .load()
         )
@@ -134,6 +134,11 @@ def _refused(handle: ManagedQuery, partitions: Any, message: str) -> None:
     assert handle.query.isActive and handle.query.runId == run_id
 
 
+@pytest.mark.parametrize(
+    "session",
+    ["classic", pytest.param("connect", marks=[pytest.mark.connect, pytest.mark.full])],
+    indirect=True,
+)
 def test_a_running_query_rescales_exactly_once_into_the_delta_sink(
     session: Any, tmp_path: Path
 ) -> None:
@@ -200,3 +205,37 @@ class _Plain:
     """A query no handle started."""
 
     id = "not-managed"
+
+
+@pytest.mark.full
+def test_autoscaling_doubles_the_partitions_while_the_backlog_stays_high(
+    session: Any, tmp_path: Path
+) -> None:
+    """``autoscale.*`` set: a backlog far above the bound at 2 completed checkpoints in a
+    row doubles 1 partition to 2 (once: the cool-down is an hour); every record is in the
+    output exactly once."""
+    autoscale = {
+        "autoscale.enabled": "true",
+        "autoscale.scaleUpBacklog": "50",
+        "autoscale.checkpoints": "2",
+        "autoscale.coolDown": "1h",
+        "autoscale.maxPartitions": "4",
+    }
+    for key, value in {**CONF, **autoscale}.items():
+        session.conf.set(PREFIX + key, value)
+    counts = _write(tmp_path / "data", "first", 600)
+    output = DeltaOutput(tmp_path)
+    start = _starter(session, tmp_path, output, {**SOURCE, "maxRowsPerChannel": "10"})
+    handle = barriered.managed(start, str(tmp_path / "ck"), session, 1)
+    try:
+        layout = SnapshotLayout.configured(str(tmp_path / "snap"))
+        (row,) = _wait("an autoscaling rescale", lambda: rescales_table.read_rows(layout))
+        _wait("all records written once", lambda: output.rows() == _numbered(counts))
+    finally:
+        handle.stop()
+    assert (row["from_partitions"], row["to_partitions"]) == (1, 2)
+    assert row["reason"].startswith(
+        "autoscale: backlog above autoscale.scaleUpBacklog=50 at 2 checkpoints in a row"
+    )
+    assert rescales_table.read_rows(layout) == [row]
+    assert layout.registrations()["record_numbers"]["partitions"] == 2
