@@ -45,10 +45,11 @@ from typing import Any
 
 from barriered import wall_time
 from barriered.api import await_termination, query_coordinator
+from barriered.autoscale import AutoscalePolicy, backlog_of
 from barriered.config.source_options import RESTORE_FROM
 from barriered.errors import ConfigError, RescaleError
 from barriered.files.fileio import exists, join, list_names, read_json
-from barriered.statestore import rescales_table
+from barriered.statestore import checkpoints_table, rescales_table
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import resolve
 
@@ -123,6 +124,8 @@ class ManagedQuery:
     run: Run | None = None
     query: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _stopped: threading.Event = field(default_factory=threading.Event, repr=False)
+    _watcher: threading.Thread | None = field(default=None, repr=False)
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -183,9 +186,58 @@ class ManagedQuery:
         return self._lock.locked()
 
     def stop(self) -> None:
-        """Stop the query."""
+        """Stop the query (and the autoscaling watch)."""
+        self._stopped.set()
         if self.query is not None:
             self.query.stop()
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join(timeout=60)
+
+    # -- autoscaling ----------------------------------------------------------------------
+
+    def watch(self, every: float = 1.0) -> None:
+        """Start the thread that applies the snapshot path's ``autoscale.*`` policy
+        (:mod:`barriered.autoscale`; it does nothing while ``autoscale.enabled`` is not
+        set): once per completed checkpoint it measures the source's backlog, and rescales
+        when the policy says so. Its rescales are in ``_rescales`` with the policy's
+        reason; a refused one (e.g. a savepoint aborted) is logged and tried again later."""
+        if self._watcher is None:
+            self._watcher = threading.Thread(
+                target=self._watch, args=(every,), name="barriered-autoscale", daemon=True
+            )
+            self._watcher.start()
+
+    def _watch(self, every: float) -> None:
+        policy: AutoscalePolicy | None = None
+        while not self._stopped.wait(every):
+            query = self.query
+            if self.rescaling or query is None or not query.isActive:
+                continue
+            try:
+                layout = query_coordinator(query, timeout=every)[1].layout
+                if policy is None:
+                    conf = (read_json(layout.config_file, default={}) or {}).get("conf") or {}
+                    policy = AutoscalePolicy.from_record(conf)
+                if not policy.enabled:
+                    return
+                decision = self._observe(policy, layout, query)
+                if decision is not None:
+                    self.rescale(decision.partitions, reason=decision.reason)
+                    policy.rescaled(wall_time.now_ms())
+            except Exception as exc:  # the watch goes on: a refusal or a failed read
+                log.warning("autoscale of query %s: %s", query.id, exc, exc_info=True)
+
+    def _observe(self, policy: AutoscalePolicy, layout: SnapshotLayout, query: Any) -> Any:
+        done = checkpoints_table.completed(layout)
+        progress = query.lastProgress
+        partitions = self._partitions(layout)
+        if not done or progress is None or partitions is None:
+            return None
+        backlog = backlog_of(progress.sources[0].latestOffset if progress.sources else None)
+        if backlog is None:
+            return None
+        last = int(done[-1]["checkpoint_id"])
+        return policy.observe(last, backlog, partitions, wall_time.now_ms())
 
     def history(self) -> list[dict[str, Any]]:
         """The rescales recorded on the query's snapshot path (``_rescales``)."""
@@ -196,7 +248,9 @@ class ManagedQuery:
 
     # -- rescale --------------------------------------------------------------------------
 
-    def rescale(self, partitions: int, timeout: float = 300.0) -> dict[str, Any]:
+    def rescale(
+        self, partitions: int, timeout: float = 300.0, reason: str | None = None
+    ) -> dict[str, Any]:
         """Take a savepoint, stop, and start again at ``partitions`` shuffle partitions.
 
         Parameters
@@ -207,6 +261,8 @@ class ManagedQuery:
         timeout : float, default 300
             Seconds to wait for the savepoint, for the old run to end and for the new
             run's first micro-batch.
+        reason : str, optional
+            Why, for the history (the autoscaling policy's sentence).
 
         Returns
         -------
@@ -233,7 +289,7 @@ class ManagedQuery:
                 f"{self.query.id} is running; wait for it (nothing was stopped)"
             )
         try:
-            return self._rescale(partitions, timeout)
+            return self._rescale(partitions, timeout, reason)
         finally:
             self._lock.release()
 
@@ -252,7 +308,7 @@ class ManagedQuery:
                 "rescaled (its state restores at another partition count); nothing was stopped"
             ) from None
 
-    def _rescale(self, partitions: int, timeout: float) -> dict[str, Any]:
+    def _rescale(self, partitions: int, timeout: float, reason: str | None) -> dict[str, Any]:
         listener, qc = self._coordinated()
         layout: SnapshotLayout = qc.layout
         conf = dict((read_json(layout.config_file, default={}) or {}).get("conf") or {})
@@ -294,6 +350,7 @@ class ManagedQuery:
             layout,
             {
                 "status": "completed",
+                "reason": reason,
                 "started_ms": started,
                 "ended_ms": wall_time.now_ms(),
                 "from_partitions": before,
@@ -397,11 +454,14 @@ def managed(
     -------
     ManagedQuery
         The handle: ``query``, ``rescale(n)``, ``restart()``, ``stop()``, ``history()``.
+        With ``spark.sql.streaming.barriered.autoscale.enabled`` it rescales by itself
+        (:meth:`ManagedQuery.watch`, :mod:`barriered.autoscale`).
     """
     handle = ManagedQuery(start, checkpoint_location, spark)
     if not exists(checkpoint_location):
         log.info("managed query: new checkpoint folder %s", checkpoint_location)
     handle.start(partitions)
+    handle.watch()
     return handle
 
 

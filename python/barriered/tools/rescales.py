@@ -8,7 +8,17 @@ from typing import Any
 
 from barriered.tools.text import human_ms, local_time, text_table
 
-_HEADERS = ("id", "status", "started", "partitions", "savepoint", "restored", "pause", "run")
+_HEADERS = (
+    "id",
+    "status",
+    "started",
+    "partitions",
+    "savepoint",
+    "restored",
+    "pause",
+    "run",
+    "reason",
+)
 _RIGHT = (0, 4, 5, 6)
 
 
@@ -25,13 +35,14 @@ def _cells(row: dict[str, Any]) -> list[str]:
         text(row["restored_checkpoint_id"]),
         human_ms(row["pause_ms"]),
         text(row["to_checkpoint_location"]),
+        "" if row.get("reason") is None else str(row["reason"]),
     ]
 
 
 def format_rescales(rows: Sequence[dict[str, Any]]) -> str:
     """Render ``_rescales`` rows as a table: when, partitions before and after, the
-    savepoint taken, the checkpoint restored, the pause (no record processed) and the new
-    run's checkpoint location."""
+    savepoint taken, the checkpoint restored, the pause (no record processed), the new
+    run's checkpoint location and why (autoscaling's reason)."""
     return text_table(_HEADERS, [_cells(r) for r in rows], _RIGHT)
 
 
