@@ -5,9 +5,10 @@ The query numbers each user's records with ``barriered.keyed`` (its state: the c
 far) and aggregates the numbers with Spark's own ``groupBy().agg()`` (count and highest
 number per user, the provider's store). A first run reads half of the input with
 ``maxParallelism`` 128 and a savepoint is copied from its last checkpoint; the savepoint
-is rewritten for 64 (and, in the full suite, 512) key groups; the query is restored from
-the result with that ``maxParallelism`` and another number of shuffle partitions (more
-than the old 128 for 512) and reads the rest. Both operators' state must then equal a
+is rewritten for 64 and for 512 key groups (both in the full suite; the rewrite itself is
+checked without Spark in ``tests/unit/test_savepoint_rescale.py``); the query is restored
+from the result with that ``maxParallelism`` and another number of shuffle partitions
+(more than the old 128 for 512) and reads the rest. Both operators' state must then equal a
 recount of every record: every user's count, and the aggregation's ``(n, last)`` equal to
 it, which holds only if the keyed state came back exactly (a lost or doubled key restarts
 or repeats the numbering). The source savepoint is unchanged byte for byte.
@@ -123,6 +124,7 @@ def _first_half(spark: Any, tmp: Path) -> tuple[str, Counter[str]]:
     return saved.path, counts + _write(tmp / "data", "second", 300)
 
 
+@pytest.mark.full  # the default suite's one new Spark test is test_managed_rescale's
 def test_a_savepoint_rescaled_to_64_key_groups_restores_exactly(
     provider_spark: Any, tmp_path: Path
 ) -> None:
