@@ -119,6 +119,13 @@ class BarrieredConf:
     keyed_max_runs: int = _default_int("keyed_max_runs")
     keyed_local_cache_size: int = _default_int("keyed_local_cache_size")
     keyed_local_cache_dir: str | None = None
+    autoscale_enabled: bool = _default_bool("autoscale_enabled")
+    autoscale_min_partitions: int = _default_int("autoscale_min_partitions")
+    autoscale_max_partitions: int = _default_int("autoscale_max_partitions")
+    autoscale_scale_up_backlog: int = _default_int("autoscale_scale_up_backlog")
+    autoscale_scale_down_backlog: int = _default_int("autoscale_scale_down_backlog")
+    autoscale_checkpoints: int = _default_int("autoscale_checkpoints")
+    autoscale_cool_down_ms: int = _default_int("autoscale_cool_down_ms")
 
     def __post_init__(self) -> None:
         for config_key in KEYS:
