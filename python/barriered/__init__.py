@@ -4,7 +4,7 @@ Importing :mod:`barriered` does not import PySpark: the barrier handler, the
 coordinator core, key groups and the configuration are pure Python. The Spark-facing
 API (``install``, ``uninstall``, ``read_stream``, ``keyed``, ``records``,
 ``await_termination``, ``checkpoints``, ``state_table``, ``plot_checkpoints``,
-``savepoint``, ``with_state_store``) is loaded on first use.
+``savepoint``, ``managed``, ``rescale``, ``with_state_store``) is loaded on first use.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ _LAZY = {
     "await_termination": "barriered.api",
     "snapshot_path": "barriered.api",
     "savepoint": "barriered.api",
+    "managed": "barriered.managed_query",
+    "rescale": "barriered.managed_query",
     "checkpoints": "barriered.views",
     "state_table": "barriered.views",
     "plot_checkpoints": "barriered.views",

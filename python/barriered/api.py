@@ -386,10 +386,10 @@ def await_termination(query: Any, timeout: float | None = None) -> None:
         )
 
 
-def _query_coordinator(
+def query_coordinator(
     query: Any, timeout: float = 60.0
 ) -> tuple[BarrieredListener, QueryCoordinator]:
-    """The coordinator of the query's current run.
+    """The listener and coordinator of the query's current run.
 
     A restarted query keeps its id, and the listener makes the new run's coordinator at
     the run's first progress event, which Spark delivers asynchronously: until then the
@@ -412,7 +412,7 @@ def _query_coordinator(
 
 
 def _query_path(query: Any) -> str:
-    return _query_coordinator(query)[1].layout.root
+    return query_coordinator(query)[1].layout.root
 
 
 def savepoint(query: Any, path: str, timeout: float = 300.0) -> Savepoint:
@@ -448,7 +448,7 @@ def savepoint(query: Any, path: str, timeout: float = 300.0) -> Savepoint:
             "completed checkpoint of a stopped query, run: barriered savepoint "
             "SNAPSHOT_PATH -o PATH [--checkpoint N]"
         )
-    listener, qc = _query_coordinator(query)
+    listener, qc = query_coordinator(query)
     with listener.lock:
         checkpoint_id = qc.request_savepoint(path)
     log.info("savepoint %d requested for query %s", checkpoint_id, query.id)

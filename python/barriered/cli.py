@@ -5,6 +5,7 @@ Commands:
 * ``demo [--kafka BOOTSTRAP]``: the local demo on real Spark (on the ``rate`` upstream,
   or on a Kafka topic it creates and fills);
 * ``checkpoints PATH [--json]``: the checkpoint history of a snapshot path;
+* ``rescales PATH [--json]``: the rescales of a managed query (:mod:`barriered.managed_query`);
 * ``inspect PATH [--checkpoint N] [--json]``: what a completed checkpoint holds; with
   ``--key VALUE[,VALUE...] [--partitions N] [--operator NAME]``, which key group (and
   shuffle partition) one key lives in and its state rows;
@@ -14,6 +15,8 @@ Commands:
 * ``savepoint bootstrap -o OUT ...`` and ``savepoint transform PATH -o OUT ...``: write a
   savepoint from a table of keyed state, or with one operator's state changed
   (:mod:`barriered.tools.offline_state`);
+* ``savepoint rescale SAVEPOINT -o OUT --max-parallelism N``: write a savepoint again
+  with another number of key groups (:mod:`barriered.state_processor.rescale`);
 * ``restore-plan PATH [--from latest|N|FOLDER]``: where a restore would start, after
   checking every file it reads (nothing is written);
 * ``ui PATH [--port N] [--host ADDR]``: the live checkpoint page of a snapshot path (and
@@ -65,7 +68,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_checkpoints(args: argparse.Namespace) -> int:
     """Print the checkpoint history of a snapshot path."""
-    from barriered.statestore import integrity
+    from barriered.statestore import integrity, rescales_table
+    from barriered.tools import rescales
     from barriered.tools.history import (
         channel_names,
         format_history,
@@ -79,10 +83,30 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
             print(json.dumps(row, sort_keys=True))
     elif rows:
         print(format_history(rows))
+        note = rescales.summary(rescales_table.read_rows(layout), args.path)
+        if note is not None:
+            print(note)
     else:
         print(f"barriered: no checkpoint has finished yet under {args.path}", file=sys.stderr)
     for line in integrity.check(layout).warnings():
         print(f"barriered: warning: {line}", file=sys.stderr)
+    return 0
+
+
+def cmd_rescales(args: argparse.Namespace) -> int:
+    """Print the rescales of a managed query's snapshot path."""
+    from barriered.statestore import rescales_table
+    from barriered.statestore.layout import SnapshotLayout
+    from barriered.tools.rescales import format_rescales
+
+    rows = rescales_table.read_rows(SnapshotLayout.existing(args.path))
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, sort_keys=True))
+    elif rows:
+        print(format_rescales(rows))
+    else:
+        print(f"barriered: no rescale recorded under {args.path}", file=sys.stderr)
     return 0
 
 
@@ -145,6 +169,23 @@ def cmd_savepoint(args: argparse.Namespace) -> int:
         f"({saved.state_files} state files, {saved.state_bytes} bytes, "
         f"{saved.inflight_rows} in-flight rows); restore it with "
         f".option({RESTORE_FROM.name!r}, {saved.path!r}) on a new snapshot path"
+    )
+    return 0
+
+
+def cmd_savepoint_rescale(args: argparse.Namespace) -> int:
+    """Write a savepoint again with another maxParallelism."""
+    from barriered.state_processor.rescale import rescale
+
+    with reporting() as progress:
+        progress.step(f"rewriting {args.path} for {args.max_parallelism} key groups")
+        saved = rescale(args.path, args.out, args.max_parallelism, option="--max-parallelism")
+    print(
+        f"savepoint of checkpoint {saved.checkpoint_id} written to {saved.path} with "
+        f"maxParallelism {args.max_parallelism} ({saved.state_files} state files, "
+        f"{saved.state_bytes} bytes); restore it with .option({RESTORE_FROM.name!r}, "
+        f"{saved.path!r}) and maxParallelism={args.max_parallelism} on a new snapshot path, "
+        f"at up to {args.max_parallelism} shuffle partitions"
     )
     return 0
 
@@ -249,6 +290,14 @@ def _checkpoint_id(raw: str) -> int:
     return value
 
 
+def _whole_number(raw: str) -> int | str:
+    """An int, or the text as given: the command checks the range and names the option."""
+    try:
+        return int(raw)
+    except ValueError:
+        return raw
+
+
 def _add_checkpoint_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--checkpoint",
@@ -283,6 +332,13 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("path", help="the snapshot path (snapshotPath of the query)")
     ck.add_argument("--json", action="store_true", help="one JSON object per checkpoint")
     ck.set_defaults(run=cmd_checkpoints)
+
+    rsc = sub.add_parser(
+        "rescales", help="the rescales of a managed query (barriered.managed): when, partitions"
+    )
+    rsc.add_argument("path", help="the snapshot path")
+    rsc.add_argument("--json", action="store_true", help="one JSON object per rescale")
+    rsc.set_defaults(run=cmd_rescales)
 
     ins = sub.add_parser(
         "inspect", help="state per operator and key group, in-flight records per channel"
@@ -320,15 +376,36 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser(
         "savepoint",
         help="copy a completed checkpoint into a self-contained savepoint folder; "
-        "savepoint bootstrap|transform: write state offline",
+        "savepoint bootstrap|transform: write state offline; savepoint rescale: change "
+        "maxParallelism",
         epilog="Write state offline: barriered savepoint bootstrap --help, "
-        "barriered savepoint transform --help",
+        "barriered savepoint transform --help; change maxParallelism: barriered savepoint "
+        "rescale --help",
     )
     sp.add_argument("path", help="the snapshot path")
     sp.add_argument("-o", "--out", required=True, help="the savepoint folder (must be new)")
     _add_checkpoint_option(sp)
     sp.set_defaults(run=cmd_savepoint)
     offline_state.add_parsers(sub, _add_checkpoint_option)
+
+    rs = sub.add_parser(
+        "savepoint-rescale",
+        prog="barriered savepoint rescale",
+        description="Write a savepoint again with another maxParallelism (number of key "
+        "groups): each key moves to its new key group.",
+        # no help: --help lists it under "savepoint" (typed "savepoint rescale")
+    )
+    rs.add_argument("path", help="the savepoint folder (only read)")
+    rs.add_argument("-o", "--out", required=True, help="the new savepoint folder (must not exist)")
+    rs.add_argument(
+        "--max-parallelism",
+        required=True,
+        type=_whole_number,
+        metavar="N",
+        help="the new number of key groups (1 to 32768): the most shuffle partitions a "
+        "restore of the result can use",
+    )
+    rs.set_defaults(run=cmd_savepoint_rescale)
 
     rp = sub.add_parser(
         "restore-plan", help="check a restore point and show where a restore would start"
@@ -394,7 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
-    if words[:1] == ["savepoint"] and words[1:2] in (["bootstrap"], ["transform"]):
+    if words[:1] == ["savepoint"] and words[1:2] in (["bootstrap"], ["transform"], ["rescale"]):
         words[:2] = [f"savepoint-{words[1]}"]  # "savepoint bootstrap": its own parser
     try:
         return _command(build_parser().parse_args(words))

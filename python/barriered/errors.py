@@ -115,6 +115,14 @@ class StateProcessorError(BarrieredError, ValueError):
     written."""
 
 
+class RescaleError(BarrieredError, ValueError):
+    """A rescale was refused: a savepoint's new ``maxParallelism`` out of range or a key
+    type whose key group cannot be computed, a source that is not a savepoint, a target
+    that exists; or a running query's rescale to more partitions than its key groups, while
+    another runs, or of a query not started by :func:`barriered.managed`. The message names
+    the option or path at fault and what to do. Nothing was written or stopped."""
+
+
 class WorkerPythonError(BarrieredError, RuntimeError):
     """The interpreter Spark starts its Python workers with (``PYSPARK_PYTHON``) cannot
     import barriered: the message names it and how to point Spark at the right one."""

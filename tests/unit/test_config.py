@@ -69,6 +69,13 @@ def test_required_keys_exist_with_their_types_and_defaults() -> None:
         "metrics.prometheusPort": ("int", None),
         "metrics.host": ("str", "0.0.0.0"),
         "metrics.openTelemetry": ("bool", "false"),
+        "autoscale.enabled": ("bool", "false"),
+        "autoscale.minPartitions": ("int", "1"),
+        "autoscale.maxPartitions": ("int", "0"),
+        "autoscale.scaleUpBacklog": ("int", "100000"),
+        "autoscale.scaleDownBacklog": ("int", "1000"),
+        "autoscale.checkpoints": ("int", "3"),
+        "autoscale.coolDown": ("duration", "5min"),
     }
     declared = {k.name: (k.type, k.default) for k in KEYS}
     assert declared == expected
@@ -108,6 +115,13 @@ def test_defaults() -> None:
         "metrics_prometheus_port": None,
         "metrics_host": "0.0.0.0",
         "metrics_open_telemetry": False,
+        "autoscale_enabled": False,
+        "autoscale_min_partitions": 1,
+        "autoscale_max_partitions": 0,
+        "autoscale_scale_up_backlog": 100_000,
+        "autoscale_scale_down_backlog": 1000,
+        "autoscale_checkpoints": 3,
+        "autoscale_cool_down_ms": 300_000,
     }
     assert conf.mode == "exactlyOnce"
     json.dumps(conf.to_dict())  # serialisable as snapshot metadata

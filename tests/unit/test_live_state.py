@@ -350,8 +350,10 @@ def test_a_cold_lookup_of_a_few_keys_reads_only_their_row_groups(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A restore on a machine without the files cached: a batch of a few keys reads the
-    row groups their hashes fall in, not the chunk, until half the chunk was read so;
-    then the chunk is cached whole. Every answer equals the warm machine's."""
+    row groups their hashes fall in, not the chunk, and hashes only the rows that may
+    hold its keys, until as many row groups as the chunk has were read so (a batch of
+    more keys than half the chunk's row groups too); then the chunk is cached whole.
+    Every answer equals the warm machine's."""
     monkeypatch.setattr(state_files, "ROW_GROUP_ROWS", 16)
     query = Query(tmp_path, partitions=1)
     files = new_table(query.config.table_uri)
@@ -382,7 +384,11 @@ def test_a_cold_lookup_of_a_few_keys_reads_only_their_row_groups(
     assert built == [3]  # of the 48 rows read, only the keys' own are hashed and kept
     assert not any(restored.cache.has(uri, c.part) for c in info.chunks)
     read.clear()
-    assert restored.state(list(range(4000))) == expected  # most row groups: cached whole
+    many = list(range(0, 4000, 20))  # 200 keys in more than half the chunk's row groups
+    assert restored.state(many) == {k: expected[k] for k in many}
+    assert len(read) == 1 and 125 < len(read[0]) <= 200 and built[-1] == len(many)
+    assert not any(restored.cache.has(uri, c.part) for c in info.chunks)
+    assert restored.state(list(range(4000))) == expected  # read once over: cached whole
     assert all(restored.cache.has(uri, c.part) for c in info.chunks)
 
 

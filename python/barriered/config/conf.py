@@ -122,6 +122,13 @@ class BarrieredConf:
     metrics_prometheus_port: int | None = None
     metrics_host: str = _default_str("metrics_host")
     metrics_open_telemetry: bool = _default_bool("metrics_open_telemetry")
+    autoscale_enabled: bool = _default_bool("autoscale_enabled")
+    autoscale_min_partitions: int = _default_int("autoscale_min_partitions")
+    autoscale_max_partitions: int = _default_int("autoscale_max_partitions")
+    autoscale_scale_up_backlog: int = _default_int("autoscale_scale_up_backlog")
+    autoscale_scale_down_backlog: int = _default_int("autoscale_scale_down_backlog")
+    autoscale_checkpoints: int = _default_int("autoscale_checkpoints")
+    autoscale_cool_down_ms: int = _default_int("autoscale_cool_down_ms")
 
     def __post_init__(self) -> None:
         for config_key in KEYS:

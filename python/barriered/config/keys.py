@@ -386,6 +386,83 @@ METRICS_OPEN_TELEMETRY = _declare(
         field="metrics_open_telemetry",
     )
 )
+AUTOSCALE_ENABLED = _declare(
+    ConfigKey(
+        "autoscale.enabled",
+        "bool",
+        "false",
+        "Let a query started with barriered.managed(...) rescale itself: up when the "
+        "source's backlog stays above autoscale.scaleUpBacklog, down when it stays below "
+        "autoscale.scaleDownBacklog, for autoscale.checkpoints completed checkpoints in a "
+        "row (python/barriered/autoscale.py). Read from the snapshot path's configuration.",
+        field="autoscale_enabled",
+    )
+)
+AUTOSCALE_MIN_PARTITIONS = _declare(
+    ConfigKey(
+        "autoscale.minPartitions",
+        "int",
+        "1",
+        "The fewest shuffle partitions autoscaling goes down to.",
+        field="autoscale_min_partitions",
+        min_value=1,
+        max_value=1 << 15,
+    )
+)
+AUTOSCALE_MAX_PARTITIONS = _declare(
+    ConfigKey(
+        "autoscale.maxPartitions",
+        "int",
+        "0",
+        "The most shuffle partitions autoscaling goes up to; 0: maxParallelism.",
+        field="autoscale_max_partitions",
+        min_value=0,
+        max_value=1 << 15,
+    )
+)
+AUTOSCALE_SCALE_UP_BACKLOG = _declare(
+    ConfigKey(
+        "autoscale.scaleUpBacklog",
+        "int",
+        "100000",
+        "Records the source holds and has not delivered yet (summed over its channels, "
+        "measured at each completed checkpoint) above which autoscaling doubles the "
+        "partitions.",
+        field="autoscale_scale_up_backlog",
+        min_value=1,
+    )
+)
+AUTOSCALE_SCALE_DOWN_BACKLOG = _declare(
+    ConfigKey(
+        "autoscale.scaleDownBacklog",
+        "int",
+        "1000",
+        "The backlog below which autoscaling halves the partitions.",
+        field="autoscale_scale_down_backlog",
+        min_value=0,
+    )
+)
+AUTOSCALE_CHECKPOINTS = _declare(
+    ConfigKey(
+        "autoscale.checkpoints",
+        "int",
+        "3",
+        "How many completed checkpoints in a row the backlog must stay above (or below) "
+        "its bound before autoscaling rescales.",
+        field="autoscale_checkpoints",
+        min_value=1,
+    )
+)
+AUTOSCALE_COOL_DOWN = _declare(
+    ConfigKey(
+        "autoscale.coolDown",
+        "duration",
+        "5min",
+        "The least time between the end of one rescale and the next one autoscaling starts.",
+        field="autoscale_cool_down_ms",
+        min_value=0,
+    )
+)
 
 
 #: Every declared key, in declaration (and documentation) order.

@@ -6,7 +6,9 @@
 * :func:`transform` reads one operator's state of a checkpoint or savepoint as a
   DataFrame, applies a function and writes a new savepoint, carrying everything else
   over unchanged;
-* :func:`read_state` reads an operator's state of a checkpoint as a DataFrame.
+* :func:`read_state` reads an operator's state of a checkpoint as a DataFrame;
+* :func:`rescale` writes a savepoint again with another ``maxParallelism`` (every key in
+  its new key group; no Spark needed).
 
 Both write a savepoint folder in the layout :func:`barriered.savepoint` writes: start a
 streaming query from it with ``.option("restoreFrom", folder)`` on a new
@@ -26,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pyspark.sql import DataFrame, SparkSession
 
 from barriered.state_processor import bootstrap as _bootstrap
+from barriered.state_processor import rescale as _rescale
 from barriered.state_processor import transform as _transform
 from barriered.state_processor.bootstrap import BOOTSTRAP_ID, KeyedState
 from barriered.state_processor.stores import SparkState
@@ -171,4 +174,55 @@ def read_state(
     return _transform.read_state(spark, point, operator)
 
 
-__all__ = ["BOOTSTRAP_ID", "KeyedState", "SparkState", "bootstrap", "read_state", "transform"]
+def rescale(snapshot: str, path: str, max_parallelism: int) -> Savepoint:
+    """Write a savepoint again with another ``maxParallelism`` (number of key groups).
+
+    ``maxParallelism`` is fixed for the life of a snapshot path and bounds the partitions
+    its keyed state can be split into; this changes it offline. Each key's new key group
+    is computed from the key (``pmod(hash(key), max_parallelism)``), for every
+    ``barriered.keyed`` operator and every store of Spark's own operators the JVM provider
+    captured; positions, in-flight records and the upstream's manifest are copied
+    unchanged. Restore the result with ``.option("restoreFrom", path)`` and
+    ``maxParallelism`` set to ``max_parallelism``, at any ``spark.sql.shuffle.partitions``
+    up to it. The CLI: ``barriered savepoint rescale SAVEPOINT -o OUT --max-parallelism N``.
+
+    Parameters
+    ----------
+    snapshot : str
+        A savepoint folder; only read (unchanged byte for byte).
+    path : str
+        The new savepoint folder; it must not exist.
+    max_parallelism : int
+        The new number of key groups, 1 to 32768.
+
+    Returns
+    -------
+    Savepoint
+        The new folder and what it holds (the same checkpoint id).
+
+    Raises
+    ------
+    RescaleError
+        ``max_parallelism`` out of range, ``snapshot`` missing or not a savepoint, ``path``
+        existing (or inside ``snapshot``), or a key column of a type whose Spark hash is
+        not computed outside Spark when the new value does not divide the old one.
+        Nothing is written.
+    RestoreError
+        When the savepoint's checkpoint or its files are missing or damaged.
+
+    Examples
+    --------
+    >>> barriered.state_processor.rescale("/sp/128", "/sp/512", 512)  # doctest: +SKIP
+    """
+    return _rescale.rescale(snapshot, path, max_parallelism)
+
+
+__all__ = [
+    "BOOTSTRAP_ID",
+    "KeyedState",
+    "SparkState",
+    "bootstrap",
+    "read_state",
+    "rescale",
+    "transform",
+]

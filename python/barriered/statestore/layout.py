@@ -19,6 +19,7 @@
       _source/                 the upstream's own manifest (positions of files)
       _sink/<sink>/e<epoch>/<batch>.json  output of a batch staged by the barriered-delta sink
       _savepoint.json          only in a savepoint: which checkpoint it holds
+      _rescales/               Delta: one row per rescale of a managed query (barriered.managed)
 
 The JVM provider writes ``operators/``, ``_coordinator/stores/`` and its ``_acks`` with the
 names ``jvm-shim/.../SnapshotPaths.java`` gives them; ``tests/unit/test_snapshot_paths.py``
@@ -219,6 +220,11 @@ class SnapshotLayout:
     def staged_file(self, sink_id: str, epoch: int, batch_id: int) -> str:
         """The record of batch ``batch_id`` staged by ``sink_id`` in the run of ``epoch``."""
         return join(self.sink_dir(sink_id), f"e{epoch}", f"{batch_id:012d}.json")
+
+    @property
+    def rescales_table(self) -> str:
+        """The ``_rescales`` Delta table: the rescales of a managed query."""
+        return join(self.root, "_rescales")
 
     @property
     def savepoint_file(self) -> str:

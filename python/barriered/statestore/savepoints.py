@@ -40,6 +40,7 @@ from barriered.files.fileio import (
     filesystem,
     join,
     list_names,
+    read_json,
     write_json,
 )
 from barriered.statestore import checkpoints_table, operators
@@ -47,6 +48,7 @@ from barriered.statestore.acks import DataFile, write_data_file
 from barriered.statestore.delta_tables import INFLIGHT_PARTITIONS, commit_files, open_table
 from barriered.statestore.dv_files import VECTORS_READ_KEY, vector_rows
 from barriered.statestore.layout import SnapshotLayout
+from barriered.statestore.regroup import Regroup
 from barriered.statestore.restore_point import (
     TableFile,
     resolve,
@@ -159,6 +161,7 @@ def export(
     checkpoint_id: int | None,
     target: str,
     rewrite: Rewrite | None = None,
+    regroup: Regroup | None = None,
 ) -> Savepoint:
     """Copy a completed checkpoint of ``origin`` to the savepoint folder ``target``.
 
@@ -173,6 +176,10 @@ def export(
     rewrite : Rewrite, optional
         Replace one operator's registration and state files (everything else is
         copied as it is).
+    regroup : Regroup, optional
+        Write every key group again for another ``maxParallelism`` (the keyed state, the
+        provider's stores, the configuration and the registrations); not with
+        ``rewrite``.
 
     Raises
     ------
@@ -186,6 +193,10 @@ def export(
     assert source_table is not None  # resolve() found the checkpoint in it
     state_schema = pa.schema(source_table.schema().to_arrow())
     registrations = origin.registrations()
+    if rewrite is not None and regroup is not None:
+        raise ValueError("a savepoint is transformed or regrouped, not both at once")
+    if regroup is not None:
+        registrations = {n: regroup.registration(r) for n, r in registrations.items()}
     if rewrite is not None:
         registrations[rewrite.operator] = rewrite.registration
         state_schema = table_schema(registrations.values())
@@ -197,7 +208,10 @@ def export(
             "folder: savepoints are never overwritten"
         )
     cid = point.checkpoint_id
-    copy_file(origin.config_file, out.config_file)
+    if regroup is None:
+        copy_file(origin.config_file, out.config_file)
+    else:
+        write_json(out.config_file, regroup.config(read_json(origin.config_file, default={})))
     for name, registration in registrations.items():
         write_json(out.operator_file(name), registration)
     copy_tree(origin.source_dir, out.source_dir)
@@ -215,7 +229,10 @@ def export(
             storage_options=out.storage_options,
         ).version  # fmt: skip
     metadata["barriered.inflight_version"] = inflight_version
-    stores = operators.copy_stores(origin, point.metadata, out, cid)
+    if regroup is None:
+        stores = operators.copy_stores(origin, point.metadata, out, cid)
+    else:
+        stores = regroup.stores(origin, point.metadata, out, cid)
     if stores is not None:
         metadata[operators.VERSIONS_KEY] = stores
     kept = [
@@ -223,7 +240,10 @@ def export(
         for f in point.state_files()
         if rewrite is None or f.partition_values.get("operator") != rewrite.operator
     ]
-    copies = _copy_state(kept, origin.state_table, out.state_table)
+    if regroup is None:
+        copies = _copy_state(kept, origin.state_table, out.state_table)
+    else:
+        copies = regroup.state(point, out)
     if rewrite is not None:
         copies.extend((f, np.empty(0, np.int64)) for f in rewrite.write(out, cid))
     state = [f for f, _ in copies]
@@ -257,6 +277,7 @@ def export(
             "state_files": saved.state_files,
             "state_bytes": saved.state_bytes,
             **({} if rewrite is None else {"transformed": rewrite.operator}),
+            **({} if regroup is None else regroup.marker(origin)),
         },
     )
     log.info(

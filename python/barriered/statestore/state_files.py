@@ -330,12 +330,15 @@ def lookup_unit(
     """Rows of ``chunk`` holding every key of ``keys`` (their key hashes ``hashes``) that
     it holds: its cached unit when this machine has one; else, for a file that knows its
     row groups' first hashes, the rows of the row groups those hashes fall in that may
-    hold them, read now and not cached, until this process has read half the chunk so
-    (then the chunk is cached whole, as for a file that does not know them)."""
+    hold them, read now and not cached, until this process has read as many row groups
+    of the chunk so as it has (then the chunk is cached whole, as for a file that does
+    not know them). Reading costs little next to hashing: a sparse read hashes only the
+    rows that may hold the keys, a cached chunk every row once, so a restore's first
+    batch, which touches a chunk once, hashes its keys' rows, not its chunks'."""
     if info.hashes is not None and not cache.has(uri, chunk.part):
         groups = row_groups_of(info, chunk, hashes)
         read = _SPARSE.get((uri, chunk.part), 0) + len(groups)
-        if 2 * read <= chunk.end - chunk.first:
+        if read <= chunk.end - chunk.first:
             _SPARSE[(uri, chunk.part)] = read
             return Unit(load_rows(uri, info, groups.tolist(), key_columns, keys))
     return cache.unit(uri, chunk.part, lambda: load_chunk(uri, info, chunk, key_columns))

@@ -1,0 +1,241 @@
+"""A running query rescaled in one call (``barriered.managed(start).rescale(n)``), on
+local Spark.
+
+The query numbers each user's records with ``barriered.keyed`` (``RecordNumbers``) into
+the ``barriered-delta`` sink (and, in the full suite, the ``barriered-kafka`` sink) while
+files keep arriving: the n-th record of a user is
+written as ``(user, n)``, so the output table holds every record exactly once only if
+nothing was lost or doubled across the savepoint, the stop and the restored run at the
+new partition count. Refusals leave the query running as it was, and write nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import barriered
+from barriered.errors import RescaleError
+from barriered.examples import RecordNumbers
+from barriered.managed_query import ManagedQuery, Run
+from barriered.sink.kafka import publisher
+from barriered.statestore import checkpoints_table, rescales_table
+from barriered.statestore.layout import SnapshotLayout
+from kafka_sink_runs import FORMAT, as_records, published
+from runs import PREFIX, output_rows, state_counts
+
+pytestmark = pytest.mark.spark
+
+SOURCE = {
+    "upstream": "files",
+    "channelBy": "folder",
+    "schema": "user_id string, amount long",
+    "maxRowsPerChannel": "40",
+}
+CONF = {"checkpointInterval": "200ms", "unaligned.enabled": "false", "maxParallelism": "8"}
+
+
+def _write(data: Path, tag: str, rows: int) -> Counter[str]:
+    """One file of ``rows`` records per channel (2) over 13 users; the records per user."""
+    counts: Counter[str] = Counter()
+    for channel in ("a", "b"):
+        (data / channel).mkdir(parents=True, exist_ok=True)
+        lines = []
+        for i in range(rows):
+            user = f"user-{(i * 5 + len(tag + channel)) % 13}"
+            counts[user] += 1
+            lines.append(json.dumps({"user_id": user, "amount": 1}))
+        (data / channel / f"{tag}.json").write_text("\n".join(lines) + "\n")
+    return counts
+
+
+class DeltaOutput:
+    """The ``barriered-delta`` sink: a Delta table of ``(user_id, n)`` rows."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.table = tmp / "out"
+
+    def writer(self, out: Any) -> Any:
+        return out.writeStream.format("barriered-delta").option("path", str(self.table))
+
+    def started(self) -> bool:
+        return (self.table / "_delta_log").exists()
+
+    def rows(self) -> list[tuple[str, int]]:
+        return output_rows(str(self.table)) if self.started() else []
+
+
+class KafkaOutput:
+    """The ``barriered-kafka`` sink: key = user, value = n, read ``read_committed``."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.topic = f"out-{uuid.uuid4().hex[:8]}"
+        broker.create_topic(self.topic, 2)
+
+    def writer(self, out: Any) -> Any:
+        return (
+            as_records(out)
+            .writeStream.format(FORMAT)
+            .options(**{"kafka.bootstrap.servers": self.broker.bootstrap, "topic": self.topic})
+        )
+
+    def started(self) -> bool:
+        return bool(self.rows())
+
+    def rows(self) -> list[tuple[str, int]]:
+        return published(self.broker, self.topic, "append")
+
+
+def _starter(session: Any, tmp: Path, output: Any, source: dict[str, str] = SOURCE) -> Any:
+    def start(run: Run) -> Any:
+        events = (
+            session.readStream.format("barriered")
+            .options(**source, path=str(tmp / "data"), **run.source_options)
+            .option("snapshotPath", str(tmp / "snap"))
+            .load()
+        )
+        out = barriered.keyed(events, "user_id").process(RecordNumbers())
+        return (
+            output.writer(out)
+            .option("snapshotPath", str(tmp / "snap"))
+            .option("checkpointLocation", run.checkpoint_location)
+            .start()
+        )
+
+    return start
+
+
+def _wait(what: str, ready: Any, timeout: float = 180.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := ready()):
+        assert time.monotonic() < deadline, f"not {what} in {timeout} s"
+        time.sleep(0.2)
+    return found
+
+
+def _numbered(counts: Counter[str]) -> list[tuple[str, int]]:
+    """Every record once: ``(user, n)`` for n = 1..count."""
+    return sorted((u, n) for u, c in counts.items() for n in range(1, c + 1))
+
+
+def _refused(handle: ManagedQuery, partitions: Any, message: str) -> None:
+    """A rescale to ``partitions`` is refused naming ``message``: the same run goes on."""
+    run_id = handle.query.runId
+    with pytest.raises(RescaleError, match=message):
+        handle.rescale(partitions)
+    assert handle.query.isActive and handle.query.runId == run_id
+
+
+@pytest.mark.parametrize(
+    "session",
+    ["classic", pytest.param("connect", marks=[pytest.mark.connect, pytest.mark.full])],
+    indirect=True,
+)
+def test_a_running_query_rescales_exactly_once_into_the_delta_sink(
+    session: Any, tmp_path: Path
+) -> None:
+    _rescaled_exactly_once(session, tmp_path, DeltaOutput(tmp_path))
+
+
+@pytest.mark.full
+@pytest.mark.kafka
+def test_a_running_query_rescales_exactly_once_into_the_kafka_sink(
+    session: Any, kafka_broker: Any, tmp_path: Path
+) -> None:
+    try:
+        _rescaled_exactly_once(session, tmp_path, KafkaOutput(kafka_broker))
+    finally:
+        publisher.close()
+
+
+def _rescaled_exactly_once(session: Any, tmp_path: Path, output: Any) -> None:
+    """Rescale 2 -> 3 partitions while files arrive; refusals first; the sink's output
+    and the keyed state then hold every record exactly once."""
+    for key, value in CONF.items():
+        session.conf.set(PREFIX + key, value)
+    counts = _write(tmp_path / "data", "first", 200)
+    start = _starter(session, tmp_path, output)
+    handle = barriered.managed(start, str(tmp_path / "ck"), session, 2)
+    try:
+        layout = SnapshotLayout.configured(str(tmp_path / "snap"))
+        _wait("a checkpoint with output", output.started)
+        _refused(handle, 0, "partitions must be a whole number >= 1, got 0")
+        _refused(handle, 9, "has maxParallelism 8 key groups")
+        _refused(handle, 2, "runs at 2 partitions already")
+        with pytest.raises(RescaleError, match=r"was not started by barriered\.managed"):
+            barriered.rescale(_Plain(), 3)
+        assert rescales_table.read_rows(layout) == []
+
+        counts += _write(tmp_path / "data", "second", 200)  # records flow during the rescale
+        done: dict[str, Any] = {}
+        rescaling = threading.Thread(target=lambda: done.update(row=handle.rescale(3)))
+        rescaling.start()
+        _wait("rescaling", lambda: handle.rescaling, 10)
+        with pytest.raises(RescaleError, match=r"a rescale of query .* is running"):
+            handle.rescale(4)
+        rescaling.join(300)
+        row = done["row"]
+        counts += _write(tmp_path / "data", "third", 100)
+        _wait("all records written once", lambda: output.rows() == _numbered(counts))
+    finally:
+        handle.stop()
+    assert (row["from_partitions"], row["to_partitions"], row["max_parallelism"]) == (2, 3, 8)
+    assert row["to_checkpoint_location"].endswith("/run-1")
+    assert 0 <= row["pause_ms"] < 60_000
+    history = checkpoints_table.completed(layout)
+    kinds = {r["checkpoint_id"]: r["kind"] for r in history}
+    assert kinds[row["savepoint_id"]] == "savepoint"
+    assert row["restored_checkpoint_id"] >= row["savepoint_id"]
+    assert rescales_table.read_rows(layout) == [row]
+    assert layout.registrations()["record_numbers"]["partitions"] == 3
+    last = history[-1]
+    assert state_counts(layout, last["state_table_version"]) == dict(counts)
+    assert output.rows() == _numbered(counts)
+
+
+class _Plain:
+    """A query no handle started."""
+
+    id = "not-managed"
+
+
+@pytest.mark.full
+def test_autoscaling_doubles_the_partitions_while_the_backlog_stays_high(
+    session: Any, tmp_path: Path
+) -> None:
+    """``autoscale.*`` set: a backlog far above the bound at 2 completed checkpoints in a
+    row doubles 1 partition to 2 (once: the cool-down is an hour); every record is in the
+    output exactly once."""
+    autoscale = {
+        "autoscale.enabled": "true",
+        "autoscale.scaleUpBacklog": "50",
+        "autoscale.checkpoints": "2",
+        "autoscale.coolDown": "1h",
+        "autoscale.maxPartitions": "4",
+    }
+    for key, value in {**CONF, **autoscale}.items():
+        session.conf.set(PREFIX + key, value)
+    counts = _write(tmp_path / "data", "first", 600)
+    output = DeltaOutput(tmp_path)
+    start = _starter(session, tmp_path, output, {**SOURCE, "maxRowsPerChannel": "10"})
+    handle = barriered.managed(start, str(tmp_path / "ck"), session, 1)
+    try:
+        layout = SnapshotLayout.configured(str(tmp_path / "snap"))
+        (row,) = _wait("an autoscaling rescale", lambda: rescales_table.read_rows(layout))
+        _wait("all records written once", lambda: output.rows() == _numbered(counts))
+    finally:
+        handle.stop()
+    assert (row["from_partitions"], row["to_partitions"]) == (1, 2)
+    assert row["reason"].startswith(
+        "autoscale: backlog above autoscale.scaleUpBacklog=50 at 2 checkpoints in a row"
+    )
+    assert rescales_table.read_rows(layout) == [row]
+    assert layout.registrations()["record_numbers"]["partitions"] == 2
