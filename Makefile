@@ -10,7 +10,7 @@ S3A    := build/hadoop-aws/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: install jar kafka s3a wheel demo test test-full test-fast lint bench docs
+.PHONY: install jar kafka s3a browser wheel demo test test-full test-fast lint bench docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,19 @@ $(S3A): tests/hadoop-aws/pom.xml
 	touch $(S3A)
 
 s3a: $(S3A)
+
+# Debian's chromium and chromium-driver, for the live checkpoint page's browser test
+# (tests/integration/test_monitoring_page.py, Selenium from the test extra), which is
+# skipped, saying why, without them. Installed with apt-get when run as root (CI does),
+# else the command to run is printed.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then \
+	  echo "make: chromium and chromedriver are installed"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; \
+	else \
+	  echo "make: the browser test needs chromium and chromium-driver: sudo apt-get install -y chromium chromium-driver"; \
+	fi
 
 # The package as a wheel, the JVM provider's jar inside: dist/spark_barriered-<version>-py3-none-any.whl
 # (pip install it into your own environment, or %pip install it on Databricks).

@@ -19,6 +19,8 @@ Commands:
   with another number of key groups (:mod:`barriered.state_processor.rescale`);
 * ``restore-plan PATH [--from latest|N|FOLDER]``: where a restore would start, after
   checking every file it reads (nothing is written);
+* ``ui PATH [--port N] [--host ADDR]``: the live checkpoint page of a snapshot path (and
+  its Prometheus metrics) until Ctrl-C (:mod:`barriered.monitoring`);
 * ``kafka-broker [--jars DIR]``: a local Kafka broker until Ctrl-C
   (:mod:`barriered.local.kafka_broker`).
 
@@ -218,6 +220,39 @@ def cmd_restore_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ui(args: argparse.Namespace) -> int:
+    """Serve the live checkpoint page of a snapshot path until Ctrl-C or SIGTERM."""
+    from barriered.monitoring.offline import path_view
+    from barriered.monitoring.server import MonitoringServer
+    from barriered.statestore.layout import SnapshotLayout
+
+    layout = SnapshotLayout.existing(args.path)
+    path_view(layout)  # a damaged table fails here, with its message, not per request
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    kept = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    server = MonitoringServer(
+        lambda: [path_view(layout)],
+        args.port,
+        args.host,
+        refresh_ms=int(args.refresh * 1000),
+        title=f"Checkpoints of {layout.root}",
+    )
+    try:
+        print(f"checkpoint page of {layout.root} at {server.url} (metrics at {server.url}metrics)")
+        print("Ctrl-C stops it", flush=True)
+        server.serve_until_interrupted()
+    except KeyboardInterrupt:
+        print("stopped", flush=True)
+    finally:
+        server.close()
+        for sig, handler in kept.items():
+            signal.signal(sig, handler)
+    return 0
+
+
 def cmd_kafka_broker(args: argparse.Namespace) -> int:
     """Run a local Kafka broker (KRaft) until Ctrl-C or SIGTERM, then stop it by pid."""
     from barriered.errors import LocalServerError
@@ -383,6 +418,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="latest (default), a checkpoint id, or a savepoint folder (restoreFrom)",
     )
     rp.set_defaults(run=cmd_restore_plan)
+
+    ui = sub.add_parser(
+        "ui", help="serve the live checkpoint page (and Prometheus metrics) of a snapshot path"
+    )
+    ui.add_argument("path", help="the snapshot path (local folder or s3://...)")
+    ui.add_argument("--port", type=int, default=8040, help="the port (default 8040; 0: any free)")
+    ui.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)"
+    )
+    ui.add_argument(
+        "--refresh",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="how often the page checks for new checkpoints (default 2; 0: never)",
+    )
+    ui.set_defaults(run=cmd_ui)
 
     kb = sub.add_parser(
         "kafka-broker",

@@ -31,6 +31,8 @@ from barriered.config import (
     BUFFER_PER_CHANNEL,
     CHECKPOINT_INTERVAL,
     MAX_PARALLELISM,
+    METRICS_HOST,
+    METRICS_PROMETHEUS_PORT,
     SNAPSHOT_PATH,
     UNALIGNED_ADAPTIVE,
     UNALIGNED_ENABLED,
@@ -46,6 +48,7 @@ from barriered.config.upstream_options import (
     UPSTREAM,
 )
 from barriered.errors import BarrieredError, ConfigError
+from barriered.monitoring import hub as monitoring_hub
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from barriered.tools.progress import Progress
@@ -67,6 +70,9 @@ COMMON_KEYS = {
     CHECKPOINT_INTERVAL.key: "2s",
     MAX_PARALLELISM.key: "32",
     BUFFER_PER_CHANNEL.key: "600",
+    # the live checkpoint page and Prometheus metrics of the demo's queries, on a free port
+    METRICS_PROMETHEUS_PORT.key: "0",
+    METRICS_HOST.key: "127.0.0.1",
 }
 
 #: Seconds a phase's query may take to run its first micro-batch.
@@ -227,9 +233,11 @@ def run_phase(
     seconds: float,
     progress: Progress,
     source: dict[str, str] = SOURCE,
+    announced: set[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Run one mode for ``seconds`` on ``source`` (options of the barriered source) and
-    return its checkpoint rows."""
+    return its checkpoint rows; the monitoring endpoint's address is printed once it is
+    up, unless it is in ``announced``."""
     from pyspark.sql import functions as F
 
     import barriered
@@ -258,6 +266,10 @@ def run_phase(
     seen: set[tuple[int, str]] = set()
 
     def report() -> list[dict[str, Any]]:
+        url = monitoring_hub.address()
+        if url is not None and announced is not None and url not in announced:
+            announced.add(url)
+            progress.log(f"live checkpoint page: {url} (Prometheus metrics: {url}metrics)")
         rows = checkpoints_table.read_rows(layout)
         for row in rows:
             if (row["checkpoint_id"], row["status"]) not in seen:
@@ -345,9 +357,10 @@ def run_demo(
         for key, value in COMMON_KEYS.items():
             spark.conf.set(key, value)
         results = {}
+        announced: set[str] = set()
         for phase in PHASES:
             seconds = duration / len(PHASES)
-            results[phase] = run_phase(spark, phase, target, seconds, progress, source)
+            results[phase] = run_phase(spark, phase, target, seconds, progress, source, announced)
     finally:
         if stop_session and found is None:
             spark.stop()
@@ -386,7 +399,7 @@ def next_steps(target: Path, results: dict[str, list[dict[str, Any]]], plots: li
     completed = {p: sum(r["status"] == "completed" for r in rows) for p, rows in results.items()}
     phase = max(completed, key=lambda p: completed[p])
     snap = snaps / phase
-    lines += ["Look further:", f"  barriered checkpoints {snap}"]
+    lines += ["Look further:", f"  barriered checkpoints {snap}", f"  barriered ui {snap}"]
     if completed[phase]:
         lines.append(f"  barriered inspect {snap}")
         lines.append(f"  barriered inspect {snap} --key user-1 --partitions 2")

@@ -182,3 +182,8 @@ def unwrapped() -> Iterator[None]:
         if translated is None:
             raise
         raise translated from None
+
+
+class MonitoringError(BarrieredError, RuntimeError):
+    """The monitoring endpoint or page cannot start (its port is taken, its address is not
+    this machine's), or an optional library it needs is not installed."""

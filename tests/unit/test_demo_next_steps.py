@@ -17,6 +17,7 @@ def test_the_commands_name_the_mode_with_the_most_completed_checkpoints() -> Non
         "Checkpoint plots: /o/plots/aligned.png, /o/plots/unaligned.png",
         "Look further:",
         "  barriered checkpoints /o/snapshots/unaligned",
+        "  barriered ui /o/snapshots/unaligned",
         "  barriered inspect /o/snapshots/unaligned",
         "  barriered inspect /o/snapshots/unaligned --key user-1 --partitions 2",
         "  barriered plot /o/snapshots/unaligned -o unaligned.png",
@@ -29,4 +30,5 @@ def test_without_a_completed_checkpoint_only_the_history_is_named() -> None:
         "Snapshot paths (Delta tables), one per mode: /o/snapshots/<mode>",
         "Look further:",
         "  barriered checkpoints /o/snapshots/aligned",
+        "  barriered ui /o/snapshots/aligned",
     ]

@@ -119,6 +119,9 @@ class BarrieredConf:
     keyed_max_runs: int = _default_int("keyed_max_runs")
     keyed_local_cache_size: int = _default_int("keyed_local_cache_size")
     keyed_local_cache_dir: str | None = None
+    metrics_prometheus_port: int | None = None
+    metrics_host: str = _default_str("metrics_host")
+    metrics_open_telemetry: bool = _default_bool("metrics_open_telemetry")
     autoscale_enabled: bool = _default_bool("autoscale_enabled")
     autoscale_min_partitions: int = _default_int("autoscale_min_partitions")
     autoscale_max_partitions: int = _default_int("autoscale_max_partitions")

@@ -350,6 +350,42 @@ KEYED_LOCAL_CACHE_DIR = _declare(
     )
 )
 
+METRICS_PROMETHEUS_PORT = _declare(
+    ConfigKey(
+        "metrics.prometheusPort",
+        "int",
+        None,
+        "The port of the driver's monitoring endpoint: Prometheus metrics of every "
+        "barriered query of the session at /metrics and the live checkpoint page at / "
+        "(docs/monitoring.md), served from the first finished checkpoint on. Unset: no "
+        "endpoint; 0: a free port, logged.",
+        field="metrics_prometheus_port",
+        min_value=0,
+        max_value=65535,
+    )
+)
+METRICS_HOST = _declare(
+    ConfigKey(
+        "metrics.host",
+        "str",
+        "0.0.0.0",
+        "The address the endpoint of metrics.prometheusPort listens on (0.0.0.0: every "
+        "interface, so that Prometheus can scrape the driver from another machine).",
+        field="metrics_host",
+    )
+)
+METRICS_OPEN_TELEMETRY = _declare(
+    ConfigKey(
+        "metrics.openTelemetry",
+        "bool",
+        "false",
+        "Report every finished checkpoint as an OpenTelemetry span with a child span per "
+        "phase, and the checkpoint metrics through the OpenTelemetry metrics API, to the "
+        "providers the application configured (needs opentelemetry-api: pip install "
+        "spark-barriered[otel]).",
+        field="metrics_open_telemetry",
+    )
+)
 AUTOSCALE_ENABLED = _declare(
     ConfigKey(
         "autoscale.enabled",

@@ -49,6 +49,7 @@ from barriered.errors import (
     FencedError,
 )
 from barriered.files.fileio import read_json
+from barriered.monitoring import hub as monitoring_hub
 from barriered.sink import commit_plan
 from barriered.sink import owner as sink_owner
 from barriered.sink.participant import SinkParticipants
@@ -159,6 +160,7 @@ class QueryCoordinator:
         stores = {cid: operators.stores_of(meta) for cid, (_, meta) in committed.items()}
         self._completed = retention.retained_of(history, stores)
         self._unfinished = (int((restored or {}).get("checkpoint_id", 0)), frozenset(committed))
+        monitoring_hub.started(self.conf, self.layout, restored, owner)  # metrics, traces, page
 
     def record_interrupted(self, started: frozenset[int]) -> None:
         """Record as aborted the ids a run that ended first left unfinished (not started by
@@ -283,6 +285,7 @@ class QueryCoordinator:
         row["barrier_batch_id"] = self._barrier_batch.pop(stats.checkpoint_id, None)
         row.update(self.sinks.row(stats.checkpoint_id))
         checkpoints_table.append(self.layout, row)
+        monitoring_hub.recorded(self.conf, self.layout, row)  # metrics, traces, page (issue 40)
         if stats.status == "aborted":
             log.warning("checkpoint %d aborted: %s", stats.checkpoint_id, stats.failure_reason)
             TriggerLog.read(self.layout.triggers_file).with_cancelled([stats.checkpoint_id]).write(
