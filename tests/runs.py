@@ -81,6 +81,21 @@ def write_files(
     return expected
 
 
+def write_records(data: Path, tag: str, rows: int, users: int) -> Counter[str]:
+    """One JSON-lines file ``<tag>.json`` of ``rows`` records in each of the channel
+    folders ``a`` and ``b`` over ``users`` users; return the records per user."""
+    counts: Counter[str] = Counter()
+    for channel in ("a", "b"):
+        (data / channel).mkdir(parents=True, exist_ok=True)
+        lines = []
+        for i in range(rows):
+            user = f"user-{(i * 7 + len(channel + tag)) % users}"
+            counts[user] += 1
+            lines.append(json.dumps({"user_id": user, "amount": i % 5}))
+        (data / channel / f"{tag}.json").write_text("\n".join(lines) + "\n")
+    return counts
+
+
 #: Source options reading the folders of :func:`write_files`.
 FILES_SOURCE = {
     "upstream": "files",

@@ -16,7 +16,6 @@ or repeats the numbering). The source savepoint is unchanged byte for byte.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from barriered.statestore.key_groups import spark_hash
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.savepoints import export
 from file_tree import digests
-from runs import wait_final_checkpoint
+from runs import wait_final_checkpoint, write_records
 
 pytestmark = [pytest.mark.spark, pytest.mark.provider]
 
@@ -43,20 +42,6 @@ SOURCE = {
     "maxRowsPerChannel": "60",
 }
 CONF = {"checkpointInterval": "200ms", "unaligned.enabled": "false", "leaseTimeout": "3s"}
-
-
-def _write(data: Path, tag: str, rows: int) -> Counter[str]:
-    """Two channels of ``rows`` records each over 97 users; return the records per user."""
-    counts: Counter[str] = Counter()
-    for channel in ("a", "b"):
-        (data / channel).mkdir(parents=True, exist_ok=True)
-        lines = []
-        for i in range(rows):
-            user = f"user-{(i * 7 + len(channel + tag)) % 97}"
-            counts[user] += 1
-            lines.append(json.dumps({"user_id": user, "amount": i % 5}))
-        (data / channel / f"{tag}.json").write_text("\n".join(lines) + "\n")
-    return counts
 
 
 def _run(
@@ -117,11 +102,11 @@ def _restored_exactly(
 def _first_half(spark: Any, tmp: Path) -> tuple[str, Counter[str]]:
     """Run over the first half of the input at 128 key groups and 2 partitions; return
     a savepoint of its last checkpoint and the records per user of the whole input."""
-    counts = _write(tmp / "data", "first", 300)
+    counts = write_records(tmp / "data", "first", 300, 97)
     query, layout = _run(spark, tmp, "first", 2, OLD)
     wait_final_checkpoint(layout, (300, 300), query)
     saved = export(layout, None, str(tmp / "sp"))
-    return saved.path, counts + _write(tmp / "data", "second", 300)
+    return saved.path, counts + write_records(tmp / "data", "second", 300, 97)
 
 
 @pytest.mark.full  # the default suite's one new Spark test is test_managed_rescale's

@@ -11,7 +11,6 @@ new partition count. Refusals leave the query running as it was, and write nothi
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -29,7 +28,7 @@ from barriered.sink.kafka import publisher
 from barriered.statestore import checkpoints_table, rescales_table
 from barriered.statestore.layout import SnapshotLayout
 from kafka_sink_runs import FORMAT, as_records, published
-from runs import PREFIX, output_rows, state_counts
+from runs import PREFIX, output_rows, state_counts, write_records
 
 pytestmark = pytest.mark.spark
 
@@ -40,20 +39,6 @@ SOURCE = {
     "maxRowsPerChannel": "40",
 }
 CONF = {"checkpointInterval": "200ms", "unaligned.enabled": "false", "maxParallelism": "8"}
-
-
-def _write(data: Path, tag: str, rows: int) -> Counter[str]:
-    """One file of ``rows`` records per channel (2) over 13 users; the records per user."""
-    counts: Counter[str] = Counter()
-    for channel in ("a", "b"):
-        (data / channel).mkdir(parents=True, exist_ok=True)
-        lines = []
-        for i in range(rows):
-            user = f"user-{(i * 5 + len(tag + channel)) % 13}"
-            counts[user] += 1
-            lines.append(json.dumps({"user_id": user, "amount": 1}))
-        (data / channel / f"{tag}.json").write_text("\n".join(lines) + "\n")
-    return counts
 
 
 class DeltaOutput:
@@ -161,7 +146,7 @@ def _rescaled_exactly_once(session: Any, tmp_path: Path, output: Any) -> None:
     and the keyed state then hold every record exactly once."""
     for key, value in CONF.items():
         session.conf.set(PREFIX + key, value)
-    counts = _write(tmp_path / "data", "first", 200)
+    counts = write_records(tmp_path / "data", "first", 200, 13)
     start = _starter(session, tmp_path, output)
     handle = barriered.managed(start, str(tmp_path / "ck"), session, 2)
     try:
@@ -174,7 +159,9 @@ def _rescaled_exactly_once(session: Any, tmp_path: Path, output: Any) -> None:
             barriered.rescale(_Plain(), 3)
         assert rescales_table.read_rows(layout) == []
 
-        counts += _write(tmp_path / "data", "second", 200)  # records flow during the rescale
+        counts += write_records(
+            tmp_path / "data", "second", 200, 13
+        )  # records flow during the rescale
         done: dict[str, Any] = {}
         rescaling = threading.Thread(target=lambda: done.update(row=handle.rescale(3)))
         rescaling.start()
@@ -183,7 +170,7 @@ def _rescaled_exactly_once(session: Any, tmp_path: Path, output: Any) -> None:
             handle.rescale(4)
         rescaling.join(300)
         row = done["row"]
-        counts += _write(tmp_path / "data", "third", 100)
+        counts += write_records(tmp_path / "data", "third", 100, 13)
         _wait("all records written once", lambda: output.rows() == _numbered(counts))
     finally:
         handle.stop()
@@ -223,7 +210,7 @@ def test_autoscaling_doubles_the_partitions_while_the_backlog_stays_high(
     }
     for key, value in {**CONF, **autoscale}.items():
         session.conf.set(PREFIX + key, value)
-    counts = _write(tmp_path / "data", "first", 600)
+    counts = write_records(tmp_path / "data", "first", 600, 13)
     output = DeltaOutput(tmp_path)
     start = _starter(session, tmp_path, output, {**SOURCE, "maxRowsPerChannel": "10"})
     handle = barriered.managed(start, str(tmp_path / "ck"), session, 1)
