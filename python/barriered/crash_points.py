@@ -42,6 +42,8 @@ import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from barriered.errors import BarrieredError
+
 ALIGNING = "aligning"
 INFLIGHT_CAPTURE = "inflight_capture"
 STATE_SNAPSHOT = "state_snapshot"
@@ -80,15 +82,11 @@ class SnapshotPath(Protocol):
     def root(self) -> str: ...
 
 
-#: Start of the message of every injected crash.
-MESSAGE_PREFIX = "injected fault"
-
-
 def hit(
     layout: SnapshotPath,
     point: str,
     checkpoint_id: int,
-    on_crash: Callable[[str], None] | None = None,
+    on_crash: Callable[[BarrieredError], None] | None = None,
     detail: dict[str, Any] | None = None,
 ) -> None:
     """Crash (or block) here if fault injection is enabled and a fault is armed.
@@ -102,7 +100,8 @@ def hit(
     checkpoint_id : int
         The checkpoint this party works on.
     on_crash : callable, optional
-        Called with the message before the fault is reported as fired.
+        Called with the :class:`~barriered.errors.InjectedFault` before the fault is
+        reported as fired and the error raised.
     detail : dict, optional
         JSON-able facts about what the party did so far, kept in the fault's record.
 

@@ -8,24 +8,24 @@ After every micro-batch the listener hands the barriered source's progress to
 2. collects the acknowledgements the executors published under ``_acks/<id>/``,
 3. lets the coordinator complete checkpoints (one Delta commit each, see
    :mod:`barriered.statestore.delta_tables`), expire old ones, hand out requested savepoints
-   (written to the trigger log the planner reads) and publish the schedule of the next
-   periodic one (:mod:`barriered.control.schedule`), which the planner starts itself
-   when it is due; the coordinator adopts it from the offset that reports it started.
+   and publish the schedule of the next periodic one (:mod:`barriered.control.schedule`),
+   which the planner starts itself when it is due; the coordinator adopts it from the
+   offset that reports it started,
+4. writes what it tells the source, once (:mod:`barriered.coordinator.control_channel`).
 
 Finished checkpoints are appended to the ``_checkpoints`` table. After a completion the
-coordinator tells the source, through the trigger log, the positions before which no
+coordinator tells the source, through its control record, the positions before which no
 retained checkpoint needs the upstream's records any more (the upstream may release
 them). Savepoints are requested with :meth:`QueryCoordinator.request_savepoint`.
 
 The coordinator writes for its run's epoch only (:mod:`barriered.statestore.ownership`):
-before every commit and every write to the trigger log, ``_checkpoints`` or retention it
-checks that no newer run took the path over; a fenced coordinator writes nothing more.
+before every commit and every write to the control record, ``_checkpoints`` or retention
+it checks that no newer run took the path over; a fenced coordinator writes nothing more.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 from collections.abc import Iterator, Mapping
@@ -35,10 +35,10 @@ from barriered import crash_points, wall_time
 from barriered.config import BarrieredConf
 from barriered.control.model import AckStats, CompletedCheckpoint
 from barriered.control.offsets import SourceOffset
-from barriered.control.schedule import SchedulePublisher
 from barriered.control.stats import CheckpointStats
-from barriered.control.triggers import FINAL_REASON, TriggerLog, TriggerRequest
+from barriered.control.triggers import FINAL_REASON, TriggerRequest
 from barriered.coordinator.clock import SystemClock
+from barriered.coordinator.control_channel import ControlChannel
 from barriered.coordinator.coordinator import CheckpointCoordinator
 from barriered.coordinator.policy import ChannelSignals
 from barriered.coordinator.settings import settings_from_conf
@@ -118,7 +118,6 @@ class QueryCoordinator:
         self._commits: dict[int, CheckpointCommit] = {}
         self._barrier_batch: dict[int, int] = {}
         self._crashed: str | None = None
-        self._beat_ms = 0
         self._completions = 0  # since this coordinator started: maintenance every N
         self.epoch = epoch
         #: The Spark run this coordinator serves (set by :meth:`identify`).
@@ -130,11 +129,8 @@ class QueryCoordinator:
             if epoch is None
             else ownership.Lease(self.layout, epoch, ownership.QUERY, self.conf.lease_timeout_ms)
         )
-        self._schedules = SchedulePublisher(
-            self.layout.schedule_file,
-            self.layout.root,
-            self.conf.coordinator_timeout_ms // 4,
-            self._taken_over,
+        self._control = ControlChannel(
+            self.layout, epoch, self.conf.coordinator_timeout_ms // 4, self._taken_over
         )
         committed = committed_checkpoints(self.layout)
         #: Per completed checkpoint, where a restore from it reads the upstream from.
@@ -219,17 +215,16 @@ class QueryCoordinator:
                 names.add(state_participant(op["operator"], kg))
         return frozenset(names)
 
-    def fail(self, message: str) -> None:
-        """Fail the query with ``message`` and do nothing more: no trigger, ack or commit.
+    def fail(self, error: BarrieredError) -> None:
+        """Fail the query with ``error`` and do nothing more: no trigger, ack or commit.
 
-        The message goes to the trigger log's ``fatal``; the source raises it before
-        planning its next batch (a listener cannot fail a query itself).
+        The error goes to the control record's ``fatal`` at once; the source raises it
+        before planning its next batch (a listener cannot fail a query itself).
         """
-        self._crashed = message
-        TriggerLog.read(self.layout.triggers_file).with_fatal(message).write(
-            self.layout.triggers_file
-        )
-        log.error("checkpoint coordinator of %s fails the query: %s", self.layout.root, message)
+        self._crashed = str(error)
+        self._control.record = self._control.record.with_fatal(error)
+        self._control.flush(wall_time.now_ms())
+        log.error("checkpoint coordinator of %s fails the query: %s", self.layout.root, error)
 
     def _commit(self, done: CompletedCheckpoint) -> int:
         crash_points.hit(self.layout, crash_points.BEFORE_COMMIT, done.checkpoint_id, self.fail)
@@ -262,8 +257,10 @@ class QueryCoordinator:
             self.sinks.commit(done.checkpoint_id, sink_plans)
         except (BarrieredError, OSError) as exc:  # completed: the next run commits it
             self.fail(
-                f"the sink commit of completed checkpoint {done.checkpoint_id} failed "
-                f"({exc}); restart the query (restoreFrom=latest) to finish it"
+                CheckpointFailureLimitExceeded(
+                    f"the sink commit of completed checkpoint {done.checkpoint_id} failed "
+                    f"({exc}); restart the query (restoreFrom=latest) to finish it"
+                )
             )
             raise
         crash_points.hit(self.layout, crash_points.AFTER_SINK_COMMIT, done.checkpoint_id, self.fail)
@@ -285,9 +282,7 @@ class QueryCoordinator:
         checkpoints_table.append(self.layout, row)
         if stats.status == "aborted":
             log.warning("checkpoint %d aborted: %s", stats.checkpoint_id, stats.failure_reason)
-            TriggerLog.read(self.layout.triggers_file).with_cancelled([stats.checkpoint_id]).write(
-                self.layout.triggers_file
-            )
+            self._control.record = self._control.record.with_cancelled([stats.checkpoint_id])
             self._commits.pop(stats.checkpoint_id, None)
             reason = stats.failure_reason or ""
             retention.discard(
@@ -335,9 +330,9 @@ class QueryCoordinator:
         padded = [[*s, *[0] * (width - len(s))] for s in starts]
         release = [min(column) for column in zip(*padded, strict=True)] if starts else None
         positions = [done.positions[c] for c in sorted(done.positions)]
-        TriggerLog.read(self.layout.triggers_file).with_completed(
+        self._control.record = self._control.record.with_completed(
             done.checkpoint_id, release, positions
-        ).write(self.layout.triggers_file)
+        )
         log.info(
             "checkpoint %d completed (%s), state table version %s",
             done.checkpoint_id,
@@ -355,9 +350,10 @@ class QueryCoordinator:
         """
         if self._crashed:
             raise CheckpointError(f"the coordinator crashed ({self._crashed})")
-        self._fence("a savepoint")
-        checkpoint_id = self.core.trigger_savepoint(target)
-        self.tick()
+        with self._handling():
+            self._fence("a savepoint")
+            checkpoint_id = self.core.trigger_savepoint(target)
+            self.tick()
         return checkpoint_id
 
     def status(self, checkpoint_id: int) -> tuple[str, str | None] | None:
@@ -368,25 +364,25 @@ class QueryCoordinator:
     # -- progress -----------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _failing_the_query(self) -> Iterator[None]:
-        """Hand the fatal "too many failed checkpoints" error to the source, which fails
-        the query with it (a listener cannot fail a query), then re-raise it."""
+    def _handling(self) -> Iterator[None]:
+        """Write what the coordinator tells the source once, when it is done: on the way
+        out, the fatal "too many failed checkpoints" error too, which the source fails
+        the query with (a listener cannot fail a query), before it is re-raised."""
         try:
             yield
         except CheckpointFailureLimitExceeded as exc:
-            if self._crashed or self._fenced:
-                raise
-            TriggerLog.read(self.layout.triggers_file).with_fatal(str(exc)).write(
-                self.layout.triggers_file
-            )
+            if not (self._crashed or self._fenced):
+                self._control.record = self._control.record.with_fatal(exc)
             raise
+        finally:
+            self._control.flush(wall_time.now_ms())
 
     def between_batches(self, tick: bool) -> None:
         """Collect late acknowledgements and, when ``tick``, expire and trigger."""
         if self._crashed or self._fenced:
             return
         self._renew()
-        with self._failing_the_query():
+        with self._handling():
             self.collect_acks()
             if tick:
                 self.tick()
@@ -399,7 +395,10 @@ class QueryCoordinator:
             ours = run_id is None or self.run_id in (None, run_id)
             if ours and not (self._crashed or self._fenced):
                 why = "failed" if failed else "stopped"
-                self.core.shutdown(f"interrupted: the run {why} before the checkpoint completed")
+                with self._handling():
+                    self.core.shutdown(
+                        f"interrupted: the run {why} before the checkpoint completed"
+                    )
         finally:
             self.sinks.ended()
 
@@ -416,20 +415,11 @@ class QueryCoordinator:
         if self._crashed or self._fenced:
             return []
         self._renew()
-        with self._failing_the_query():
-            self._heartbeat(batch_id)
+        with self._handling():
+            self._control.heartbeat(batch_id, wall_time.now_ms())
             return self._apply(
                 batch_id, start, SourceOffset.from_dict(dict(end)), report, duration_ms
             )
-
-    def _heartbeat(self, batch_id: int) -> None:
-        """Tell the source the coordinator is alive (at most 4 times per coordinatorTimeout)."""
-        now = wall_time.now_ms()
-        if now - self._beat_ms < self.conf.coordinator_timeout_ms // 4:
-            return
-        triggers = TriggerLog.read(self.layout.triggers_file).with_heartbeat(batch_id, now)
-        triggers.write(self.layout.triggers_file)
-        self._beat_ms = now
 
     def _apply(
         self,
@@ -501,24 +491,11 @@ class QueryCoordinator:
         out = self.core.tick(batch_id=batch_id, signals=signals)
         if out:
             self._fence(f"publishing trigger requests {[r.checkpoint_id for r in out]}")
-            log_ = TriggerLog.read(self.layout.triggers_file)
-            for r in out:
-                log_ = log_.with_request(r)
-            log_.write(self.layout.triggers_file)
-        self._publish_schedule()
-        return out
-
-    def _publish_schedule(self) -> None:
-        """Write the schedule of the next periodic checkpoint when it changed (and at
-        least four times per ``coordinatorTimeout``, which heals a write of a zombie).
-
-        The schedule names this run's epoch, and a run that lost the path does not
-        write it (the planner of the newer run would ignore it, but it would replace
-        the newer run's own)."""
+            self._control.record = self._control.record.with_requests(out)
         schedule = self.core.schedule()
         if schedule is not None:
-            schedule = dataclasses.replace(schedule, epoch=self.epoch)
-            self._schedules.publish(schedule, wall_time.now_ms())
+            self._control.record = self._control.record.with_schedule(schedule)
+        return out
 
     def collect_acks(self) -> None:
         """Feed newly published acknowledgements of cut checkpoints to the coordinator."""
