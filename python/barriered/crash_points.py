@@ -6,7 +6,8 @@ boolean test) unless the process was started with the environment variable
 at every hit (the same arguments as :func:`hit`). The test suite sets
 ``BARRIERED_FAULTS=barriered.testing.faults`` before any Spark process starts (its Python
 workers, executors and drivers inherit it), so a fault armed by that module's ``inject``
-fires there; production code names no test module. Users never set it.
+fires there; production code names no test module. Users never set it, and the wheel
+does not ship ``barriered.testing`` (a source checkout's, for its tests).
 
 ``aligning``
     The source planner (driver), while a checkpoint is aligning: its barrier positions
