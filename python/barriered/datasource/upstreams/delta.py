@@ -26,6 +26,7 @@ import urllib.parse
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -44,7 +45,7 @@ from barriered.datasource.upstreams.manifest import (
 )
 from barriered.datasource.upstreams.options import Options, prefixed_options
 from barriered.errors import ConfigError, SnapshotStoreError
-from barriered.files.fileio import join, to_local_or_uri
+from barriered.files.fileio import join
 from barriered.files.storage import delta_options
 from barriered.statestore.source_manifest import DELTA_MANIFEST
 
@@ -235,10 +236,24 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
             "channels": channels,
             "startingVersion": starting if isinstance(starting, int) else None,
         }
-        resumed = cls._resume(state_dir, required_by, given, storage_options=storage_options)
-        if resumed is not None:
-            resumed._check_log_continuity()
-            return resumed
+        start = partial(cls._start, path, storage_options, channel_by, channels, starting)
+        return cls._resume_or_start(
+            state_dir, required_by, given, start, storage_options=storage_options
+        )
+
+    @classmethod
+    def _start(
+        cls,
+        path: str,
+        storage_options: dict[str, str],
+        channel_by: str | None,
+        channels: int | None,
+        starting: int | str | None,
+        state_dir: str,
+    ) -> DeltaUpstream:
+        """A new stream of the Delta table at ``path``: its schema and channels fixed now,
+        from ``starting`` (a version, ``"latest"`` or None: the first)."""
+        from deltalake import DeltaTable
 
         table = DeltaTable(path, storage_options=storage_options or None)
         latest = table.version()
@@ -286,7 +301,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
             schema,
             partition_columns,
             latest,
-            to_local_or_uri(state_dir),
+            state_dir,
         )
         if starting <= latest and upstream._read_commit(starting) is None:
             raise ConfigError(
@@ -295,7 +310,6 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
                 f"{opt.STARTING_VERSION.name!r} "
                 "to a version whose commit file is still there"
             )
-        upstream._reset()
         return upstream
 
     @classmethod
@@ -380,7 +394,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
                 f"cannot read commit {version} of Delta table {self.path!r}: {exc}"
             ) from exc
 
-    def _check_log_continuity(self) -> None:
+    def _resumed(self) -> None:
         """Fail when log retention removed commits this stream has not processed yet."""
         if self._read_commit(self._last_version + 1) is not None:
             return

@@ -29,6 +29,7 @@ import logging
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -55,7 +56,7 @@ from barriered.datasource.upstreams.manifest import (
 )
 from barriered.datasource.upstreams.options import Options, schema_option
 from barriered.errors import ConfigError, SnapshotStoreError
-from barriered.files.fileio import join, to_local_or_uri
+from barriered.files.fileio import join
 from barriered.statestore.source_manifest import FILES_MANIFEST
 
 log = logging.getLogger(__name__)
@@ -213,10 +214,22 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             "channels": channels,
             "schema": None if schema is None else ", ".join(describe_schema(schema)),
         }
-        resumed = cls._resume(state_dir, required_by, given, archive_to=archive_to)
-        if resumed is not None:
-            return resumed
+        start = partial(cls._start, path, fmt, channel_by, channels, schema, archive_to)
+        return cls._resume_or_start(state_dir, required_by, given, start, archive_to=archive_to)
 
+    @classmethod
+    def _start(
+        cls,
+        path: str,
+        fmt: str | None,
+        channel_by: str | None,
+        channels: int | None,
+        schema: pa.Schema | None,
+        archive_to: str | None,
+        state_dir: str,
+    ) -> FilesUpstream:
+        """A new stream of the files under ``path``: what the options leave open is
+        inferred from the listing."""
         folders, listed = listing(path)
         files = list(listed)
         if not files and (fmt is None or schema is None):
@@ -254,11 +267,7 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             fmt = infer_format(files[0])
         if schema is None:
             schema = infer_schema(join(path, files[0]), listed[files[0]].size, fmt)
-        upstream = cls(
-            path, fmt, channels, channel_by, folders, schema, archive_to, to_local_or_uri(state_dir)
-        )
-        upstream._reset()
-        return upstream
+        return cls(path, fmt, channels, channel_by, folders, schema, archive_to, state_dir)
 
     @classmethod
     def _saved_option(cls, header: Mapping[str, Any], option: str) -> object:
