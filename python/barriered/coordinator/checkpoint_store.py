@@ -81,11 +81,8 @@ class CheckpointStore:
         fence: Callable[[str], None],
         fail: Callable[[BarrieredError], None],
     ) -> None:
-        self.layout = layout
-        self._conf = conf
-        self._epoch = epoch
-        self._fence = fence
-        self._fail = fail
+        self.layout, self._conf, self._epoch = layout, conf, epoch
+        self._fence, self._fail = fence, fail
         #: The table commits of this run's checkpoints, until recorded (retention).
         self._commits: dict[int, CheckpointCommit] = {}
         self._completions = 0  # since this run started: maintenance every N

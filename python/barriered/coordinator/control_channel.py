@@ -16,13 +16,14 @@ from collections.abc import Callable
 
 from barriered.control.record import ControlFiles, ControlRecord
 
-__all__ = ["ControlChannel"]
-
 log = logging.getLogger(__name__)
 
 
 class ControlChannel:
     """The control record of one run's coordinator, and when it is written.
+
+    The coordinator changes :attr:`record`; :meth:`heartbeat` notes a handled batch;
+    :meth:`flush` writes the record.
 
     Parameters
     ----------
