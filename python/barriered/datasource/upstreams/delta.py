@@ -43,7 +43,12 @@ from barriered.datasource.upstreams.manifest import (
     schema_from_text,
     schema_to_text,
 )
-from barriered.datasource.upstreams.options import Options, prefixed_options
+from barriered.datasource.upstreams.options import (
+    Options,
+    delta_channel_column,
+    prefixed_options,
+    starting_version,
+)
 from barriered.errors import ConfigError, SnapshotStoreError
 from barriered.files.fileio import join
 from barriered.files.storage import delta_options
@@ -213,7 +218,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
         if channel_by is not None and channel_by.lower() == "file":
             channel_by = "file"
         channels = opt.DELTA_CHANNELS.read_int(options)
-        starting = _starting_version_option(options)
+        starting = starting_version(options)
 
         from deltalake import DeltaTable
 
@@ -270,7 +275,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
             channel_by = "file"
             channels = channels or opt.DEFAULT_CHANNELS
         else:
-            column = _match_column(channel_by, partition_columns, path)
+            column = delta_channel_column(channel_by, partition_columns, path)
             channel_by = column
             values = {p.get(column) for p in table.partitions()}
             if channels is None:
@@ -624,32 +629,3 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
             "version": self._last_version,
             "files": len(self._known),
         }
-
-
-def _starting_version_option(options: Mapping[str, str]) -> int | str | None:
-    """``startingVersion``: ``"latest"``, a version, or None when not given."""
-    text = (opt.STARTING_VERSION.given(options) or "").lower()
-    if text in ("", "latest") or text.isdigit():
-        return int(text) if text.isdigit() else text or None
-    raise ConfigError(
-        f"{opt.STARTING_VERSION.where}: invalid value {text!r}; expected 'latest' or a table "
-        "version (an integer, at least 0)"
-    )
-
-
-def _match_column(name: str, partition_columns: list[str], path: str) -> str:
-    if name in partition_columns:
-        return name
-    matches = [c for c in partition_columns if c.lower() == name.lower()]
-    if len(matches) == 1:
-        return matches[0]
-    hint = (
-        f"one of its partition columns {partition_columns}"
-        if partition_columns
-        else "'file' (the table is not partitioned)"
-    )
-    raise ConfigError(
-        f"{opt.DELTA_CHANNEL_BY.where} must be 'file' or a partition column of Delta "
-        f"table {path!r}, "
-        f"got {name!r}; use {hint}"
-    )
