@@ -232,11 +232,15 @@ def layout(tmp_path: Path) -> SnapshotLayout:
 
 
 def test_the_coordinator_publishes_its_schedule_and_adopts_the_planners_start(
-    layout: SnapshotLayout,
+    layout: SnapshotLayout, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    written: list[ControlRecord] = []
+    write = ControlRecord.write
+    monkeypatch.setattr(ControlRecord, "write", lambda r, uri: (written.append(r), write(r, uri)))
     before = int(time.time() * 1000)
     qc = QueryCoordinator(layout, next_id=1, epoch=None)
     qc.on_progress(0, None, SourceOffset(positions=(10,)).to_dict(), None, 0)
+    assert [r.heartbeat and r.heartbeat[0] for r in written] == [0]  # one write a batch
     published = ControlRecord.read(layout).schedule_of(None)
     assert published is not None and published.checkpoint_id == 1
     assert before + 60_000 <= published.due_ms <= int(time.time() * 1000) + 60_000
@@ -263,6 +267,9 @@ def test_the_coordinator_publishes_its_schedule_and_adopts_the_planners_start(
     qc.on_progress(1, None, offset.to_dict(), None, 0)
     stats = qc.core.stats(1)
     assert stats is not None and stats.status == "completed"  # no participants
+    # the completion and the next schedule reach the source in the batch's one write
+    assert len(written) == 2 and written[1].last_completed == 1
+    assert written[1].schedule is not None and written[1].schedule.checkpoint_id == 2
     assert stats.trigger_batch_id == 0 and stats.cut_batch_id == 1
     following = ControlRecord.read(layout).schedule_of(None)
     assert following is not None and following.checkpoint_id == 2
