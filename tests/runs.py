@@ -24,7 +24,7 @@ from deltalake import DeltaTable
 
 import barriered
 from barriered.control.offsets import SourceOffset
-from barriered.control.triggers import TriggerLog
+from barriered.control.record import ControlRecord
 from barriered.datasource.upstreams.rate import RateUpstream
 from barriered.examples import RecordNumbers, RunningTotals
 from barriered.files.storage import delta_options
@@ -162,14 +162,14 @@ def wait_final_checkpoint(
     (a cut at ``final`` in the batch of the last records is followed by the run's final
     checkpoint, in a batch of its own).
 
-    The coordinator records the completion in the trigger log last, after retention and
+    The coordinator records the completion in its control record last, after retention and
     maintenance: once it is there, nothing of the run writes to the snapshot path."""
     if query.lastProgress is not None:
         offset = json.loads(query.lastProgress.sources[0].endOffset)
         after_id = max(after_id, SourceOffset.from_dict(offset).last_id - 1)
     deadline = time.time() + 60
     while time.time() < deadline:
-        last = TriggerLog.read(layout.triggers_file).last_completed or 0
+        last = ControlRecord.read(layout).last_completed or 0
         for row in checkpoints_table.completed(layout)[::-1]:
             at_end = tuple(json.loads(row["barrier_positions"]).values()) == final
             cid = row["checkpoint_id"]

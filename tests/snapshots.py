@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from barriered.config import BarrieredConf
+from barriered.control.record import ControlRecord
 from barriered.files.fileio import filesystem, make_parent, write_json
 from barriered.statestore import checkpoints_table, retention
 from barriered.statestore.acks import DataFile, write_data_file
@@ -251,3 +252,23 @@ def to_earlier_layout(source: SnapshotLayout, target: Path) -> SnapshotLayout:
     ).version  # fmt: skip
     checkpoints_table.append(out, {**row, "state_table_version": new_version})
     return out
+
+
+def to_earlier_control(layout: SnapshotLayout) -> None:
+    """Replace ``layout``'s control record by the trigger log and schedule the version
+    before it wrote instead: the same facts in two files, the schedule naming its run."""
+    record = ControlRecord.read(layout)
+    raw = record.to_dict()
+    triggers, schedule = layout.legacy_control_files
+    carried = ("requests", "cancelled", "last_completed", "release", "heartbeat")
+    write_json(
+        triggers,
+        {
+            **{k: raw[k] for k in carried},
+            "fatal": None,
+            "completed_positions": raw["completed_positions"],
+        },
+    )
+    if record.schedule is not None:
+        write_json(schedule, {**record.schedule.to_dict(), "epoch": record.epoch})
+    Path(layout.control_file).unlink()

@@ -6,7 +6,8 @@ boolean test) unless the process was started with the environment variable
 at every hit (the same arguments as :func:`hit`). The test suite sets
 ``BARRIERED_FAULTS=barriered.testing.faults`` before any Spark process starts (its Python
 workers, executors and drivers inherit it), so a fault armed by that module's ``inject``
-fires there; production code names no test module. Users never set it.
+fires there; production code names no test module. Users never set it, and the wheel
+does not ship ``barriered.testing`` (a source checkout's, for its tests).
 
 ``aligning``
     The source planner (driver), while a checkpoint is aligning: its barrier positions
@@ -41,6 +42,8 @@ import importlib
 import os
 from collections.abc import Callable
 from typing import Any, Protocol
+
+from barriered.errors import BarrieredError
 
 ALIGNING = "aligning"
 INFLIGHT_CAPTURE = "inflight_capture"
@@ -80,15 +83,11 @@ class SnapshotPath(Protocol):
     def root(self) -> str: ...
 
 
-#: Start of the message of every injected crash.
-MESSAGE_PREFIX = "injected fault"
-
-
 def hit(
     layout: SnapshotPath,
     point: str,
     checkpoint_id: int,
-    on_crash: Callable[[str], None] | None = None,
+    on_crash: Callable[[BarrieredError], None] | None = None,
     detail: dict[str, Any] | None = None,
 ) -> None:
     """Crash (or block) here if fault injection is enabled and a fault is armed.
@@ -102,7 +101,8 @@ def hit(
     checkpoint_id : int
         The checkpoint this party works on.
     on_crash : callable, optional
-        Called with the message before the fault is reported as fired.
+        Called with the :class:`~barriered.errors.InjectedFault` before the fault is
+        reported as fired and the error raised.
     detail : dict, optional
         JSON-able facts about what the party did so far, kept in the fault's record.
 

@@ -134,6 +134,15 @@ class LocalServerError(BarrieredError, RuntimeError):
     the end of its log)."""
 
 
+def error_named(name: str) -> type[BarrieredError]:
+    """The error class of this module called ``name`` (:class:`BarrieredError` for a name
+    it does not define): how an error's type crosses a process boundary as text."""
+    kind = globals().get(name)
+    if isinstance(kind, type) and issubclass(kind, BarrieredError):
+        return kind
+    return BarrieredError
+
+
 #: A barriered error's last line in a Python traceback that Spark passes on.
 _RAISED = re.compile(r"^barriered\.errors\.(\w+): (.+)$", re.MULTILINE)
 
@@ -163,10 +172,7 @@ def raised_in_spark(error: BaseException) -> BarrieredError | None:
     if not found:
         return None
     name, message = found[-1]
-    kind = globals().get(name)
-    if not (isinstance(kind, type) and issubclass(kind, BarrieredError)):
-        kind = BarrieredError
-    translated = kind(f"{message}\n\nSpark's error, {type(error).__name__}: {error}")
+    translated = error_named(name)(f"{message}\n\nSpark's error, {type(error).__name__}: {error}")
     translated.spark_error = error
     return translated
 

@@ -1,7 +1,9 @@
 """Snapshot paths of the earlier state layout (one file per key group, the key group a
 partition column, no deletion vectors): a restore reads them into a new snapshot path at
 any partitions, a keyed operator never writes into one (refused, nothing written), and a
-savepoint of one has this version's layout (the one-command migration)."""
+savepoint of one has this version's layout (the one-command migration). A path of the
+version before the control record (a trigger log and a schedule file) restores in place
+and goes on."""
 
 from __future__ import annotations
 
@@ -12,11 +14,13 @@ import pytest
 from deltalake import DeltaTable
 
 from barriered import cli
+from barriered.control.record import ControlRecord
 from barriered.errors import KeyedStateError
+from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from file_tree import tree
 from runs import FILES_SOURCE, MODES, run, start, state_at, write_files
-from snapshots import to_earlier_layout
+from snapshots import to_earlier_control, to_earlier_layout
 
 pytestmark = pytest.mark.spark
 
@@ -60,3 +64,22 @@ def test_a_path_of_the_earlier_layout_restores_elsewhere_and_converts(
     assert DeltaTable(savepoint.state_table).metadata().partition_columns == ["operator"]
     assert state_at(savepoint, DeltaTable(savepoint.state_table).version()) == dict(first)
     assert tree(earlier.root) == before  # a savepoint reads its origin only
+
+
+def test_a_path_of_the_version_before_the_control_record_restores_in_place_and_goes_on(
+    session: Any, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    source = {**FILES_SOURCE, "path": str(data)}
+    first = write_files(data, SIZES, tag="first")
+    _, layout = run(session, tmp_path, MODES["aligned"], source, str(tmp_path / "snap"), (30, 12))
+    last = int(checkpoints_table.completed(layout)[-1]["checkpoint_id"])
+    to_earlier_control(layout)
+    assert ControlRecord.read(layout).last_completed == last  # from triggers.json
+
+    second = write_files(data, SIZES, tag="second")
+    latest = {**source, "restoreFrom": "latest"}
+    _, again = run(session, tmp_path, MODES["aligned"], latest, layout.root, (60, 24), "ck-2", last)
+    assert state_at(again, DeltaTable(again.state_table).version()) == dict(first + second)
+    control = ControlRecord.read(again)  # the new run wrote its own record
+    assert Path(again.control_file).exists() and (control.last_completed or 0) > last

@@ -12,7 +12,7 @@ import pytest
 import barriered
 from barriered.config import KEYS, PREFIX, resolve
 from barriered.control.columns import BARRIER, META_MAX_PARALLELISM
-from barriered.control.triggers import TriggerLog
+from barriered.control.record import ControlRecord
 from barriered.errors import ConfigError
 from barriered.files.fileio import read_json
 from barriered.session import listener_registered
@@ -124,7 +124,7 @@ def test_a_lost_coordinator_fails_the_query_and_install_registers_a_new_one(
     try:
         layout = SnapshotLayout.at(snap)
         deadline = time.monotonic() + 60
-        while TriggerLog.read(layout.triggers_file).heartbeat is None:
+        while ControlRecord.read(layout).heartbeat is None:
             assert time.monotonic() < deadline, "the coordinator never handled a batch"
             time.sleep(0.1)
         session.streams.removeListener(listener)  # what a broken Connect event stream does

@@ -39,7 +39,7 @@ from queries import (
 )
 from test_provider_recovery import _kill_after_checkpoint, _table_equals_state_reader
 
-from barriered.control.triggers import TriggerLog
+from barriered.control.record import ControlRecord
 from barriered.statestore import checkpoints_table, operators
 from barriered.statestore.layout import SnapshotLayout
 from runs import commit_metadata, wait_final_checkpoint
@@ -100,7 +100,7 @@ def _covered(tmp: Path, query: Any, checkpoint: Path, after: int) -> int:
     while time.time() < deadline and query.isActive:
         batches = sorted(int(p.name) for p in (checkpoint / "offsets").glob("[0-9]*"))
         final = [b for b in batches if _offset(checkpoint, b)[0]["batchWatermarkMs"] == final_ms]
-        last = TriggerLog.read(layout.triggers_file).last_completed or 0
+        last = ControlRecord.read(layout).last_completed or 0
         for row in checkpoints_table.completed(layout) if final else []:
             cid = row["checkpoint_id"]
             if after < cid <= last and row["cut_batch_id"] >= final[0]:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from barriered.barrier import Mode
+from barriered.control.record import ControlRecord
 from barriered.control.schedule import Schedule
-from barriered.control.triggers import TriggerLog
 from barriered.datasource.available_now import (
     await_checkpoint,
     await_first_progress,
@@ -32,9 +32,12 @@ def test_the_final_checkpoint_takes_the_id_of_a_schedule_the_coordinator_publish
     tmp_path: Path,
 ) -> None:
     layout = _layout(tmp_path)
-    Schedule(9, due_ms=0, mode=Mode.ALIGNED, epoch=2).write(layout.schedule_file)  # other run
-    fresh = Schedule(8, due_ms=1 << 62, mode=Mode.UNALIGNED, paused="busy", epoch=3)
-    timer = threading.Timer(0.3, fresh.write, [layout.schedule_file])
+    other_run = ControlRecord(epoch=2, schedule=Schedule(9, due_ms=0, mode=Mode.ALIGNED))
+    other_run.write(layout.control_file)
+    fresh = Schedule(8, due_ms=1 << 62, mode=Mode.UNALIGNED, paused="busy")
+    timer = threading.Timer(
+        0.3, ControlRecord(epoch=3, schedule=fresh).write, [layout.control_file]
+    )
     timer.start()
     started = time.monotonic()
     try:
@@ -46,35 +49,41 @@ def test_the_final_checkpoint_takes_the_id_of_a_schedule_the_coordinator_publish
 
 def test_without_a_fresh_schedule_the_run_fails_naming_the_coordinator(tmp_path: Path) -> None:
     layout = _layout(tmp_path)
-    Schedule(7, due_ms=0, mode=Mode.ALIGNED, epoch=3).write(layout.schedule_file)
+    ControlRecord(epoch=3, schedule=Schedule(7, due_ms=0, mode=Mode.ALIGNED)).write(
+        layout.control_file
+    )
     with pytest.raises(CoordinatorLostError, match=r"above checkpoint 7.*coordinatorTimeout"):
         await_schedule(layout, 3, 7, timeout_ms=200)
 
 
 def test_a_coordinators_refusal_fails_the_wait_with_its_error(tmp_path: Path) -> None:
     layout = _layout(tmp_path)
-    TriggerLog().with_fatal("tolerable failures exceeded").write(layout.triggers_file)
+    refusal = CheckpointFailureLimitExceeded("tolerable failures exceeded")
+    ControlRecord(epoch=3).with_fatal(refusal).write(layout.control_file)
     with pytest.raises(CheckpointFailureLimitExceeded, match="tolerable failures"):
         await_schedule(layout, 3, 7, timeout_ms=10_000)
+    # another run's refusal is not this run's: it times out instead
+    with pytest.raises(CoordinatorLostError):
+        await_schedule(layout, 4, 7, timeout_ms=200)
 
 
 def test_the_run_ends_once_its_last_checkpoint_completed(tmp_path: Path) -> None:
     layout = _layout(tmp_path)
-    TriggerLog().with_completed(4).write(layout.triggers_file)
-    await_checkpoint(layout, 4, timeout_ms=10_000)  # returns at once
+    ControlRecord().with_completed(4).write(layout.control_file)
+    await_checkpoint(layout, None, 4, timeout_ms=10_000)  # returns at once
     with pytest.raises(CheckpointError, match=r"checkpoint 5, the last .* is still pending"):
-        await_checkpoint(layout, 5, timeout_ms=200)
-    TriggerLog().with_completed(4).with_cancelled([5]).write(layout.triggers_file)
+        await_checkpoint(layout, None, 5, timeout_ms=200)
+    ControlRecord().with_completed(4).with_cancelled([5]).write(layout.control_file)
     with pytest.raises(CheckpointError, match=r"checkpoint 5, .* was aborted.*checkpoint 4's"):
-        await_checkpoint(layout, 5, timeout_ms=10_000)
+        await_checkpoint(layout, None, 5, timeout_ms=10_000)
 
 
 def test_a_run_that_started_no_checkpoint_waits_for_the_coordinators_heartbeat(
     tmp_path: Path,
 ) -> None:
     layout = _layout(tmp_path)
-    TriggerLog().with_heartbeat(3, 100).write(layout.triggers_file)
+    ControlRecord().with_heartbeat(3, 100).write(layout.control_file)
     with pytest.raises(CoordinatorLostError, match="no checkpoint coordinator saw"):
-        await_first_progress(layout, (3, 100), timeout_ms=200)
-    TriggerLog().with_heartbeat(4, 200).write(layout.triggers_file)
-    await_first_progress(layout, (3, 100), timeout_ms=10_000)
+        await_first_progress(layout, None, (3, 100), timeout_ms=200)
+    ControlRecord().with_heartbeat(4, 200).write(layout.control_file)
+    await_first_progress(layout, None, (3, 100), timeout_ms=10_000)

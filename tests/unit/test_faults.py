@@ -84,3 +84,33 @@ def test_production_code_reaches_faults_only_through_the_hook_when_enabled(tmp_p
     # This process has it on (tests/conftest.py): the same call fires.
     with pytest.raises(InjectedFault, match="injected fault at before_commit"):
         crash_points.hit(layout, crash_points.BEFORE_COMMIT, 1)
+
+
+def test_the_wheel_ships_no_test_seam() -> None:
+    """The wheel's packages (pyproject's find rule) leave barriered.testing out, and no
+    module it ships imports from there."""
+    import ast
+
+    import setuptools
+
+    tomllib = pytest.importorskip("tomllib")
+    root = Path(__file__).resolve().parents[2]
+    find = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    rule = find["packages"]["find"]
+    shipped = setuptools.find_packages(str(root / rule["where"][0]), exclude=rule["exclude"])
+    assert "barriered" in shipped and "barriered.coordinator" in shipped
+    assert [p for p in shipped if p.startswith("barriered.testing")] == []
+    offenders = []
+    for package in shipped:
+        for path in (root / "python" / package.replace(".", "/")).glob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = (
+                    [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else []
+                )
+                if any(n.startswith("barriered.testing") for n in names):
+                    offenders.append(str(path))
+    assert offenders == []

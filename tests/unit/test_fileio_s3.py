@@ -1,4 +1,4 @@
-"""A JSON file rewritten in place on S3 (the schedule, the trigger log) read while it is
+"""A JSON file rewritten in place on S3 (the control record) read while it is
 replaced: every read returns one whole version (``fileio.read_json`` reads again what came
 back cut off, see ``fileio.TORN_READ_ATTEMPTS``), never a corrupt-file error."""
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.s3
 
 def test_a_json_file_read_while_it_is_rewritten_on_s3_reads_whole(s3_server: S3Server) -> None:
     storage.register(s3_server.uri(), s3_server.storage_options)
-    uri = s3_server.uri("torn", "schedule.json")
+    uri = s3_server.uri("torn", "control.json")
     write_json(uri, {"n": 0, "pad": ""})
     written = [0]
     stop = threading.Event()

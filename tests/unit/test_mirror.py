@@ -19,7 +19,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from barriered.config.source_options import SESSION_CONF_OPTION
 from barriered.control import offsets
 from barriered.control.offsets import SourceOffset
-from barriered.control.triggers import TriggerLog, TriggerRequest
+from barriered.control.record import ControlRecord
+from barriered.control.triggers import TriggerRequest
 from barriered.datasource import mirror
 from barriered.datasource.partitions import InflightPartition, MarkerPartition, WithMarkers
 from barriered.datasource.reader import BarrieredStreamReader
@@ -71,7 +72,7 @@ def test_a_second_instance_of_one_loaded_source_mirrors_the_first(tmp_path: Path
     starts = [leader.initialOffset(), follower.initialOffset()]
     assert starts[0] == starts[1]
     layout = SnapshotLayout.at(str(snap))
-    TriggerLog().with_request(TriggerRequest(1, mode="unaligned")).write(layout.triggers_file)
+    ControlRecord().with_requests([TriggerRequest(1, mode="unaligned")]).write(layout.control_file)
     cut_seen = False
     for _ in range(12):
         ends = trigger([leader, follower], starts)

@@ -1,10 +1,9 @@
-"""Round trips of the source offset (Spark's offset log) and of the trigger log file."""
+"""Round trips of the source offset (Spark's offset log) and of a trigger request."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -17,8 +16,7 @@ from barriered.control.offsets import (
     SourceOffset,
     StartedCheckpoint,
 )
-from barriered.control.triggers import TriggerLog, TriggerRequest
-from barriered.errors import SnapshotStoreError
+from barriered.control.triggers import TriggerRequest
 
 
 def through_json(d: dict[str, object]) -> dict[str, object]:
@@ -244,7 +242,7 @@ def test_carried_drops_only_the_per_batch_events() -> None:
     assert SourceOffset.from_dict(through_json(carried.to_dict())) == carried
 
 
-# -- TriggerLog ------------------------------------------------------------------------------
+# -- TriggerRequest --------------------------------------------------------------------------
 
 
 def test_trigger_request_defaults_and_json_form() -> None:
@@ -257,116 +255,3 @@ def test_trigger_request_defaults_and_json_form() -> None:
         "requested_ms": 0,
     }
     assert TriggerRequest.from_dict(through_json(r.to_dict())) == r
-
-
-def test_absent_trigger_log_reads_as_empty(tmp_path: Path) -> None:
-    log = TriggerLog.read(str(tmp_path / "_coordinator" / "triggers.json"))
-    assert log == TriggerLog()
-    assert log.requests == () and log.cancelled == frozenset() and log.last_completed is None
-
-
-def test_empty_json_object_reads_as_empty_log(tmp_path: Path) -> None:
-    path = tmp_path / "triggers.json"
-    path.write_text("{}")
-    assert TriggerLog.read(str(path)) == TriggerLog()
-
-
-def test_corrupt_trigger_log_is_reported(tmp_path: Path) -> None:
-    path = tmp_path / "triggers.json"
-    path.write_text('{"requests": [')
-    with pytest.raises(SnapshotStoreError, match=r"triggers\.json"):
-        TriggerLog.read(str(path))
-
-
-def test_trigger_log_write_read_round_trip(tmp_path: Path) -> None:
-    uri = str(tmp_path / "_coordinator" / "triggers.json")  # parent created on write
-    log = (
-        TriggerLog()
-        .with_request(TriggerRequest(1, reason="interval", requested_ms=10))
-        .with_request(TriggerRequest(2, kind="savepoint", mode=Mode.UNALIGNED, requested_ms=20))
-        .with_cancelled([1])
-        .with_completed(1)
-    )
-    log.write(uri)
-    back = TriggerLog.read(uri)
-    assert back == log
-    assert back.cancelled == frozenset({1})
-    assert back.last_completed == 1
-    assert [r.checkpoint_id for r in back.requests] == [1, 2]
-    assert back.requests[1] == TriggerRequest(2, "savepoint", "unaligned", "", 20)
-    # no temporary files left behind
-    assert sorted(p.name for p in (tmp_path / "_coordinator").iterdir()) == ["triggers.json"]
-
-
-def test_trigger_log_is_written_sorted_by_id(tmp_path: Path) -> None:
-    uri = str(tmp_path / "triggers.json")
-    log = TriggerLog().with_request(TriggerRequest(3)).with_request(TriggerRequest(1))
-    log.write(uri)
-    assert [r.checkpoint_id for r in TriggerLog.read(uri).requests] == [1, 3]
-    raw = json.loads(Path(uri).read_text())
-    assert [r["id"] for r in raw["requests"]] == [1, 3]
-
-
-def test_trigger_log_overwrite_replaces_the_content(tmp_path: Path) -> None:
-    uri = str(tmp_path / "triggers.json")
-    first = TriggerLog().with_request(TriggerRequest(1))
-    first.write(uri)
-    second = first.with_request(TriggerRequest(2)).with_cancelled([1]).with_completed(2)
-    second.write(uri)
-    assert TriggerLog.read(uri) == second
-
-
-def test_trigger_log_keeps_only_the_most_recent_entries(tmp_path: Path) -> None:
-    uri = str(tmp_path / "triggers.json")
-    log = TriggerLog()
-    for i in range(40, 0, -1):  # added newest first: the write keeps the highest ids
-        log = log.with_request(TriggerRequest(i))
-    log = log.with_cancelled(range(1, 41))
-    log.write(uri)
-    back = TriggerLog.read(uri)
-    assert [r.checkpoint_id for r in back.requests] == list(range(9, 41))
-    assert back.cancelled == frozenset(range(9, 41))
-
-
-def test_with_request_returns_a_new_log() -> None:
-    empty = TriggerLog()
-    one = empty.with_request(TriggerRequest(1))
-    assert empty.requests == ()
-    assert one.requests == (TriggerRequest(1),)
-    two = one.with_request(TriggerRequest(2, mode=Mode.UNALIGNED))
-    assert [r.checkpoint_id for r in two.requests] == [1, 2]
-    assert one.requests == (TriggerRequest(1),)
-
-
-def test_with_cancelled_accumulates() -> None:
-    log = TriggerLog().with_request(TriggerRequest(1)).with_completed(0)
-    a = log.with_cancelled([1, 2])
-    b = a.with_cancelled([2, 5])
-    assert log.cancelled == frozenset()
-    assert a.cancelled == frozenset({1, 2})
-    assert b.cancelled == frozenset({1, 2, 5})
-    assert b.requests == log.requests and b.last_completed == 0
-
-
-def test_with_completed_never_goes_back() -> None:
-    log = TriggerLog()
-    assert log.with_completed(3).last_completed == 3
-    assert log.with_completed(3).with_completed(1).last_completed == 3
-    assert log.with_completed(3).with_completed(7).last_completed == 7
-    assert log.with_completed(0).last_completed == 0
-    assert log.last_completed is None
-    kept = log.with_request(TriggerRequest(1)).with_cancelled([1]).with_completed(1)
-    assert kept.requests == (TriggerRequest(1),) and kept.cancelled == frozenset({1})
-
-
-def test_trigger_log_fatal_round_trip(tmp_path: Path) -> None:
-    uri = str(tmp_path / "triggers.json")
-    log = TriggerLog().with_request(TriggerRequest(1)).with_fatal("snapshot store unreachable")
-    log.write(uri)
-    back = TriggerLog.read(uri)
-    assert back == log
-    assert back.fatal == "snapshot store unreachable"
-    cleared = back.with_fatal(None).with_completed(1)
-    cleared.write(uri)
-    assert TriggerLog.read(uri).fatal is None
-    assert TriggerLog.read(uri).requests == (TriggerRequest(1),)

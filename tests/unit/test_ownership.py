@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 from barriered.barrier import Mode
 from barriered.config import BarrieredConf
 from barriered.control.offsets import Cut, SourceOffset, StartedCheckpoint
-from barriered.control.triggers import TriggerLog
+from barriered.control.record import ControlRecord
 from barriered.coordinator.driver import QueryCoordinator
 from barriered.errors import FencedError, SnapshotPathInUseError, SnapshotStoreError
 from barriered.files.fileio import write_json
@@ -234,7 +234,7 @@ def test_a_zombie_coordinator_commits_nothing_after_a_takeover(layout: SnapshotL
     v2 = int(rows[1]["state_table_version"])
     assert totals(layout, v1) == ["0:5", "1:5"]
     assert totals(layout, v2) == ["0:6", "1:6"]
-    assert TriggerLog.read(layout.triggers_file).last_completed == 2
+    assert ControlRecord.read(layout).last_completed == 2
 
 
 def test_acks_of_two_runs_do_not_collide(layout: SnapshotLayout) -> None:

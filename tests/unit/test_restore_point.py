@@ -10,10 +10,17 @@ import pytest
 from barriered.config import BarrieredConf
 from barriered.config.source_options import SESSION_CONF_OPTION
 from barriered.control.offsets import Replay, SourceOffset
-from barriered.control.triggers import TriggerLog, TriggerRequest
+from barriered.control.record import ControlRecord
+from barriered.control.triggers import TriggerRequest
 from barriered.datasource import preflight
 from barriered.datasource.planner import PlanInput, plan
-from barriered.errors import ConfigError, InjectedFault, RestoreError, SnapshotStoreError
+from barriered.errors import (
+    BarrieredError,
+    ConfigError,
+    InjectedFault,
+    RestoreError,
+    SnapshotStoreError,
+)
 from barriered.files.fileio import write_json
 from barriered.provider import EXTENSION_CLASS
 from barriered.statestore import checkpoints_table
@@ -92,10 +99,26 @@ def test_damaged_files_are_named_and_left_alone(layout: SnapshotLayout) -> None:
 
 def test_new_ids_stay_above_everything_a_crashed_run_left(layout: SnapshotLayout) -> None:
     assert highest_checkpoint_id(layout) == 2
-    TriggerLog().with_request(TriggerRequest(4)).write(layout.triggers_file)
+    ControlRecord().with_requests([TriggerRequest(4)]).write(layout.control_file)
     assert highest_checkpoint_id(layout) == 4
     write_ack(layout, Ack(7, "state/op/3", changed=True))  # acks of a never-committed cut
     assert highest_checkpoint_id(layout) == 7
+
+
+def test_the_ids_a_previous_versions_run_left_in_its_trigger_log_and_schedule_count(
+    layout: SnapshotLayout,
+) -> None:
+    """A snapshot path the version before the control record wrote: its trigger log and
+    schedule are read while no control record exists, and a restore's ids stay above."""
+    triggers, schedule = layout.legacy_control_files
+    write_json(triggers, {"requests": [{"id": 4}], "cancelled": [5], "last_completed": 2})
+    write_json(schedule, {"checkpoint_id": 6, "due_ms": 0, "mode": "aligned", "epoch": 3})
+    control = ControlRecord.read(layout)
+    assert control.epoch == 3 and control.last_completed == 2 and control.cancelled == {5}
+    assert control.schedule_of(3) is not None and control.schedule_of(4) is None
+    assert highest_checkpoint_id(layout) == 6
+    ControlRecord(epoch=4).with_requests([TriggerRequest(8)]).write(layout.control_file)
+    assert highest_checkpoint_id(layout) == 8  # the control record, once written, wins
 
 
 def test_a_savepoint_is_a_self_contained_copy(layout: SnapshotLayout, tmp_path: Path) -> None:
@@ -159,10 +182,12 @@ def test_a_fault_fires_once_at_the_first_matching_checkpoint(layout: SnapshotLay
     faults.inject(layout.root, faults.BEFORE_COMMIT, checkpoint_id=3)
     faults.fire(layout, faults.BEFORE_COMMIT, 2)  # below the armed id: nothing happens
     assert faults.fired(layout.root, faults.BEFORE_COMMIT) is None
-    crashes: list[str] = []
-    with pytest.raises(InjectedFault, match=r"injected fault at before_commit \(checkpoint 4\)"):
+    crashes: list[BarrieredError] = []
+    with pytest.raises(
+        InjectedFault, match=r"injected fault at before_commit \(checkpoint 4\)"
+    ) as info:
         faults.fire(layout, faults.BEFORE_COMMIT, 4, crashes.append)
-    assert crashes == ["injected fault at before_commit (checkpoint 4)"]
+    assert crashes == [info.value]  # the coordinator hands that very error to the source
     assert faults.fired(layout.root, faults.BEFORE_COMMIT)["checkpoint_id"] == 4  # type: ignore[index]
     faults.fire(layout, faults.BEFORE_COMMIT, 5)  # fired already: never again
     with pytest.raises(ValueError, match="unknown fault point"):

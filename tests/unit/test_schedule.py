@@ -16,10 +16,12 @@ import pytest
 
 from barriered.config import BarrieredConf
 from barriered.control.offsets import Cut, SourceOffset
-from barriered.control.schedule import Schedule, SchedulePublisher
-from barriered.control.triggers import TriggerLog, TriggerRequest
+from barriered.control.record import ControlRecord
+from barriered.control.schedule import Schedule
+from barriered.control.triggers import TriggerRequest
 from barriered.coordinator import ChannelSignals, CheckpointCoordinator, CoordinatorSettings
 from barriered.coordinator.clock import ManualClock
+from barriered.coordinator.control_channel import ControlChannel
 from barriered.coordinator.driver import QueryCoordinator
 from barriered.datasource.planner import PlanInput, plan
 from barriered.files.fileio import read_json, write_json
@@ -104,32 +106,45 @@ def test_a_forced_request_goes_first_and_passes_the_scheduled_id_by() -> None:
 
 
 def test_a_schedule_of_another_run_is_ignored(tmp_path: Path) -> None:
-    uri = str(tmp_path / "schedule.json")
-    assert Schedule.read(uri, 3) is None  # none published yet
-    Schedule(7, due_ms=0, mode="aligned", epoch=2).write(uri)
-    assert Schedule.read(uri, 3) is None
-    back = Schedule.read(uri, 2)
-    assert back == Schedule(7, due_ms=0, mode="aligned", epoch=2)
+    layout = SnapshotLayout.at(str(tmp_path))
+    assert ControlRecord.read(layout).schedule_of(3) is None  # none published yet
+    scheduled = Schedule(7, due_ms=0, mode="aligned")
+    ControlRecord(epoch=2, schedule=scheduled).write(layout.control_file)
+    assert ControlRecord.read(layout).schedule_of(3) is None
+    assert ControlRecord.read(layout).schedule_of(2) == scheduled
 
 
-def test_an_unchanged_schedule_is_rewritten_only_to_refresh_it(tmp_path: Path) -> None:
-    uri = str(tmp_path / "schedule.json")
+def test_an_unchanged_record_is_rewritten_only_to_refresh_it(tmp_path: Path) -> None:
+    layout = SnapshotLayout.at(str(tmp_path))
     taken_over = False
-    publisher = SchedulePublisher(uri, str(tmp_path), 250, lambda: taken_over)
-    first = Schedule(4, due_ms=1_000, mode="aligned", epoch=1)
-    publisher.publish(first, 10_000)
-    assert Schedule.read(uri, 1) == first
-    (tmp_path / "schedule.json").unlink()
-    publisher.publish(first, 10_249)  # unchanged and fresh: not written
-    assert not (tmp_path / "schedule.json").exists()
-    publisher.publish(first, 10_250)  # unchanged but due for a refresh
-    assert Schedule.read(uri, 1) == first
-    paused = Schedule(4, due_ms=1_000, mode="aligned", paused="1 pending", epoch=1)
-    publisher.publish(paused, 10_251)  # changed: written at once
-    assert Schedule.read(uri, 1) == paused
+    channel = ControlChannel(layout, 1, 250, lambda: taken_over)
+    first = Schedule(4, due_ms=1_000, mode="aligned")
+    channel.record = channel.record.with_schedule(first)
+    channel.flush(10_000)
+    assert ControlRecord.read(layout).schedule_of(1) == first
+    Path(layout.control_file).unlink()
+    channel.flush(10_249)  # unchanged and fresh: not written
+    assert not Path(layout.control_file).exists()
+    channel.flush(10_250)  # unchanged but due for a refresh
+    assert ControlRecord.read(layout).schedule_of(1) == first
+    paused = Schedule(4, due_ms=1_000, mode="aligned", paused="1 pending")
+    channel.record = channel.record.with_schedule(paused)
+    channel.flush(10_251)  # changed: written at once
+    assert ControlRecord.read(layout).schedule_of(1) == paused
     taken_over = True
-    publisher.publish(Schedule(5, due_ms=2_000, mode="unaligned", epoch=1), 20_000)
-    assert Schedule.read(uri, 1) == paused  # a newer run owns the path: nothing written
+    channel.record = channel.record.with_schedule(Schedule(5, due_ms=2_000, mode="unaligned"))
+    channel.flush(20_000)
+    # a newer run owns the path: nothing written
+    assert ControlRecord.read(layout).schedule_of(1) == paused
+
+
+def test_the_heartbeat_is_renewed_at_most_once_per_refresh(tmp_path: Path) -> None:
+    channel = ControlChannel(SnapshotLayout.at(str(tmp_path)), None, 250, lambda: False)
+    channel.heartbeat(1, 1_000)
+    channel.heartbeat(2, 1_249)
+    assert channel.record.heartbeat == (1, 1_000)
+    channel.heartbeat(3, 1_250)
+    assert channel.record.heartbeat == (3, 1_250)
 
 
 # -- the coordinator core -------------------------------------------------------------------
@@ -217,16 +232,20 @@ def layout(tmp_path: Path) -> SnapshotLayout:
 
 
 def test_the_coordinator_publishes_its_schedule_and_adopts_the_planners_start(
-    layout: SnapshotLayout,
+    layout: SnapshotLayout, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    written: list[ControlRecord] = []
+    write = ControlRecord.write
+    monkeypatch.setattr(ControlRecord, "write", lambda r, uri: (written.append(r), write(r, uri)))
     before = int(time.time() * 1000)
     qc = QueryCoordinator(layout, next_id=1, epoch=None)
     qc.on_progress(0, None, SourceOffset(positions=(10,)).to_dict(), None, 0)
-    published = Schedule.read(layout.schedule_file, None)
+    assert [r.heartbeat and r.heartbeat[0] for r in written] == [0]  # one write a batch
+    published = ControlRecord.read(layout).schedule_of(None)
     assert published is not None and published.checkpoint_id == 1
     assert before + 60_000 <= published.due_ms <= int(time.time() * 1000) + 60_000
     assert published.mode == "aligned" and published.paused is None
-    assert TriggerLog.read(layout.triggers_file).requests == ()  # nothing requested
+    assert ControlRecord.read(layout).requests == ()  # nothing requested
 
     # The planner started it when due (here: planned batch 1 with the schedule due).
     offset = plan(
@@ -248,11 +267,14 @@ def test_the_coordinator_publishes_its_schedule_and_adopts_the_planners_start(
     qc.on_progress(1, None, offset.to_dict(), None, 0)
     stats = qc.core.stats(1)
     assert stats is not None and stats.status == "completed"  # no participants
+    # the completion and the next schedule reach the source in the batch's one write
+    assert len(written) == 2 and written[1].last_completed == 1
+    assert written[1].schedule is not None and written[1].schedule.checkpoint_id == 2
     assert stats.trigger_batch_id == 0 and stats.cut_batch_id == 1
-    following = Schedule.read(layout.schedule_file, None)
+    following = ControlRecord.read(layout).schedule_of(None)
     assert following is not None and following.checkpoint_id == 2
     assert following.due_ms == published.due_ms + 60_000
-    assert read_json(layout.schedule_file)["epoch"] is None
+    assert read_json(layout.control_file)["epoch"] is None
 
 
 def test_a_restored_run_starts_its_ids_above_a_scheduled_one(tmp_path: Path) -> None:
@@ -261,7 +283,8 @@ def test_a_restored_run_starts_its_ids_above_a_scheduled_one(tmp_path: Path) -> 
     from barriered.statestore.restore_point import highest_checkpoint_id
 
     lay = SnapshotLayout.at(str(tmp_path / "snap"))
-    TriggerLog().with_request(TriggerRequest(1)).write(lay.triggers_file)
+    record = ControlRecord(epoch=0).with_requests([TriggerRequest(1)])
+    record.write(lay.control_file)
     assert highest_checkpoint_id(lay) == 1
-    Schedule(2, due_ms=0, mode="unaligned", epoch=0).write(lay.schedule_file)
+    record.with_schedule(Schedule(2, due_ms=0, mode="unaligned")).write(lay.control_file)
     assert highest_checkpoint_id(lay) == 2

@@ -192,17 +192,17 @@ def test_snapshot_path_files_and_tables_on_the_s3_server(
     layout = SnapshotLayout.at(root, s3_server.storage_options)
     assert isinstance(filesystem(root)[0], pafs.S3FileSystem)
     write_json(layout.operator_file("op"), {"operator": "op"})
-    write_atomic(layout.triggers_file, b'{"requests":[]}')
+    write_atomic(layout.control_file, b'{"requests":[]}')
     assert read_json(layout.operator_file("op")) == {"operator": "op"}
     assert read_json(layout.operator_file("none"), default=7) == 7
     assert list_names(layout.operators_dir) == ["op.json"]
-    assert exists(layout.triggers_file)
+    assert exists(layout.control_file)
     append_rows(layout.owners_table, [{"epoch": 1}], pa.schema([("epoch", pa.int64())]))
     table = open_table(layout.owners_table)  # the registered options, none given
     assert table is not None and table.to_pyarrow_table().to_pylist() == [{"epoch": 1}]
     keys = s3_server.keys("unit-storage/")
     assert "unit-storage/_coordinator/operators/op.json" in keys
-    assert "unit-storage/_coordinator/triggers.json" in keys
+    assert "unit-storage/_coordinator/control.json" in keys
     assert "unit-storage/_owners/_delta_log/00000000000000000000.json" in keys
     assert not [k for k in keys if k.rsplit("/", 1)[-1].startswith(".")]  # no temporary
     delete_tree(root)

@@ -1,4 +1,4 @@
-"""The source's watch on the checkpoint coordinator (heartbeat in the trigger log)."""
+"""The source's watch on the checkpoint coordinator (heartbeat in its control record)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from barriered.control.triggers import TriggerLog
+from barriered.control.record import ControlRecord
 from barriered.datasource.watchdog import MIN_BATCHES, CoordinatorWatchdog
 from barriered.errors import CheckpointError, CoordinatorLostError
+from barriered.statestore.layout import SnapshotLayout
 
 
 def test_batches_without_a_heartbeat_fail_the_query_after_the_timeout() -> None:
@@ -48,10 +49,10 @@ def test_an_idle_query_is_not_failed() -> None:
     dog.check(None, now_ms=10**9)  # no batch ran: nothing to checkpoint
 
 
-def test_the_heartbeat_round_trips_through_the_trigger_log(tmp_path: Path) -> None:
-    uri = str(tmp_path / "triggers.json")
-    TriggerLog().with_completed(3).with_heartbeat(12, 1_700_000).write(uri)
-    back = TriggerLog.read(uri)
+def test_the_heartbeat_round_trips_through_the_control_record(tmp_path: Path) -> None:
+    layout = SnapshotLayout.at(str(tmp_path))
+    assert ControlRecord.read(layout).heartbeat is None  # nothing written yet
+    ControlRecord().with_completed(3).with_heartbeat(12, 1_700_000).write(layout.control_file)
+    back = ControlRecord.read(layout)
     assert back.heartbeat == (12, 1_700_000)
     assert back.last_completed == 3
-    assert TriggerLog.read(str(tmp_path / "absent.json")).heartbeat is None

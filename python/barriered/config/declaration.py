@@ -201,20 +201,14 @@ class ConfigKey:
                 f"{where}: invalid value {shown} ({reason}); expected {self.accepted_forms()}"
             )
 
-        if self.type == "duration":
+        amount = {"duration": duration_ms, "bytes": byte_count}.get(self.type)
+        if amount is not None:  # milliseconds, or bytes
             try:
-                ms = duration_ms(text)
+                parsed = amount(text)
             except ValueError as exc:
                 raise bad(str(exc)) from None
-            self.check_range(ms, where, raw)
-            return ms
-        if self.type == "bytes":
-            try:
-                count = byte_count(text)
-            except ValueError as exc:
-                raise bad(str(exc)) from None
-            self.check_range(count, where, raw)
-            return count
+            self.check_range(parsed, where, raw)
+            return parsed
         if self.type == "int":
             if not _INT_RE.match(text):
                 raise bad("not an integer")

@@ -300,7 +300,7 @@ class SourceOffset:
         return replace(self, cut=None, started=(), aborted=())
 
 
-#: The prefix of the trigger log's ``fatal`` message for :func:`two_sources_refusal`.
+#: The start of the message of :func:`two_sources_refusal`.
 TWO_SOURCES_PREFIX = "two barriered sources in one query: "
 
 

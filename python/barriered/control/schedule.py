@@ -4,9 +4,10 @@ The coordinator runs in a ``StreamingQueryListener``: it hears of batch ``k`` on
 Spark already planned batch ``k + 1``, so a checkpoint it requested through the trigger
 log after batch ``k`` would start no sooner than batch ``k + 2``. Instead it publishes,
 after every batch and whenever its state changes, *when* the next periodic checkpoint is
-due and how it is to be taken: ``_coordinator/schedule.json``, written atomically, which
-the planner reads before every batch and acts on itself, in the first batch planned
-once the checkpoint is due. The coordinator keeps every decision:
+due and how it is to be taken, in its control record
+(:mod:`barriered.control.record`), which the planner reads before every batch and acts
+on itself, in the first batch planned once the checkpoint is due. The coordinator keeps
+every decision:
 
 * ``checkpoint_id``: the id it reserved for the checkpoint (savepoints take
   other ids, so the two never collide); the final checkpoint of an availableNow run
@@ -15,8 +16,9 @@ once the checkpoint is due. The coordinator keeps every decision:
 * ``due_ms``: the earliest start, from ``checkpointInterval`` and
   ``minPauseBetweenCheckpoints``;
 * ``mode`` and ``reason``: the aligned/unaligned decision from its measured signals;
-* ``paused``: why nothing may start now (``maxConcurrentCheckpoints`` reached), or None;
-* ``epoch``: the run the schedule belongs to; the planner of another run ignores it.
+* ``paused``: why nothing may start now (``maxConcurrentCheckpoints`` reached), or None.
+
+The record names the run that published it; the planner of another run ignores it.
 
 The planner starts the reserved id at most once (ids at or below its offset's
 ``last_id`` are stale) and records the start in the offset (``started``), from which the
@@ -25,18 +27,13 @@ coordinator adopts the checkpoint like one it requested itself.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from barriered.barrier import Mode
 from barriered.control.triggers import FINAL_REASON, TriggerRequest
-from barriered.files.fileio import read_json, write_json
 
-__all__ = ["Schedule", "SchedulePublisher", "final_checkpoint"]
-
-log = logging.getLogger(__name__)
+__all__ = ["Schedule", "final_checkpoint"]
 
 
 @dataclass(frozen=True)
@@ -55,8 +52,6 @@ class Schedule:
         Why that mode (recorded in ``_checkpoints``).
     paused : str or None
         Why it may not start now, even when due (None: it may).
-    epoch : int or None
-        The run that published it (None: a snapshot path without ownership).
     """
 
     checkpoint_id: int
@@ -64,7 +59,6 @@ class Schedule:
     mode: Mode
     reason: str = ""
     paused: str | None = None
-    epoch: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", Mode(self.mode))  # a mode name is accepted too
@@ -77,7 +71,6 @@ class Schedule:
             "mode": self.mode.value,
             "reason": self.reason,
             "paused": self.paused,
-            "epoch": self.epoch,
         }
 
     @classmethod
@@ -89,37 +82,7 @@ class Schedule:
             mode=Mode(d["mode"]),
             reason=str(d.get("reason", "")),
             paused=None if d.get("paused") is None else str(d["paused"]),
-            epoch=None if d.get("epoch") is None else int(d["epoch"]),
         )
-
-    def write(self, uri: str) -> None:
-        """Write the schedule to ``uri`` atomically."""
-        write_json(uri, self.to_dict())
-
-    @classmethod
-    def read(cls, uri: str, epoch: int | None) -> Schedule | None:
-        """The schedule at ``uri`` if run ``epoch`` published it, else None (absent, or a
-        stale schedule of another run, which the planner must not act on)."""
-        raw = read_json(uri, default=None)
-        if not raw:
-            return None
-        schedule = cls.from_dict(raw)
-        if schedule.epoch != epoch:
-            log.debug(
-                "schedule %s is of epoch %s, this run is epoch %s: ignored",
-                uri,
-                schedule.epoch,
-                epoch,
-            )
-            return None
-        return schedule
-
-    @staticmethod
-    def reserved_id(uri: str) -> int | None:
-        """The id the schedule at ``uri`` reserved, whichever run published it (a crashed
-        run's planner may have started it without any other trace on the path)."""
-        raw = read_json(uri, default=None)
-        return None if not raw else int(raw["checkpoint_id"])
 
     def request(self, now_ms: int, last_id: int) -> TriggerRequest | None:
         """The checkpoint to start now, or None: not yet due, paused, or already started
@@ -149,7 +112,7 @@ def final_checkpoint(schedule: Schedule | None, now_ms: int, last_id: int) -> Tr
     Parameters
     ----------
     schedule : Schedule or None
-        The run's schedule (:meth:`Schedule.read`).
+        The run's schedule (:meth:`barriered.control.record.ControlRecord.schedule_of`).
     now_ms : int
         When it is requested.
     last_id : int
@@ -160,56 +123,3 @@ def final_checkpoint(schedule: Schedule | None, now_ms: int, last_id: int) -> Tr
     if schedule.checkpoint_id <= last_id:
         return None
     return TriggerRequest(schedule.checkpoint_id, reason=FINAL_REASON, requested_ms=now_ms)
-
-
-class SchedulePublisher:
-    """Writes the coordinator's schedule when it changed, or to refresh it.
-
-    A schedule equal to the one last written is written again only once
-    ``refresh_ms`` passed (which heals a write of a zombie run). Nothing is written once
-    a newer run took the snapshot path over (its planner would ignore the schedule, but
-    it would replace the newer run's own).
-
-    Parameters
-    ----------
-    uri : str
-        The schedule file (``_coordinator/schedule.json``).
-    root : str
-        The snapshot path (named in the log).
-    refresh_ms : int
-        How often an unchanged schedule is written again.
-    taken_over : callable
-        Whether a newer run took the snapshot path over.
-    """
-
-    def __init__(
-        self, uri: str, root: str, refresh_ms: int, taken_over: Callable[[], bool]
-    ) -> None:
-        self._uri = uri
-        self._root = root
-        self._refresh_ms = refresh_ms
-        self._taken_over = taken_over
-        self._published: Schedule | None = None
-        self._published_ms = 0
-
-    def publish(self, schedule: Schedule, now_ms: int) -> None:
-        """Write ``schedule`` unless it is unchanged and fresh or the path was taken over."""
-        fresh = now_ms - self._published_ms < self._refresh_ms
-        if schedule == self._published and fresh:
-            return
-        if self._taken_over():
-            log.info(
-                "schedule of checkpoint %d not published: a newer run took %s over",
-                schedule.checkpoint_id,
-                self._root,
-            )
-            return
-        schedule.write(self._uri)
-        self._published, self._published_ms = schedule, now_ms
-        log.debug(
-            "checkpoint %d scheduled at %d ms (%s)%s",
-            schedule.checkpoint_id,
-            schedule.due_ms,
-            schedule.mode,
-            "" if schedule.paused is None else f", paused: {schedule.paused}",
-        )

@@ -3,7 +3,11 @@
 Mirrors Flink's ``CheckpointCoordinator``, ``PendingCheckpoint``, ``CompletedCheckpoint``,
 ``CheckpointFailureManager`` and ``CheckpointStatsTracker``, plus a mode policy that picks
 aligned or unaligned per checkpoint from measured channel signals. See
-:mod:`barriered.coordinator.coordinator` for the rules and the order of events.
+:mod:`barriered.coordinator.coordinator` for the rules and the order of events. The
+listener's side: :mod:`~barriered.coordinator.driver` drives it from query progress,
+:mod:`~barriered.coordinator.checkpoint_store` commits (Flink's
+``CompletedCheckpointStore``) and :mod:`~barriered.coordinator.control_channel` writes
+what it tells the source.
 """
 
 from __future__ import annotations

@@ -6,39 +6,39 @@ After every micro-batch the listener hands the barriered source's progress to
 1. replays what the source planner did in that batch (it is all in the end offset:
    barrier positions fixed, aborts, the cut with its in-flight ranges),
 2. collects the acknowledgements the executors published under ``_acks/<id>/``,
-3. lets the coordinator complete checkpoints (one Delta commit each, see
-   :mod:`barriered.statestore.delta_tables`), expire old ones, hand out requested savepoints
-   (written to the trigger log the planner reads) and publish the schedule of the next
-   periodic one (:mod:`barriered.control.schedule`), which the planner starts itself
-   when it is due; the coordinator adopts it from the offset that reports it started.
+3. lets the coordinator complete checkpoints (committed, recorded and retained by the
+   run's one :mod:`~barriered.coordinator.checkpoint_store`), expire old ones, hand out
+   requested savepoints and publish the schedule of the next periodic one
+   (:mod:`barriered.control.schedule`), which the planner starts itself when it is due;
+   the coordinator adopts it from the offset that reports it started,
+4. writes what it tells the source, once (:mod:`barriered.coordinator.control_channel`).
 
 Finished checkpoints are appended to the ``_checkpoints`` table. After a completion the
-coordinator tells the source, through the trigger log, the positions before which no
+coordinator tells the source, through its control record, the positions before which no
 retained checkpoint needs the upstream's records any more (the upstream may release
 them). Savepoints are requested with :meth:`QueryCoordinator.request_savepoint`.
 
 The coordinator writes for its run's epoch only (:mod:`barriered.statestore.ownership`):
-before every commit and every write to the trigger log, ``_checkpoints`` or retention it
-checks that no newer run took the path over; a fenced coordinator writes nothing more.
+before every commit and every write to the control record, ``_checkpoints`` or retention
+it checks that no newer run took the path over; a fenced coordinator writes nothing more.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
 import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from barriered import crash_points, wall_time
+from barriered import wall_time
 from barriered.config import BarrieredConf
 from barriered.control.model import AckStats, CompletedCheckpoint
 from barriered.control.offsets import SourceOffset
-from barriered.control.schedule import SchedulePublisher
 from barriered.control.stats import CheckpointStats
-from barriered.control.triggers import FINAL_REASON, TriggerLog, TriggerRequest
+from barriered.control.triggers import FINAL_REASON, TriggerRequest
+from barriered.coordinator.checkpoint_store import CheckpointStore
 from barriered.coordinator.clock import SystemClock
+from barriered.coordinator.control_channel import ControlChannel
 from barriered.coordinator.coordinator import CheckpointCoordinator
 from barriered.coordinator.policy import ChannelSignals
 from barriered.coordinator.settings import settings_from_conf
@@ -49,18 +49,8 @@ from barriered.errors import (
     FencedError,
 )
 from barriered.files.fileio import read_json
-from barriered.monitoring import hub as monitoring_hub
-from barriered.sink import commit_plan
-from barriered.sink import owner as sink_owner
-from barriered.sink.participant import SinkParticipants
-from barriered.statestore import checkpoints_table, maintenance, operators, ownership, retention
-from barriered.statestore.acks import Ack, inflight_participant, read_acks, state_participant
-from barriered.statestore.checkpoint_commit import (
-    CheckpointCommit,
-    commit_checkpoint,
-    upstream_start,
-)
-from barriered.statestore.integrity import committed_checkpoints
+from barriered.statestore import checkpoints_table, operators, ownership
+from barriered.statestore.acks import inflight_participant, read_acks, state_participant
 from barriered.statestore.layout import SnapshotLayout
 
 log = logging.getLogger(__name__)
@@ -109,18 +99,14 @@ class QueryCoordinator:
             settings_from_conf(self.conf),
             SystemClock(),
             self._participants,
-            self._commit,
+            lambda done: self.store.commit(done),
             next_id=next_id,
         )
         self.core.add_stats_listener(self._on_stats)
         self.core.add_complete_listener(self._on_complete)
         self._collecting: set[int] = set()
-        #: The table commits of this run's checkpoints, until recorded (retention).
-        self._commits: dict[int, CheckpointCommit] = {}
         self._barrier_batch: dict[int, int] = {}
         self._crashed: str | None = None
-        self._beat_ms = 0
-        self._completions = 0  # since this coordinator started: maintenance every N
         self.epoch = epoch
         #: The Spark run this coordinator serves (set by :meth:`identify`).
         self.run_id: str | None = None
@@ -131,42 +117,21 @@ class QueryCoordinator:
             if epoch is None
             else ownership.Lease(self.layout, epoch, ownership.QUERY, self.conf.lease_timeout_ms)
         )
-        self._schedules = SchedulePublisher(
-            self.layout.schedule_file,
-            self.layout.root,
-            self.conf.coordinator_timeout_ms // 4,
-            self._taken_over,
+        self._control = ControlChannel(
+            self.layout, epoch, self.conf.coordinator_timeout_ms // 4, self._taken_over
         )
-        committed = committed_checkpoints(self.layout)
-        #: Per completed checkpoint, where a restore from it reads the upstream from.
-        self._needs_upstream_from: dict[int, tuple[int, ...]] = {
-            cid: upstream_start(
-                json.loads(meta.get("barriered.barrier") or "{}"),
-                json.loads(meta.get("barriered.inflight") or "{}"),
-                by_value=meta.get("barriered.inflight_version") is not None,
-            )
-            for cid, (_, meta) in committed.items()
-        }
-        owner = None if epoch is None else ownership.owner_of(self.layout, epoch)
-        continues = owner is not None and owner.restore_from is None
-        lineage = sink_owner.lineage(self.layout.root, restored)
-        self.sinks = SinkParticipants(self.layout, epoch, continues, lineage)
-        restored_id = None  # a restore from this path: the sinks' output goes back too
-        if owner is not None and owner.restore_from and (restored or {}).get("from") == layout.root:
-            restored_id = int((restored or {})["checkpoint_id"])
-        if epoch is not None:  # output of completed checkpoints a crash left uncommitted
-            self._fence("finishing the sink commits of completed checkpoints")
-            self.sinks.recover(committed, restored_id)
-        stores = {cid: operators.stores_of(meta) for cid, (_, meta) in committed.items()}
-        self._completed = retention.retained_of(history, stores)
-        self._unfinished = (int((restored or {}).get("checkpoint_id", 0)), frozenset(committed))
-        monitoring_hub.started(self.conf, self.layout, restored, owner)  # metrics, traces, page
+        #: Commits, records and retains this run's checkpoints, in one order.
+        self.store = CheckpointStore(
+            self.layout, self.conf, epoch, restored, history, self._fence, self.fail
+        )
+        self.sinks = self.store.sinks
+        self._restored_id = int((restored or {}).get("checkpoint_id", 0))
 
     def record_interrupted(self, started: frozenset[int]) -> None:
         """Record as aborted the ids a run that ended first left unfinished (not started by
         this run's first batch, ``started``, nor committed); never for a refused run."""
-        restored, committed = self._unfinished
-        for stats in self.core.interrupted(restored, started | committed):
+        committed = self.store.committed
+        for stats in self.core.interrupted(self._restored_id, started | committed):
             self._on_stats(stats)
 
     # -- ownership ------------------------------------------------------------------------
@@ -221,55 +186,16 @@ class QueryCoordinator:
                 names.add(state_participant(op["operator"], kg))
         return frozenset(names)
 
-    def fail(self, message: str) -> None:
-        """Fail the query with ``message`` and do nothing more: no trigger, ack or commit.
+    def fail(self, error: BarrieredError) -> None:
+        """Fail the query with ``error`` and do nothing more: no trigger, ack or commit.
 
-        The message goes to the trigger log's ``fatal``; the source raises it before
-        planning its next batch (a listener cannot fail a query itself).
+        The error goes to the control record's ``fatal`` at once; the source raises it
+        before planning its next batch (a listener cannot fail a query itself).
         """
-        self._crashed = message
-        TriggerLog.read(self.layout.triggers_file).with_fatal(message).write(
-            self.layout.triggers_file
-        )
-        log.error("checkpoint coordinator of %s fails the query: %s", self.layout.root, message)
-
-    def _commit(self, done: CompletedCheckpoint) -> int:
-        crash_points.hit(self.layout, crash_points.BEFORE_COMMIT, done.checkpoint_id, self.fail)
-        self._fence(f"committing checkpoint {done.checkpoint_id}")
-        acks: list[Ack] = [a.payload for a in done.acks.values() if isinstance(a.payload, Ack)]
-        sink_plans = self.sinks.plans(done.checkpoint_id, done.cut_batch_id)
-        commit = commit_checkpoint(
-            self.layout,
-            done,
-            acks,
-            list(self.layout.registrations().values()),  # the state table's columns
-            self.epoch,
-            {commit_plan.PLAN_KEY: commit_plan.plans_json(sink_plans)},
-        )
-        self._commits[done.checkpoint_id] = commit
-        if self.epoch is not None and ownership.newer_epoch_exists(self.layout, self.epoch):
-            # The takeover came between the check above and this commit.
-            self._fence(
-                f"checkpoint {done.checkpoint_id} reached state table version "
-                f"{commit.state_version} while this run was being fenced; recording it"
-            )
-        retention.record_removed(self.layout, retention.STATE, commit.state_version, commit.removed)
-        self._needs_upstream_from[done.checkpoint_id] = upstream_start(
-            {str(k): v for k, v in done.positions.items()},
-            commit.inflight_ranges,
-            by_value=commit.inflight_version is not None,
-        )
-        crash_points.hit(self.layout, crash_points.AFTER_COMMIT, done.checkpoint_id, self.fail)
-        try:
-            self.sinks.commit(done.checkpoint_id, sink_plans)
-        except (BarrieredError, OSError) as exc:  # completed: the next run commits it
-            self.fail(
-                f"the sink commit of completed checkpoint {done.checkpoint_id} failed "
-                f"({exc}); restart the query (restoreFrom=latest) to finish it"
-            )
-            raise
-        crash_points.hit(self.layout, crash_points.AFTER_SINK_COMMIT, done.checkpoint_id, self.fail)
-        return commit.state_version
+        self._crashed = str(error)
+        self._control.record = self._control.record.with_fatal(error)
+        self._control.flush(wall_time.now_ms())
+        log.error("checkpoint coordinator of %s fails the query: %s", self.layout.root, error)
 
     def _renew(self) -> None:
         if self._lease is not None:
@@ -278,75 +204,33 @@ class QueryCoordinator:
     def _on_stats(self, stats: CheckpointStats) -> None:
         if stats.status == "pending" or self._crashed or self._fenced:
             return
-        self._fence(f"recording checkpoint {stats.checkpoint_id} in _checkpoints")
-        row = stats.to_row()
-        commit = self._commits.get(stats.checkpoint_id)
-        row["inflight_table_version"] = commit.inflight_version if commit else None
-        row["barrier_batch_id"] = self._barrier_batch.pop(stats.checkpoint_id, None)
-        row.update(self.sinks.row(stats.checkpoint_id))
-        checkpoints_table.append(self.layout, row)
-        monitoring_hub.recorded(self.conf, self.layout, row)  # metrics, traces, page (issue 40)
+        cid = stats.checkpoint_id
+        self.store.record(stats, self._barrier_batch.pop(cid, None))
         if stats.status == "aborted":
-            log.warning("checkpoint %d aborted: %s", stats.checkpoint_id, stats.failure_reason)
-            TriggerLog.read(self.layout.triggers_file).with_cancelled([stats.checkpoint_id]).write(
-                self.layout.triggers_file
-            )
-            self._commits.pop(stats.checkpoint_id, None)
-            reason = stats.failure_reason or ""
-            retention.discard(
-                self.layout, stats.checkpoint_id, delete_data=not reason.startswith("commit")
-            )
+            self._control.record = self._control.record.with_cancelled([cid])
 
     def _on_complete(self, done: CompletedCheckpoint) -> None:
         if self._fenced:
             return
-        self._fence(f"retention after checkpoint {done.checkpoint_id}")
-        commit = self._commits.pop(done.checkpoint_id, None)
-        if done.state_table_version is not None:
-            self._completed[done.checkpoint_id] = retention.Retained(
-                done.checkpoint_id,
-                done.state_table_version,
-                commit.inflight_version if commit else None,
-                commit.stores if commit else {},
-            )
-        keep = sorted(self._completed)[-self.conf.retained_checkpoints :]
-        self._completed = {cid: self._completed[cid] for cid in keep}
-        retained = list(self._completed.values())
-        retention.apply(self.layout, retained, self.conf.retention_min_age_ms)
-        retention.discard(self.layout, done.checkpoint_id, delete_data=False)
-        self.sinks.sweep(self.conf.retention_min_age_ms)
-        self._completions += 1
-        if self._completions % self.conf.retention_maintenance_interval == 0:
-            pending = self.core.pending_ids
-            reserved = self.core.reserved_id  # the source may start it at any moment
-            maintenance.run(
-                self.layout,
-                retained,
-                self.conf.retention_history_size,
-                self.conf.retention_min_age_ms,
-                finished_below=min(
-                    [*pending, *([] if reserved is None else [reserved])],
-                    default=self.core.next_id,
-                ),
-                pending=pending,
-                settled_before_ms=done.trigger_timestamp_ms,
-            )
-        starts = [self._needs_upstream_from[c] for c in keep if c in self._needs_upstream_from]
-        # A checkpoint taken before channels joined (new Kafka partitions) reads them
-        # from their start when restored: it needs all of them (0).
-        width = max((len(s) for s in starts), default=0)
-        padded = [[*s, *[0] * (width - len(s))] for s in starts]
-        release = [min(column) for column in zip(*padded, strict=True)] if starts else None
-        positions = [done.positions[c] for c in sorted(done.positions)]
-        TriggerLog.read(self.layout.triggers_file).with_completed(
+        release, positions = self.store.completed(done, self._unfinished)
+        self._control.record = self._control.record.with_completed(
             done.checkpoint_id, release, positions
-        ).write(self.layout.triggers_file)
+        )
         log.info(
             "checkpoint %d completed (%s), state table version %s",
             done.checkpoint_id,
             done.effective_mode or done.mode,
             done.state_table_version,
         )
+
+    def _unfinished(self) -> tuple[int, frozenset[int]]:
+        """The first id not finished (pending, or reserved: the source may start it at any
+        moment) and the pending ids."""
+        pending, reserved = self.core.pending_ids, self.core.reserved_id
+        first = min(
+            [*pending, *([] if reserved is None else [reserved])], default=self.core.next_id
+        )
+        return first, frozenset(pending)
 
     # -- savepoints -----------------------------------------------------------------------
 
@@ -358,9 +242,10 @@ class QueryCoordinator:
         """
         if self._crashed:
             raise CheckpointError(f"the coordinator crashed ({self._crashed})")
-        self._fence("a savepoint")
-        checkpoint_id = self.core.trigger_savepoint(target)
-        self.tick()
+        with self._handling():
+            self._fence("a savepoint")
+            checkpoint_id = self.core.trigger_savepoint(target)
+            self.tick()
         return checkpoint_id
 
     def status(self, checkpoint_id: int) -> tuple[str, str | None] | None:
@@ -371,25 +256,25 @@ class QueryCoordinator:
     # -- progress -----------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _failing_the_query(self) -> Iterator[None]:
-        """Hand the fatal "too many failed checkpoints" error to the source, which fails
-        the query with it (a listener cannot fail a query), then re-raise it."""
+    def _handling(self) -> Iterator[None]:
+        """Write what the coordinator tells the source once, when it is done: on the way
+        out, the fatal "too many failed checkpoints" error too, which the source fails
+        the query with (a listener cannot fail a query), before it is re-raised."""
         try:
             yield
         except CheckpointFailureLimitExceeded as exc:
-            if self._crashed or self._fenced:
-                raise
-            TriggerLog.read(self.layout.triggers_file).with_fatal(str(exc)).write(
-                self.layout.triggers_file
-            )
+            if not (self._crashed or self._fenced):
+                self._control.record = self._control.record.with_fatal(exc)
             raise
+        finally:
+            self._control.flush(wall_time.now_ms())
 
     def between_batches(self, tick: bool) -> None:
         """Collect late acknowledgements and, when ``tick``, expire and trigger."""
         if self._crashed or self._fenced:
             return
         self._renew()
-        with self._failing_the_query():
+        with self._handling():
             self.collect_acks()
             if tick:
                 self.tick()
@@ -402,7 +287,10 @@ class QueryCoordinator:
             ours = run_id is None or self.run_id in (None, run_id)
             if ours and not (self._crashed or self._fenced):
                 why = "failed" if failed else "stopped"
-                self.core.shutdown(f"interrupted: the run {why} before the checkpoint completed")
+                with self._handling():
+                    self.core.shutdown(
+                        f"interrupted: the run {why} before the checkpoint completed"
+                    )
         finally:
             self.sinks.ended()
 
@@ -419,20 +307,11 @@ class QueryCoordinator:
         if self._crashed or self._fenced:
             return []
         self._renew()
-        with self._failing_the_query():
-            self._heartbeat(batch_id)
+        with self._handling():
+            self._control.heartbeat(batch_id, wall_time.now_ms())
             return self._apply(
                 batch_id, start, SourceOffset.from_dict(dict(end)), report, duration_ms
             )
-
-    def _heartbeat(self, batch_id: int) -> None:
-        """Tell the source the coordinator is alive (at most 4 times per coordinatorTimeout)."""
-        now = wall_time.now_ms()
-        if now - self._beat_ms < self.conf.coordinator_timeout_ms // 4:
-            return
-        triggers = TriggerLog.read(self.layout.triggers_file).with_heartbeat(batch_id, now)
-        triggers.write(self.layout.triggers_file)
-        self._beat_ms = now
 
     def _apply(
         self,
@@ -504,24 +383,11 @@ class QueryCoordinator:
         out = self.core.tick(batch_id=batch_id, signals=signals)
         if out:
             self._fence(f"publishing trigger requests {[r.checkpoint_id for r in out]}")
-            log_ = TriggerLog.read(self.layout.triggers_file)
-            for r in out:
-                log_ = log_.with_request(r)
-            log_.write(self.layout.triggers_file)
-        self._publish_schedule()
-        return out
-
-    def _publish_schedule(self) -> None:
-        """Write the schedule of the next periodic checkpoint when it changed (and at
-        least four times per ``coordinatorTimeout``, which heals a write of a zombie).
-
-        The schedule names this run's epoch, and a run that lost the path does not
-        write it (the planner of the newer run would ignore it, but it would replace
-        the newer run's own)."""
+            self._control.record = self._control.record.with_requests(out)
         schedule = self.core.schedule()
         if schedule is not None:
-            schedule = dataclasses.replace(schedule, epoch=self.epoch)
-            self._schedules.publish(schedule, wall_time.now_ms())
+            self._control.record = self._control.record.with_schedule(schedule)
+        return out
 
     def collect_acks(self) -> None:
         """Feed newly published acknowledgements of cut checkpoints to the coordinator."""

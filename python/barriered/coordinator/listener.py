@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
@@ -12,7 +13,13 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 from barriered.control.offsets import SourceOffset, two_sources_refusal
 from barriered.coordinator import deferred_registrations
 from barriered.coordinator.driver import QueryCoordinator
-from barriered.errors import RestoreError
+from barriered.errors import (
+    BarrieredError,
+    ConfigError,
+    MirrorError,
+    RestoreError,
+    UnsupportedOperatorError,
+)
 from barriered.files.fileio import read_json
 from barriered.provider import CAPTURED_METRIC
 from barriered.statestore.layout import SnapshotLayout
@@ -73,6 +80,42 @@ def _unrestored(
         return None
     holding = {str(f.partition_values.get("operator")) for f in point.state_files()}
     return unrestored_keyed(holding, keyed, checkpoint, origin.root)
+
+
+def _refusal(
+    progress: Any,
+    qc: QueryCoordinator,
+    offset: SourceOffset,
+    keyed: frozenset[str] | None,
+    reports: list[dict[str, Any]],
+) -> BarrieredError | None:
+    """Why a run's first progress refuses it, as the error the source fails it with
+    (the first that applies), or None."""
+    ops = progress.stateOperators or ()
+    names = [op.operatorName for op in ops]
+    captured = [
+        op.operatorName
+        for op in ops
+        if CAPTURED_METRIC in (getattr(op, "customMetrics", None) or {})
+    ]
+    count = len(qc.operators()) if keyed is None else len(keyed)
+    checks: tuple[tuple[type[BarrieredError], Callable[[], str | None]], ...] = (
+        (UnsupportedOperatorError, lambda: refusal(names, count, captured)),
+        (
+            ConfigError,
+            lambda: None if keyed is None else undeclared(keyed, names.count(KEYED_OPERATOR)),
+        ),
+        (
+            RestoreError,
+            lambda: None if not offset.restore else _unrestored(offset.restore, len(names), keyed),
+        ),
+        (MirrorError, lambda: two_sources_refusal(reports)),
+    )
+    for error, check in checks:
+        message = check()
+        if message is not None:
+            return error(message)
+    return None
 
 
 class BarrieredListener(StreamingQueryListener):
@@ -140,20 +183,7 @@ class BarrieredListener(StreamingQueryListener):
                     )
                     self.coordinators[str(progress.id)] = qc
                     qc.identify(str(progress.id), str(progress.runId))
-                    ops = progress.stateOperators or ()
-                    names = [op.operatorName for op in ops]
-                    captured = [
-                        op.operatorName
-                        for op in ops
-                        if CAPTURED_METRIC in (getattr(op, "customMetrics", None) or {})
-                    ]
-                    count = len(qc.operators()) if keyed is None else len(keyed)
-                    refused = refusal(names, count, captured)
-                    if refused is None and keyed is not None:
-                        refused = undeclared(keyed, names.count(KEYED_OPERATOR))
-                    if refused is None and offset.restore:
-                        refused = _unrestored(offset.restore, len(names), keyed)
-                    refused = refused or two_sources_refusal([r for _, r in found])
+                    refused = _refusal(progress, qc, offset, keyed, [r for _, r in found])
                     if refused is not None:
                         qc.fail(refused)  # before any checkpoint of this query completes
                     else:  # the run's keyed operators, registered now that nothing refuses it

@@ -6,7 +6,7 @@ batch only after Spark planned the next): for the id of the run's final checkpoi
 (:func:`await_schedule`), for the last checkpoint the run started to finish
 (:func:`await_checkpoint`), or, in a run that started none, for the coordinator to see
 the run at all (:func:`await_first_progress`). Each fails the query, naming why, when
-the coordinator refused it (the trigger log's ``fatal``) or did not answer in time.
+the coordinator refused it (its control record's ``fatal``) or did not answer in time.
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from typing import TypeVar
 
 from barriered import wall_time
 from barriered.config import CHECKPOINT_TIMEOUT
+from barriered.control.record import ControlRecord
 from barriered.control.schedule import Schedule
-from barriered.control.triggers import TriggerLog
-from barriered.datasource.fatal import raise_fatal
 from barriered.errors import BarrieredError, CheckpointError, CoordinatorLostError
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
@@ -41,17 +40,19 @@ _T = TypeVar("_T")
 
 def _poll(
     layout: SnapshotLayout,
+    epoch: int | None,
     timeout_ms: int,
-    answer: Callable[[TriggerLog], _T | None],
+    answer: Callable[[ControlRecord], _T | None],
     timed_out: Callable[[], BarrieredError],
 ) -> _T:
-    """Read the trigger log until ``answer`` gives something (it may raise), raising its
-    fatal error first, or ``timed_out()`` once ``timeout_ms`` passed."""
+    """Read the control record until ``answer`` gives something (it may raise), raising
+    its fatal error for run ``epoch`` first, or ``timed_out()`` once ``timeout_ms``
+    passed."""
     deadline = wall_time.now_ms() + timeout_ms
     while True:
-        triggers = TriggerLog.read(layout.triggers_file)
-        raise_fatal(triggers)
-        found = answer(triggers)
+        control = ControlRecord.read(layout)
+        control.raise_fatal(epoch)
+        found = answer(control)
         if found is not None:
             return found
         if wall_time.now_ms() >= deadline:
@@ -71,12 +72,13 @@ def await_schedule(
         After ``timeout_ms`` (``coordinatorTimeout``) without one.
     """
 
-    def fresh(_: TriggerLog) -> Schedule | None:
-        schedule = Schedule.read(layout.schedule_file, epoch)
+    def fresh(control: ControlRecord) -> Schedule | None:
+        schedule = control.schedule_of(epoch)
         return schedule if schedule is not None and schedule.checkpoint_id > last_id else None
 
     schedule = _poll(
         layout,
+        epoch,
         timeout_ms,
         fresh,
         lambda: CoordinatorLostError(
@@ -92,23 +94,23 @@ def await_schedule(
     return schedule
 
 
-def await_checkpoint(layout: SnapshotLayout, last: int, timeout_ms: int) -> None:
-    """Wait until checkpoint ``last``, the last the run started, is finished, so that the
-    run never ends with it pending.
+def await_checkpoint(layout: SnapshotLayout, epoch: int | None, last: int, timeout_ms: int) -> None:
+    """Wait until checkpoint ``last``, the last run ``epoch`` started, is finished, so
+    that the run never ends with it pending.
 
     Raises
     ------
     CheckpointError
         When it was aborted (its reason from ``_checkpoints``) or is still pending after
-        ``timeout_ms`` (``checkpointTimeout``); a coordinator's refusal (the trigger
-        log's ``fatal``) with its own type.
+        ``timeout_ms`` (``checkpointTimeout``); a coordinator's refusal (the control
+        record's ``fatal``) with its own type.
     """
 
-    def finished(triggers: TriggerLog) -> bool | None:
-        if (triggers.last_completed or 0) >= last:
+    def finished(control: ControlRecord) -> bool | None:
+        if (control.last_completed or 0) >= last:
             return True
-        if last in triggers.cancelled:
-            done = triggers.last_completed
+        if last in control.cancelled:
+            done = control.last_completed
             committed = "none" if done is None else f"checkpoint {done}'s"
             row = checkpoints_table.row_of(checkpoints_table.read_rows(layout), last)
             reason = None if row is None else row["failure_reason"]
@@ -124,6 +126,7 @@ def await_checkpoint(layout: SnapshotLayout, last: int, timeout_ms: int) -> None
 
     _poll(
         layout,
+        epoch,
         timeout_ms,
         finished,
         lambda: CheckpointError(
@@ -138,9 +141,12 @@ def await_checkpoint(layout: SnapshotLayout, last: int, timeout_ms: int) -> None
 
 
 def await_first_progress(
-    layout: SnapshotLayout, heartbeat_at_start: tuple[int, int] | None, timeout_ms: int
+    layout: SnapshotLayout,
+    epoch: int | None,
+    heartbeat_at_start: tuple[int, int] | None,
+    timeout_ms: int,
 ) -> None:
-    """Wait until the coordinator handled a batch of this run (its heartbeat changed
+    """Wait until the coordinator handled a batch of run ``epoch`` (its heartbeat changed
     since ``heartbeat_at_start``, when the run started) or refused it (``fatal``).
 
     Raises
@@ -150,8 +156,9 @@ def await_first_progress(
     """
     _poll(
         layout,
+        epoch,
         timeout_ms,
-        lambda triggers: True if triggers.heartbeat != heartbeat_at_start else None,
+        lambda control: True if control.heartbeat != heartbeat_at_start else None,
         lambda: CoordinatorLostError(
             f"no checkpoint coordinator saw this availableNow run on snapshot path "
             f"{layout.root!r} within {timeout_ms} ms (coordinatorTimeout) of its last "

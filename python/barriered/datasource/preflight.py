@@ -17,7 +17,7 @@ from typing import Any
 
 from barriered.config import check_restore_compatible
 from barriered.datasource.options import SourceSettings, parse_source_options
-from barriered.datasource.upstreams.files import input_path
+from barriered.datasource.upstreams.options import input_path
 from barriered.errors import RestoreError
 from barriered.files.fileio import read_json
 from barriered.provider import EXTENSION_CLASS

@@ -3,8 +3,8 @@
 Driver side (one long-lived Python worker): ``initialOffset``, ``latestOffset`` (the
 planner), ``partitions``, ``reportLatestOffset``, ``commit``. Executor side (a pickled
 copy): ``read``. Nothing the driver side keeps in memory is needed for correctness:
-the planner works from the start offset, the trigger log and the coordinator's schedule
-alone.
+the planner works from the start offset and the coordinator's control record
+(:mod:`barriered.control.record`) alone.
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ from barriered import crash_points, wall_time
 from barriered.config.source_options import RESTORE_FROM
 from barriered.control.columns import data_batch, marker_batch
 from barriered.control.offsets import SourceOffset
-from barriered.control.schedule import Schedule
-from barriered.control.triggers import TriggerLog
-from barriered.datasource import available_now, fatal, mirror, replay
+from barriered.control.record import ControlRecord
+from barriered.datasource import available_now, mirror, replay
 from barriered.datasource.options import SourceSettings
 from barriered.datasource.partitions import (
     InflightPartition,
@@ -103,7 +102,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._watchdog = CoordinatorWatchdog(
             layout.root,
             settings.conf.coordinator_timeout_ms,
-            TriggerLog.read(layout.triggers_file).heartbeat,
+            ControlRecord.read(layout).heartbeat,
             wall_time.now_ms(),
         )
 
@@ -114,9 +113,9 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
         Takes the path's next epoch (refused with SnapshotPathInUseError, before anything
         is written, while another run owns it; restoreFrom takes it over), then starts the
-        run: the upstream's manifest, the resolved configuration, a previous run's fatal
-        error cleared. A second instance of this source in the same query run (a
-        self-join) instead mirrors the first (:mod:`barriered.datasource.mirror`).
+        run: the upstream's manifest, the resolved configuration. A second instance of
+        this source in the same query run (a self-join) instead mirrors the first
+        (:mod:`barriered.datasource.mirror`).
         """
         if self._lease is not None or self._follower is not None:
             return
@@ -139,7 +138,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._lease = ownership.Lease(layout, owner.epoch, ownership.SOURCE, conf.lease_timeout_ms)
         if self._start_run is not None:
             self.upstream = self._start_run(self.upstream)
-        self._heartbeat_at_start = TriggerLog.read(layout.triggers_file).heartbeat
+        self._heartbeat_at_start = ControlRecord.read(layout).heartbeat
         operators.remove_stale_manifests(layout, owner.epoch)
         self._leader = mirror.Leader(layout, owner.epoch, identity)
 
@@ -299,20 +298,20 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             admission: list[int | None] = [None] * self.channels
         else:
             admission = self.settings.admission(self.channels)
-        triggers = TriggerLog.read(self.layout.triggers_file)
-        fatal.raise_fatal(triggers)
-        self._watchdog.check(triggers.heartbeat, wall_time.now_ms())
-        if triggers.last_completed != self._completed and triggers.completed_positions:
+        control = ControlRecord.read(self.layout)
+        control.raise_fatal(self.epoch)
+        self._watchdog.check(control.heartbeat, wall_time.now_ms())
+        if control.last_completed != self._completed and control.completed_positions:
             # planned at every trigger, idle or not: the upstream hears of it at once
-            self.upstream.completed(triggers.completed_positions)
-            self._completed = triggers.last_completed
+            self.upstream.completed(control.completed_positions)
+            self._completed = control.last_completed
         if begin.active is not None:
             crash_points.hit(self.layout, crash_points.ALIGNING, begin.active.checkpoint_id)
         if (
             self._target is not None
             and not self._started
             and begin.last_cut is not None
-            and begin.last_cut != triggers.completed_positions
+            and begin.last_cut != control.completed_positions
         ):
             # A resumed availableNow run whose latest cut did not complete (the run that
             # took it failed): its final checkpoint is taken again, not skipped.
@@ -322,13 +321,13 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             available=available,
             admission=admission,
             target=self._target,
-            requests=triggers.requests,
-            cancelled=triggers.cancelled,
-            last_completed=triggers.last_completed,
+            requests=control.requests,
+            cancelled=control.cancelled,
+            last_completed=control.last_completed,
             now_ms=wall_time.now_ms(),
             buffer_per_channel=conf.buffer_per_channel,
             aligned_timeout_ms=conf.aligned_checkpoint_timeout_ms,
-            schedule=Schedule.read(self.layout.schedule_file, self.epoch),
+            schedule=control.schedule_of(self.epoch),
         )
         end = self._planner.plan(begin, inp)
         if self._planner.awaits_final_id:  # the coordinator's allocator names it
@@ -374,11 +373,11 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         conf = self.settings.conf
         if self._started:
             available_now.await_checkpoint(
-                self.layout, max(self._started), conf.checkpoint_timeout_ms
+                self.layout, self.epoch, max(self._started), conf.checkpoint_timeout_ms
             )
         elif self._plans > 1:
             available_now.await_first_progress(
-                self.layout, self._heartbeat_at_start, conf.coordinator_timeout_ms
+                self.layout, self.epoch, self._heartbeat_at_start, conf.coordinator_timeout_ms
             )
 
     def _grow(self, begin: SourceOffset, available: list[int]) -> tuple[SourceOffset, list[int]]:
@@ -454,7 +453,7 @@ class BarrieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._uncommitted_manifest = None
         if self._follower is not None:
             return
-        release = TriggerLog.read(self.layout.triggers_file).release
+        release = ControlRecord.read(self.layout).release
         if release is None or release == self._released:
             return
         if self.epoch is not None:

@@ -23,7 +23,7 @@ from barriered.control.columns import (
     META_SOURCE_ID,
     output_schema,
 )
-from barriered.control.triggers import TriggerLog
+from barriered.control.record import ControlRecord
 from barriered.datasource import mirror, preflight
 from barriered.datasource.options import SourceSettings
 from barriered.datasource.reader import BarrieredStreamReader
@@ -141,8 +141,9 @@ def _start_run(
     settings: SourceSettings, layout: SnapshotLayout, point: RestorePoint | None, upstream: Upstream
 ) -> Upstream:
     """What a run writes once it owns the snapshot path (every check passed): the
-    upstream's manifest (a savepoint's, when one is restored into a new path), the resolved
-    configuration, and a previous run's fatal error cleared. Returns the upstream to read."""
+    upstream's manifest (a savepoint's, when one is restored into a new path) and the
+    resolved configuration (a previous run's fatal error is its own: the control record
+    names the run it fails). Returns the upstream to read."""
     ensure_dir(
         layout.root,
         f"Set {SNAPSHOT_PATH.key} (or the source option {SNAPSHOT_PATH.name!r}) to a folder "
@@ -153,10 +154,9 @@ def _start_run(
         upstream = upstream_of(settings, layout.source_dir, point.describe())
     upstream.persist()
     write_json(layout.config_file, config_record(settings, upstream))
-    triggers = TriggerLog.read(layout.triggers_file)
-    if triggers.fatal:
-        log.warning("a previous run failed: %s; starting a new run", triggers.fatal)
-        triggers.with_fatal(None).write(layout.triggers_file)
+    control = ControlRecord.read(layout)
+    if control.fatal is not None:
+        log.warning("a previous run failed: %s; starting a new run", control.fatal.message)
     return upstream
 
 
@@ -194,7 +194,8 @@ def _positions_recorded(layout: SnapshotLayout, upstream: str) -> str | None:
     manifest must exist), or None for a new snapshot path.
 
     The configuration a query wrote at start names its upstream (the upstream's manifest
-    is always written before it); without it, a trigger log or checkpoints tell.
+    is always written before it); without it, a control record (or a previous version's
+    trigger log) or checkpoints tell.
     """
     config = read_json(layout.config_file, default=None)
     if config is not None:
@@ -202,7 +203,8 @@ def _positions_recorded(layout: SnapshotLayout, upstream: str) -> str | None:
         if recorded != upstream:
             return None
         return f"{layout.config_file!r} (a query read upstream {upstream!r} into this path)"
-    for uri in (layout.triggers_file, layout.checkpoints_table, layout.state_table):
+    legacy_triggers, _ = layout.legacy_control_files
+    for uri in (layout.control_file, legacy_triggers, layout.checkpoints_table, layout.state_table):
         if exists(uri):
             return f"{uri!r} (this snapshot path has been used)"
     return None

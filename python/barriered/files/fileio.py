@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 #: Reads of a JSON file on an object store that came back cut off before one is an error:
 #: pyarrow's S3 reader asks for the object's size, then GETs that many bytes, so an
-#: object replaced in between (a file rewritten in place: the schedule, the trigger log)
+#: object replaced in between (a file rewritten in place: the control record)
 #: reads as the new object cut at the old length, which is never valid JSON (compact
 #: JSON's last byte closes it). Read again, it is whole.
 TORN_READ_ATTEMPTS = 10

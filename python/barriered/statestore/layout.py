@@ -7,7 +7,7 @@
       state/                   Delta: keyed state, partitioned by operator, key_group
       inflight/                Delta: in-flight records, partitioned by checkpoint_id
       _coordinator/config.json the resolved configuration the source started with
-      _coordinator/triggers.json  trigger requests and cancellations for the source
+      _coordinator/control.json  what the coordinator tells the source (requests, schedule, ...)
       _coordinator/operators/<op>.json  keyed operators registered on this path
       _coordinator/stores/<op>-<store>.json  Spark state stores the JVM provider captures
       _coordinator/restore/<id>.e<epoch>.json  store files a restored run's provider loads
@@ -159,15 +159,19 @@ class SnapshotLayout:
         return join(self.root, "_coordinator", "config.json")
 
     @property
-    def triggers_file(self) -> str:
-        """Trigger requests from the coordinator to the source planner."""
-        return join(self.root, "_coordinator", "triggers.json")
+    def control_file(self) -> str:
+        """What the coordinator tells the source: requests, cancels, completions, its
+        heartbeat, the schedule and a fatal error (:mod:`barriered.control.record`)."""
+        return join(self.root, "_coordinator", "control.json")
 
     @property
-    def schedule_file(self) -> str:
-        """The coordinator's schedule of the next periodic checkpoint, which the source
-        planner starts (:mod:`barriered.control.schedule`)."""
-        return join(self.root, "_coordinator", "schedule.json")
+    def legacy_control_files(self) -> tuple[str, str]:
+        """The trigger log and the schedule a previous version wrote instead of
+        :attr:`control_file` (read while it is absent)."""
+        return (
+            join(self.root, "_coordinator", "triggers.json"),
+            join(self.root, "_coordinator", "schedule.json"),
+        )
 
     @property
     def tombstones_file(self) -> str:

@@ -25,8 +25,7 @@ import pyarrow.parquet as pq
 
 from barriered.config import BarrieredConf, check_restore_compatible
 from barriered.config.source_options import RESTORE_FROM as RESTORE_FROM_OPTION
-from barriered.control.schedule import Schedule
-from barriered.control.triggers import TriggerLog
+from barriered.control.record import ControlRecord
 from barriered.errors import RestoreError
 from barriered.files.fileio import exists, filesystem, join, list_names, read_json
 from barriered.statestore import checkpoints_table, integrity
@@ -334,12 +333,7 @@ def highest_checkpoint_id(layout: SnapshotLayout) -> int:
     above it, so that nothing a crashed run left behind is mistaken for a new checkpoint's."""
     ids = set(committed_checkpoints(layout))
     ids.update(int(r["checkpoint_id"]) for r in checkpoints_table.read_rows(layout))
-    triggers = TriggerLog.read(layout.triggers_file)
-    ids.update(r.checkpoint_id for r in triggers.requests)
-    ids.update(triggers.cancelled)
-    scheduled = Schedule.reserved_id(layout.schedule_file)
-    if scheduled is not None:
-        ids.add(scheduled)
+    ids.update(ControlRecord.read(layout).ids())
     ids.update(int(n) for n in list_names(join(layout.root, "_acks"), folders=True) if n.isdigit())
     return max(ids, default=0)
 

@@ -46,7 +46,7 @@ OPERATORS: dict[str, str] = {
     "globalLimit": "a streaming limit()",
 }
 
-#: The prefix of the trigger log's ``fatal`` message the source fails the query with.
+#: The start of the message of a query refused for state outside the snapshot.
 MESSAGE_PREFIX = "state outside the snapshot: "
 #: The prefix of the ``fatal`` message of a restore whose checkpoint holds state of an
 #: operator the restored query does not run (the source fails it with a RestoreError).

@@ -43,13 +43,12 @@ from barriered.crash_points import (
     ALIGNING,
     BEFORE_COMMIT,
     INFLIGHT_CAPTURE,
-    MESSAGE_PREFIX,
     MID_PUBLISH,
     POINTS,
     STATE_COMPACTION,
     STATE_SNAPSHOT,
 )
-from barriered.errors import InjectedFault
+from barriered.errors import BarrieredError, InjectedFault
 from barriered.files.fileio import (
     create_if_absent,
     delete_file,
@@ -145,7 +144,7 @@ def fire(
     layout: SnapshotLayout,
     point: str,
     checkpoint_id: int,
-    on_crash: Callable[[str], None] | None = None,
+    on_crash: Callable[[BarrieredError], None] | None = None,
     detail: dict[str, Any] | None = None,
 ) -> None:
     """Crash (or block) here if a fault is armed at ``point`` for ``checkpoint_id``.
@@ -180,11 +179,11 @@ def fire(
         write_json(_fired(layout, point), record)
         _block(layout, point, float(plan.get("block_s", 600.0)))
         return
-    message = f"{MESSAGE_PREFIX} at {point} (checkpoint {checkpoint_id})"
+    error = InjectedFault(f"injected fault at {point} (checkpoint {checkpoint_id})")
     if on_crash is not None:
-        on_crash(message)
+        on_crash(error)
     write_json(_fired(layout, point), record)
-    raise InjectedFault(message)
+    raise error
 
 
 def _block(layout: SnapshotLayout, point: str, block_s: float) -> None:

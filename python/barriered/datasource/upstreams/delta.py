@@ -26,6 +26,7 @@ import urllib.parse
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -42,9 +43,14 @@ from barriered.datasource.upstreams.manifest import (
     schema_from_text,
     schema_to_text,
 )
-from barriered.datasource.upstreams.options import Options, prefixed_options
+from barriered.datasource.upstreams.options import (
+    Options,
+    delta_channel_column,
+    prefixed_options,
+    starting_version,
+)
 from barriered.errors import ConfigError, SnapshotStoreError
-from barriered.files.fileio import join, to_local_or_uri
+from barriered.files.fileio import join
 from barriered.files.storage import delta_options
 from barriered.statestore.source_manifest import DELTA_MANIFEST
 
@@ -212,7 +218,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
         if channel_by is not None and channel_by.lower() == "file":
             channel_by = "file"
         channels = opt.DELTA_CHANNELS.read_int(options)
-        starting = _starting_version_option(options)
+        starting = starting_version(options)
 
         from deltalake import DeltaTable
 
@@ -235,10 +241,24 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
             "channels": channels,
             "startingVersion": starting if isinstance(starting, int) else None,
         }
-        resumed = cls._resume(state_dir, required_by, given, storage_options=storage_options)
-        if resumed is not None:
-            resumed._check_log_continuity()
-            return resumed
+        start = partial(cls._start, path, storage_options, channel_by, channels, starting)
+        return cls._resume_or_start(
+            state_dir, required_by, given, start, storage_options=storage_options
+        )
+
+    @classmethod
+    def _start(
+        cls,
+        path: str,
+        storage_options: dict[str, str],
+        channel_by: str | None,
+        channels: int | None,
+        starting: int | str | None,
+        state_dir: str,
+    ) -> DeltaUpstream:
+        """A new stream of the Delta table at ``path``: its schema and channels fixed now,
+        from ``starting`` (a version, ``"latest"`` or None: the first)."""
+        from deltalake import DeltaTable
 
         table = DeltaTable(path, storage_options=storage_options or None)
         latest = table.version()
@@ -255,7 +275,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
             channel_by = "file"
             channels = channels or opt.DEFAULT_CHANNELS
         else:
-            column = _match_column(channel_by, partition_columns, path)
+            column = delta_channel_column(channel_by, partition_columns, path)
             channel_by = column
             values = {p.get(column) for p in table.partitions()}
             if channels is None:
@@ -286,7 +306,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
             schema,
             partition_columns,
             latest,
-            to_local_or_uri(state_dir),
+            state_dir,
         )
         if starting <= latest and upstream._read_commit(starting) is None:
             raise ConfigError(
@@ -295,7 +315,6 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
                 f"{opt.STARTING_VERSION.name!r} "
                 "to a version whose commit file is still there"
             )
-        upstream._reset()
         return upstream
 
     @classmethod
@@ -380,7 +399,7 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
                 f"cannot read commit {version} of Delta table {self.path!r}: {exc}"
             ) from exc
 
-    def _check_log_continuity(self) -> None:
+    def _resumed(self) -> None:
         """Fail when log retention removed commits this stream has not processed yet."""
         if self._read_commit(self._last_version + 1) is not None:
             return
@@ -610,32 +629,3 @@ class DeltaUpstream(ManifestUpstream[DataFile]):
             "version": self._last_version,
             "files": len(self._known),
         }
-
-
-def _starting_version_option(options: Mapping[str, str]) -> int | str | None:
-    """``startingVersion``: ``"latest"``, a version, or None when not given."""
-    text = (opt.STARTING_VERSION.given(options) or "").lower()
-    if text in ("", "latest") or text.isdigit():
-        return int(text) if text.isdigit() else text or None
-    raise ConfigError(
-        f"{opt.STARTING_VERSION.where}: invalid value {text!r}; expected 'latest' or a table "
-        "version (an integer, at least 0)"
-    )
-
-
-def _match_column(name: str, partition_columns: list[str], path: str) -> str:
-    if name in partition_columns:
-        return name
-    matches = [c for c in partition_columns if c.lower() == name.lower()]
-    if len(matches) == 1:
-        return matches[0]
-    hint = (
-        f"one of its partition columns {partition_columns}"
-        if partition_columns
-        else "'file' (the table is not partitioned)"
-    )
-    raise ConfigError(
-        f"{opt.DELTA_CHANNEL_BY.where} must be 'file' or a partition column of Delta "
-        f"table {path!r}, "
-        f"got {name!r}; use {hint}"
-    )

@@ -29,6 +29,7 @@ import logging
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -44,7 +45,7 @@ from barriered.datasource.upstreams.file_formats import (
     infer_schema,
     read_text,
 )
-from barriered.datasource.upstreams.input_folder import FileState, ignored, listing
+from barriered.datasource.upstreams.input_folder import FileState, listing
 from barriered.datasource.upstreams.manifest import (
     ChannelIndex,
     ManifestUpstream,
@@ -53,9 +54,14 @@ from barriered.datasource.upstreams.manifest import (
     schema_from_text,
     schema_to_text,
 )
-from barriered.datasource.upstreams.options import Options, schema_option
+from barriered.datasource.upstreams.options import (
+    Options,
+    archive_option,
+    input_path,
+    schema_option,
+)
 from barriered.errors import ConfigError, SnapshotStoreError
-from barriered.files.fileio import join, to_local_or_uri
+from barriered.files.fileio import join
 from barriered.statestore.source_manifest import FILES_MANIFEST
 
 log = logging.getLogger(__name__)
@@ -205,7 +211,7 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
         channel_by = opt.CHANNEL_BY.read_str(options)
         channels = opt.FILES_CHANNELS.read_int(options)
         schema = schema_option(options)
-        archive_to = _archive_option(options, path)
+        archive_to = archive_option(options, path)
         given = {
             "path": path,
             "format": fmt,
@@ -213,10 +219,22 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             "channels": channels,
             "schema": None if schema is None else ", ".join(describe_schema(schema)),
         }
-        resumed = cls._resume(state_dir, required_by, given, archive_to=archive_to)
-        if resumed is not None:
-            return resumed
+        start = partial(cls._start, path, fmt, channel_by, channels, schema, archive_to)
+        return cls._resume_or_start(state_dir, required_by, given, start, archive_to=archive_to)
 
+    @classmethod
+    def _start(
+        cls,
+        path: str,
+        fmt: str | None,
+        channel_by: str | None,
+        channels: int | None,
+        schema: pa.Schema | None,
+        archive_to: str | None,
+        state_dir: str,
+    ) -> FilesUpstream:
+        """A new stream of the files under ``path``: what the options leave open is
+        inferred from the listing."""
         folders, listed = listing(path)
         files = list(listed)
         if not files and (fmt is None or schema is None):
@@ -254,11 +272,7 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
             fmt = infer_format(files[0])
         if schema is None:
             schema = infer_schema(join(path, files[0]), listed[files[0]].size, fmt)
-        upstream = cls(
-            path, fmt, channels, channel_by, folders, schema, archive_to, to_local_or_uri(state_dir)
-        )
-        upstream._reset()
-        return upstream
+        return cls(path, fmt, channels, channel_by, folders, schema, archive_to, state_dir)
 
     @classmethod
     def _saved_option(cls, header: Mapping[str, Any], option: str) -> object:
@@ -564,47 +578,6 @@ class FilesUpstream(ManifestUpstream[FileEntry]):
     def _file_count(self) -> int:
         self._load()
         return len(self._known)
-
-
-def input_path(options: Mapping[str, str]) -> str:
-    """The input folder option ``path`` names, normalized; checked to be a directory.
-
-    Raises
-    ------
-    ConfigError
-        No ``path``, or it does not exist or is not a directory.
-    """
-    raw_path = opt.PATH.read_str(Options(options))
-    if raw_path is None:
-        raise ConfigError(
-            f"{opt.PATH.where} is required by upstream 'files': set it to the "
-            "directory the files are written to"
-        )
-    path = folder_io.normalize(raw_path)
-    found = folder_io.kind(path)
-    if found == FileType.NotFound:
-        raise ConfigError(f"{opt.PATH.where}: directory {path!r} does not exist; create it")
-    if found != FileType.Directory:
-        raise ConfigError(f"{opt.PATH.where}: {path!r} is not a directory")
-    return path
-
-
-def _archive_option(options: Mapping[str, str], path: str) -> str | None:
-    raw = opt.ARCHIVE_TO.read_str(options)
-    if raw is None:
-        return None
-    archive = folder_io.normalize(raw)
-    inside = folder_io.relative_to(archive, path)
-    if inside == "." or (inside is not None and not ignored(inside.split("/", 1)[0])):
-        raise ConfigError(
-            f"{opt.ARCHIVE_TO.where} ({archive!r}) lies inside option {opt.PATH.name!r} "
-            f"({path!r}), so "
-            "archived files would be discovered again; use a folder outside "
-            f"{opt.PATH.name!r} (or a hidden one, e.g. '_archive')"
-        )
-    if folder_io.kind(archive) == FileType.File:
-        raise ConfigError(f"{opt.ARCHIVE_TO.where}: {archive!r} is not a folder")
-    return archive  # created by the first release that moves a file
 
 
 def _when(mtime_ns: int) -> str:

@@ -240,14 +240,17 @@ class ManifestUpstream(Upstream, Generic[M]):
         self._signature = None
 
     @classmethod
-    def _resume(
+    def _resume_or_start(
         cls: type[U],
         state_dir: str,
         required_by: str | None,
         given: Mapping[str, object],
+        start: Callable[[str], U],
         **context: Any,
-    ) -> U | None:
-        """Continue the stream whose manifest is in ``state_dir``; None for a new stream.
+    ) -> U:
+        """The one way a manifest upstream is built: continue the stream whose manifest is
+        in ``state_dir`` (checked by :meth:`_resumed`), or start a new one, empty. Writes
+        nothing.
 
         Parameters
         ----------
@@ -258,6 +261,8 @@ class ManifestUpstream(Upstream, Generic[M]):
         given : mapping
             Each option that fixes positions with the value set now (None: not set, the
             manifest's value is kept), compared with :meth:`_saved_option`.
+        start : callable
+            Builds a new stream's upstream, given the state folder (no manifest yet).
         **context
             Passed to :meth:`_from_header` (what the manifest does not hold).
 
@@ -270,7 +275,9 @@ class ManifestUpstream(Upstream, Generic[M]):
         manifest_path = join(state_dir, cls.manifest_name)
         records, signature = open_manifest(manifest_path, cls.name, required_by)
         if not records:
-            return None
+            upstream = start(state_dir)
+            upstream._reset()
+            return upstream
         header = read_header(records, manifest_path, cls.header_keys, cls.manifest_version)
         for option, value in given.items():
             saved = cls._saved_option(header, option)
@@ -280,7 +287,17 @@ class ManifestUpstream(Upstream, Generic[M]):
         upstream._adopt(records)
         upstream._signature = signature
         upstream._persisted = True
+        upstream._resumed()
         return upstream
+
+    def _resumed(self) -> None:
+        """Check a continued stream against its upstream as it is now (nothing here).
+
+        Raises
+        ------
+        ConfigError
+            When the upstream can no longer deliver the stream's positions.
+        """
 
     @classmethod
     def _saved_option(cls, header: Mapping[str, Any], option: str) -> object:

@@ -1,5 +1,6 @@
 """The parsers of the upstreams' richer option values (channel factors, a schema, an
-option family) and the case-insensitive view of the options; the options themselves are
+option family, the files upstream's folders, the delta upstream's starting version and
+channel column) and the case-insensitive view of the options; the options themselves are
 declared in :mod:`barriered.config.upstream_options`."""
 
 from __future__ import annotations
@@ -8,9 +9,13 @@ import math
 from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
+from pyarrow.fs import FileType
 
 from barriered import ddl
+from barriered.config import upstream_options as opt
 from barriered.config.upstream_options import SCHEMA
+from barriered.datasource.upstreams import input_folder as folder_io
+from barriered.datasource.upstreams.input_folder import ignored
 from barriered.errors import ConfigError
 
 
@@ -120,3 +125,89 @@ class Options(Mapping[str, str]):
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name.lower() in self._data
+
+
+def input_path(options: Mapping[str, str]) -> str:
+    """The input folder option ``path`` names, normalized; checked to be a directory.
+
+    Raises
+    ------
+    ConfigError
+        No ``path``, or it does not exist or is not a directory.
+    """
+    raw_path = opt.PATH.read_str(Options(options))
+    if raw_path is None:
+        raise ConfigError(
+            f"{opt.PATH.where} is required by upstream 'files': set it to the "
+            "directory the files are written to"
+        )
+    path = folder_io.normalize(raw_path)
+    found = folder_io.kind(path)
+    if found == FileType.NotFound:
+        raise ConfigError(f"{opt.PATH.where}: directory {path!r} does not exist; create it")
+    if found != FileType.Directory:
+        raise ConfigError(f"{opt.PATH.where}: {path!r} is not a directory")
+    return path
+
+
+def archive_option(options: Mapping[str, str], path: str) -> str | None:
+    """The ``files`` upstream's ``archiveTo`` folder (None: released files stay), checked
+    to lie outside the input folder ``path``.
+
+    Raises
+    ------
+    ConfigError
+        Inside ``path`` (not hidden), or an existing file.
+    """
+    raw = opt.ARCHIVE_TO.read_str(options)
+    if raw is None:
+        return None
+    archive = folder_io.normalize(raw)
+    inside = folder_io.relative_to(archive, path)
+    if inside == "." or (inside is not None and not ignored(inside.split("/", 1)[0])):
+        raise ConfigError(
+            f"{opt.ARCHIVE_TO.where} ({archive!r}) lies inside option {opt.PATH.name!r} "
+            f"({path!r}), so "
+            "archived files would be discovered again; use a folder outside "
+            f"{opt.PATH.name!r} (or a hidden one, e.g. '_archive')"
+        )
+    if folder_io.kind(archive) == FileType.File:
+        raise ConfigError(f"{opt.ARCHIVE_TO.where}: {archive!r} is not a folder")
+    return archive  # created by the first release that moves a file
+
+
+def starting_version(options: Mapping[str, str]) -> int | str | None:
+    """``startingVersion``: ``"latest"``, a version, or None when not given."""
+    text = (opt.STARTING_VERSION.given(options) or "").lower()
+    if text in ("", "latest") or text.isdigit():
+        return int(text) if text.isdigit() else text or None
+    raise ConfigError(
+        f"{opt.STARTING_VERSION.where}: invalid value {text!r}; expected 'latest' or a table "
+        "version (an integer, at least 0)"
+    )
+
+
+def delta_channel_column(name: str, partition_columns: list[str], path: str) -> str:
+    """The ``delta`` upstream's ``channelBy`` partition column of the table at ``path``
+    (its name in any case).
+
+    Raises
+    ------
+    ConfigError
+        No partition column of that name.
+    """
+    if name in partition_columns:
+        return name
+    matches = [c for c in partition_columns if c.lower() == name.lower()]
+    if len(matches) == 1:
+        return matches[0]
+    hint = (
+        f"one of its partition columns {partition_columns}"
+        if partition_columns
+        else "'file' (the table is not partitioned)"
+    )
+    raise ConfigError(
+        f"{opt.DELTA_CHANNEL_BY.where} must be 'file' or a partition column of Delta "
+        f"table {path!r}, "
+        f"got {name!r}; use {hint}"
+    )
