@@ -12,8 +12,10 @@ import contextlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -293,7 +295,26 @@ def test_demo_runs_every_mode_and_leaves_snapshot_paths(
     for words in commands:
         if words[0] == "plot":
             words[-1] = str(tmp_path / words[-1])
+        if words[0] == "ui":  # serves until stopped: its own process, asked for its page
+            _serves_its_page([*words, "--port", "0"])
+            continue
         assert cli.main(words) == 0, words
+
+
+def _serves_its_page(words: list[str]) -> None:
+    """Start ``barriered <words>`` (a server), fetch the page it prints, stop it."""
+    command = [sys.executable, "-m", "barriered", *words]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        first = server.stdout.readline()
+        url = first.split(" at ", 1)[1].split()[0]
+        with urllib.request.urlopen(url, timeout=30) as page:
+            assert page.status == 200 and "Checkpoints of" in page.read().decode()
+    finally:
+        server.send_signal(signal.SIGINT)
+        out, _ = server.communicate(timeout=30)
+    assert server.returncode == 0 and "stopped" in out, (first, out)
 
 
 @pytest.mark.kafka
