@@ -16,10 +16,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from barriered.config import check_restore_compatible
+from barriered.config.upstream_options import ARCHIVE_TO, PATH
 from barriered.datasource.options import SourceSettings, parse_source_options
 from barriered.datasource.upstreams.options import input_path
 from barriered.errors import RestoreError
 from barriered.files.fileio import read_json
+from barriered.files.storage import register, store_of
 from barriered.provider import EXTENSION_CLASS
 from barriered.sink import rewind
 from barriered.statestore import operators
@@ -63,6 +65,7 @@ def checked(
         someone else wrote after it.
     """
     settings = parse_source_options(options)
+    register_folders(settings)
     if settings.upstream == "files":
         input_path(settings.upstream_options)
     layout = SnapshotLayout.at(settings.conf.require_snapshot_path(), settings.conf.storage_options)
@@ -98,3 +101,15 @@ def _check_extension(point: RestorePoint, settings: SourceSettings) -> None:
         "windows again). barriered.with_state_store(builder) sets it; on a cluster, add it "
         "to the Spark config next to the state store provider class (jvm-shim/README.md)"
     )
+
+
+def register_folders(settings: SourceSettings) -> None:
+    """Give the upstream's folders (``path``, ``archiveTo``) in the snapshot path's store
+    the query's storage settings in this process (:func:`barriered.files.storage.register`):
+    the query names them, so they are its paths (its input folder is checked, and read,
+    with them)."""
+    root = settings.conf.require_snapshot_path()
+    for option in (PATH, ARCHIVE_TO):
+        folder = option.read_str(settings.upstream_options)
+        if folder and store_of(folder) is not None and store_of(folder) == store_of(root):
+            register(folder, settings.conf.storage_options)

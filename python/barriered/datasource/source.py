@@ -14,7 +14,7 @@ from pyspark.sql.types import StructField, StructType
 from barriered import wall_time
 from barriered.config import SNAPSHOT_PATH
 from barriered.config.source_options import RESTORE_FROM
-from barriered.config.upstream_options import ARCHIVE_TO, FORMAT, PATH, SCHEMA, UPSTREAM
+from barriered.config.upstream_options import FORMAT, SCHEMA, UPSTREAM
 from barriered.control.columns import (
     BARRIER,
     META_MAX_PARALLELISM,
@@ -39,7 +39,7 @@ from barriered.files.fileio import (
     read_json,
     write_json,
 )
-from barriered.files.storage import redact_conf, register, store_of
+from barriered.files.storage import redact_conf
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import RestorePoint
@@ -174,14 +174,9 @@ def config_record(settings: SourceSettings, upstream: Upstream) -> dict[str, Any
 def upstream_of(settings: SourceSettings, state_dir: str, required_by: str | None) -> Upstream:
     """The upstream the source options name, keeping its manifest in ``state_dir``.
 
-    Its folders (``path``, ``archiveTo``) in the snapshot path's store get the query's
-    storage settings in this process (:func:`barriered.files.storage.register`):
-    the query names them, so they are its paths."""
-    root = settings.conf.require_snapshot_path()
-    for option in (PATH, ARCHIVE_TO):
-        folder = option.read_str(settings.upstream_options)
-        if folder and store_of(folder) is not None and store_of(folder) == store_of(root):
-            register(folder, settings.conf.storage_options)
+    Its folders get the query's storage settings in this process
+    (:func:`~barriered.datasource.preflight.register_folders`)."""
+    preflight.register_folders(settings)
     return make_upstream(
         Options({**settings.upstream_options, UPSTREAM.name: settings.upstream}),
         state_dir,
