@@ -15,6 +15,7 @@ from barriered.control.columns import BARRIER, META_MAX_PARALLELISM
 from barriered.control.record import ControlRecord
 from barriered.errors import ConfigError
 from barriered.files.fileio import read_json
+from barriered.monitoring import hub
 from barriered.session import listener_registered
 from barriered.statestore.layout import SnapshotLayout
 from runs import BOTH
@@ -48,6 +49,16 @@ NON_DEFAULT = {
     "keyed.maxRuns": "5",
     "keyed.localCacheSize": "2g",
     "keyed.localCacheDir": "<set per test>",
+    "metrics.prometheusPort": "0",
+    "metrics.host": "127.0.0.1",
+    "metrics.openTelemetry": "true",
+    "autoscale.enabled": "true",
+    "autoscale.minPartitions": "2",
+    "autoscale.maxPartitions": "8",
+    "autoscale.scaleUpBacklog": "5000",
+    "autoscale.scaleDownBacklog": "50",
+    "autoscale.checkpoints": "4",
+    "autoscale.coolDown": "7min",
 }
 RATE = {"upstream": "rate", "channels": "2", "rowsPerSecond": "0", "rowsPerChannel": "30"}
 
@@ -88,6 +99,7 @@ def test_every_session_key_reaches_the_source(session: Any, tmp_path: Path) -> N
         .start()
     )
     barriered.await_termination(query, timeout=120)
+    hub.stop()  # the endpoint metrics.prometheusPort started in this process
     seen = read_json(SnapshotLayout.at(keys["snapshotPath"]).config_file)["conf"]
     expected = resolve({PREFIX + k: v for k, v in keys.items()}).to_dict()
     assert seen == expected
