@@ -29,18 +29,12 @@ from barriered.statestore.key_groups import spark_hash
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.savepoints import export
 from file_tree import digests
-from runs import wait_final_checkpoint, write_records
+from runs import FILES_SOURCE, PREFIX, wait_final_checkpoint, write_records
 
 pytestmark = [pytest.mark.spark, pytest.mark.provider]
 
-PREFIX = "spark.sql.streaming.barriered."
 OLD = 128
-SOURCE = {
-    "upstream": "files",
-    "channelBy": "folder",
-    "schema": "user_id string, amount long",
-    "maxRowsPerChannel": "60",
-}
+SOURCE = {**FILES_SOURCE, "maxRowsPerChannel": "60"}
 CONF = {"checkpointInterval": "200ms", "unaligned.enabled": "false", "leaseTimeout": "3s"}
 
 

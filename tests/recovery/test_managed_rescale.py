@@ -28,16 +28,11 @@ from barriered.sink.kafka import publisher
 from barriered.statestore import checkpoints_table, rescales_table
 from barriered.statestore.layout import SnapshotLayout
 from kafka_sink_runs import FORMAT, as_records, published
-from runs import PREFIX, output_rows, state_counts, write_records
+from runs import FILES_SOURCE, PREFIX, output_rows, state_counts, write_records
 
 pytestmark = pytest.mark.spark
 
-SOURCE = {
-    "upstream": "files",
-    "channelBy": "folder",
-    "schema": "user_id string, amount long",
-    "maxRowsPerChannel": "40",
-}
+SOURCE = {**FILES_SOURCE, "maxRowsPerChannel": "40"}
 CONF = {"checkpointInterval": "200ms", "unaligned.enabled": "false", "maxParallelism": "8"}
 
 
