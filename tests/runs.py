@@ -42,6 +42,12 @@ BOTH = pytest.mark.parametrize(
     ["classic", pytest.param("connect", marks=pytest.mark.connect)],
     indirect=True,
 )
+#: Classic in the default suite, Spark Connect behind ``full`` (make test under 20 min).
+CLASSIC_THEN_CONNECT = pytest.mark.parametrize(
+    "session",
+    ["classic", pytest.param("connect", marks=(pytest.mark.connect, pytest.mark.full))],
+    indirect=True,
+)
 CHANNELS, ROWS, SKEW, KEYS = 3, 160, "0:4", 25
 SOURCE = {
     "upstream": "rate",

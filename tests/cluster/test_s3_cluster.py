@@ -76,6 +76,7 @@ def _everything() -> dict[int, int]:
     return dict(enumerate(upstream().available()))
 
 
+@pytest.mark.full  # ~85 s; S3 in the default suite: test_s3_recovery's plain run
 def test_an_executor_lost_mid_checkpoint_on_s3_then_a_restore_at_other_parallelism(
     cluster: tuple[Cluster, Any],
     cluster_session: Any,

@@ -255,32 +255,23 @@ def test_notebook_views_of_the_run(run: dict[str, Any]) -> None:
     assert fig.axes[2].get_xlabel() == "checkpoint id"
 
 
-def test_demo_screen_has_only_the_demos_lines_and_spark_output_goes_to_a_log(
-    tmp_path: Path,
+def test_demo_runs_every_mode_its_screen_has_only_its_lines_and_its_next_steps_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``make demo`` in its own process (its own Spark, as a user runs it)."""
+    """``make demo`` in its own process (its own Spark, as a user runs it): every mode
+    runs and leaves its snapshot path, Spark's output goes to a log, and the commands the
+    demo suggests last each run."""
     command = [sys.executable, "-m", "barriered", "demo", "--out", str(tmp_path)]
     done = subprocess.run(
         [*command, "--duration", "3"], capture_output=True, text=True, timeout=900
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    out, err = done.stdout, done.stderr
     spark_log = tmp_path / "spark.log"
-    assert f"Spark's console output: {spark_log}" in done.stdout
-    for phase in ("aligned", "unaligned", "aligned_with_timeout"):
-        assert any(line.startswith(phase + " ") for line in done.stdout.splitlines())
-    screen = done.stdout + done.stderr
+    assert f"Spark's console output: {spark_log}" in out
     for spark_line in ("Python worker", "Starting execution of UDF", "log4j", "WARN"):
-        assert spark_line not in screen, screen
-    logged = spark_log.read_text(errors="replace")
-    assert "Using Spark's default log4j profile" in logged
-
-
-def test_demo_runs_every_mode_and_leaves_snapshot_paths(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    with barriered_keys(spark, {}):
-        assert cli.main(["demo", "--out", str(tmp_path), "--duration", "3"]) == 0
-    out, err = capsys.readouterr()
+        assert spark_line not in out + err, out + err
+    assert "Using Spark's default log4j profile" in spark_log.read_text(errors="replace")
     for phase in ("aligned", "unaligned", "aligned_with_timeout"):
         assert f"barriered: {phase}: 1 s" in err  # one plain progress line per phase
         summary = [line for line in out.splitlines() if line.startswith(phase + " ")]

@@ -82,7 +82,6 @@ def _local_files(tmp_path: Path) -> list[str]:
     )
 
 
-@pytest.mark.full
 def test_a_run_on_s3_writes_the_exact_state_and_output_to_the_bucket(
     session: Any, s3_server: S3Server, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -108,7 +107,7 @@ def test_a_run_on_s3_writes_the_exact_state_and_output_to_the_bucket(
     assert len(checkpoints_table.completed(layout)) >= 2
 
 
-@pytest.mark.full  # the default suite's S3 crash is the files upstream's (below)
+@pytest.mark.full  # the default suite's S3 case is the plain run (above)
 def test_a_driver_killed_on_s3_restores_with_other_partitions_to_the_exact_output(
     session: Any, s3_server: S3Server, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -176,7 +175,7 @@ def _state_rows(layout: SnapshotLayout, version: int) -> dict[str, tuple[int, in
     return {r["user_id"]: (r["total"], r["count"]) for r in rows}
 
 
-@pytest.mark.full  # ~55 s; S3 in the default suite: tests/cluster/test_s3_cluster.py
+@pytest.mark.full  # ~55 s; S3 in the default suite: the run above
 @pytest.mark.parametrize("mode", ["aligned", "unaligned"])
 def test_a_files_upstream_on_s3_restores_exactly_and_reads_each_new_file_once(
     session: Any,

@@ -13,12 +13,21 @@ import barriered
 from barriered.examples import RunningTotals
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
-from runs import BOTH, FILES_SOURCE, MODES, PREFIX, commit_metadata, run, state_at, write_files
+from runs import (
+    CLASSIC_THEN_CONNECT,
+    FILES_SOURCE,
+    MODES,
+    PREFIX,
+    commit_metadata,
+    run,
+    state_at,
+    write_files,
+)
 
 pytestmark = pytest.mark.spark
 
 
-@BOTH
+@CLASSIC_THEN_CONNECT
 def test_a_savepoint_of_a_running_query_restores_elsewhere(session: Any, tmp_path: Path) -> None:
     data = tmp_path / "events"
     sizes = {"a": 60, "b": 30, "c": 30}
