@@ -6,6 +6,8 @@ Commands:
   or on a Kafka topic it creates and fills);
 * ``checkpoints PATH [--json]``: the checkpoint history of a snapshot path;
 * ``rescales PATH [--json]``: the rescales of a managed query (:mod:`barriered.managed_query`);
+* ``rescale PATH --partitions N``: rescale the running query a script started through
+  :func:`barriered.managed` (:mod:`barriered.control.rescale_mailbox`);
 * ``inspect PATH [--checkpoint N] [--json]``: what a completed checkpoint holds; with
   ``--key VALUE[,VALUE...] [--partitions N] [--operator NAME]``, which key group (and
   shuffle partition) one key lives in and its state rows;
@@ -44,7 +46,7 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -173,50 +175,23 @@ def cmd_savepoint(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_savepoint_rescale(args: argparse.Namespace) -> int:
-    """Write a savepoint again with another maxParallelism."""
-    from barriered.state_processor.rescale import rescale
+def cmd_restore_plan(args: argparse.Namespace) -> int:
+    """Resolve and check a restore point; print where a restore starts."""
+    from barriered.tools.restore_plan import restore_plan
 
-    with reporting() as progress:
-        progress.step(f"rewriting {args.path} for {args.max_parallelism} key groups")
-        saved = rescale(args.path, args.out, args.max_parallelism, option="--max-parallelism")
-    print(
-        f"savepoint of checkpoint {saved.checkpoint_id} written to {saved.path} with "
-        f"maxParallelism {args.max_parallelism} ({saved.state_files} state files, "
-        f"{saved.state_bytes} bytes); restore it with .option({RESTORE_FROM.name!r}, "
-        f"{saved.path!r}) and maxParallelism={args.max_parallelism} on a new snapshot path, "
-        f"at up to {args.max_parallelism} shuffle partitions"
-    )
+    print(restore_plan(args.path, args.source))
     return 0
 
 
-def cmd_restore_plan(args: argparse.Namespace) -> int:
-    """Resolve and check a restore point; print where a restore starts."""
-    from barriered.statestore.layout import SnapshotLayout
-    from barriered.statestore.restore_point import resolve
+def cmd_rescale(args: argparse.Namespace) -> int:
+    """Ask the running managed query of a snapshot path to rescale; print the rescale."""
+    from barriered.tools.rescale_request import request_rescale
+    from barriered.tools.rescales import format_rescales
 
-    own = args.source.strip().lower() == "latest" or args.source.strip().isdigit()
-    # A savepoint is planned into any path (a new one, usually); its own checkpoints
-    # only into an existing snapshot path.
-    layout = (SnapshotLayout.existing if own else SnapshotLayout.configured)(args.path)
-    point = resolve(layout, args.source, f"restore-plan --from {args.source!r}")
-    point.check_files()
-    state = point.state_files()
-    inflight = {c: (a, b) for c, a, b in point.inflight}
-    by_value = {int(f.partition_values.get("checkpoint_id") or 0) for f in point.inflight_files()}
-    print(f"{point.describe()}: {point.mode}, state table version {point.state_version}")
-    print(f"  state: {len(state)} file(s), {sum(f.size for f in state)} bytes, all readable")
-    for channel, barrier in enumerate(point.barrier):
-        line = f"  channel {channel}: resumes at {point.start_positions[channel]}"
-        if channel in inflight:
-            a, b = inflight[channel]
-            how = "from the inflight table" if by_value else "from the upstream"
-            line += f", replays [{a}, {b}) {how}, then reads the upstream from {barrier}"
-        print(line)
-    print(f"  operators: {', '.join(sorted(point.operators())) or 'none'}")
-    print(
-        f'restore with .option("{RESTORE_FROM.name}", "{args.source}") and a new checkpointLocation'
-    )
+    with reporting() as progress:
+        progress.step(f"asking the query on {args.path} for {args.partitions} partitions")
+        row = request_rescale(args.path, args.partitions, args.timeout)
+    print(json.dumps(row, sort_keys=True) if args.json else format_rescales([row]))
     return 0
 
 
@@ -229,10 +204,6 @@ def cmd_ui(args: argparse.Namespace) -> int:
     layout = SnapshotLayout.existing(args.path)
     path_view(layout)  # a damaged table fails here, with its message, not per request
 
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    kept = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     server = MonitoringServer(
         lambda: [path_view(layout)],
         args.port,
@@ -241,15 +212,16 @@ def cmd_ui(args: argparse.Namespace) -> int:
         title=f"Checkpoints of {layout.root}",
     )
     try:
-        print(f"checkpoint page of {layout.root} at {server.url} (metrics at {server.url}metrics)")
-        print("Ctrl-C stops it", flush=True)
-        server.serve_until_interrupted()
+        with _interruptible():
+            print(
+                f"checkpoint page of {layout.root} at {server.url} (metrics at {server.url}metrics)"
+            )
+            print("Ctrl-C stops it", flush=True)
+            server.serve_until_interrupted()
     except KeyboardInterrupt:
         print("stopped", flush=True)
     finally:
         server.close()
-        for sig, handler in kept.items():
-            signal.signal(sig, handler)
     return 0
 
 
@@ -258,24 +230,33 @@ def cmd_kafka_broker(args: argparse.Namespace) -> int:
     from barriered.errors import LocalServerError
     from barriered.local.kafka_broker import KafkaBroker
 
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    # SIGINT too: a process started in the background of a shell ignores it
-    kept = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     broker = KafkaBroker(Path(args.jars)) if args.jars else KafkaBroker()
     try:
-        broker.start()
-        print(f"Kafka broker at {broker.bootstrap} (pid {broker.pid}, log {broker.log_file})")
-        print(f"try: barriered demo --kafka {broker.bootstrap}; Ctrl-C stops it", flush=True)
-        code = broker.wait()
+        with _interruptible():
+            broker.start()
+            print(f"Kafka broker at {broker.bootstrap} (pid {broker.pid}, log {broker.log_file})")
+            print(f"try: barriered demo --kafka {broker.bootstrap}; Ctrl-C stops it", flush=True)
+            code = broker.wait()
         raise LocalServerError(f"the Kafka broker exited with {code}\n{broker.log_tail()}")
     except KeyboardInterrupt:
-        broker.stop()
         print("Kafka broker stopped", flush=True)
         return 0
     finally:
         broker.stop()
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """SIGINT and SIGTERM raise KeyboardInterrupt inside (SIGINT too: a process started
+    in the background of a shell ignores it); the handlers are put back after."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    kept = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
         for sig, handler in kept.items():
             signal.signal(sig, handler)
 
@@ -288,14 +269,6 @@ def _checkpoint_id(raw: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"checkpoint ids start at 1, got {value}")
     return value
-
-
-def _whole_number(raw: str) -> int | str:
-    """An int, or the text as given: the command checks the range and names the option."""
-    try:
-        return int(raw)
-    except ValueError:
-        return raw
 
 
 def _add_checkpoint_option(parser: argparse.ArgumentParser) -> None:
@@ -339,6 +312,16 @@ def build_parser() -> argparse.ArgumentParser:
     rsc.add_argument("path", help="the snapshot path")
     rsc.add_argument("--json", action="store_true", help="one JSON object per rescale")
     rsc.set_defaults(run=cmd_rescales)
+
+    rs = sub.add_parser(
+        "rescale",
+        help="rescale the running query of a snapshot path (started by barriered.managed)",
+    )
+    rs.add_argument("path", help="the snapshot path")
+    rs.add_argument("--partitions", type=int, required=True, help="the new shuffle partitions")
+    rs.add_argument("--timeout", type=float, default=300.0, help="seconds to wait (default 300)")
+    rs.add_argument("--json", action="store_true", help="the rescale as one JSON object")
+    rs.set_defaults(run=cmd_rescale)
 
     ins = sub.add_parser(
         "inspect", help="state per operator and key group, in-flight records per channel"
@@ -386,26 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-o", "--out", required=True, help="the savepoint folder (must be new)")
     _add_checkpoint_option(sp)
     sp.set_defaults(run=cmd_savepoint)
-    offline_state.add_parsers(sub, _add_checkpoint_option)
-
-    rs = sub.add_parser(
-        "savepoint-rescale",
-        prog="barriered savepoint rescale",
-        description="Write a savepoint again with another maxParallelism (number of key "
-        "groups): each key moves to its new key group.",
-        # no help: --help lists it under "savepoint" (typed "savepoint rescale")
-    )
-    rs.add_argument("path", help="the savepoint folder (only read)")
-    rs.add_argument("-o", "--out", required=True, help="the new savepoint folder (must not exist)")
-    rs.add_argument(
-        "--max-parallelism",
-        required=True,
-        type=_whole_number,
-        metavar="N",
-        help="the new number of key groups (1 to 32768): the most shuffle partitions a "
-        "restore of the result can use",
-    )
-    rs.set_defaults(run=cmd_savepoint_rescale)
+    offline_state.add_parsers(sub, _add_checkpoint_option)  # and savepoint rescale
 
     rp = sub.add_parser(
         "restore-plan", help="check a restore point and show where a restore would start"

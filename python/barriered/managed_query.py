@@ -26,7 +26,9 @@ latest, so nothing is rewound, and what the old run staged after it is never com
 Should a periodic checkpoint complete between the savepoint and the stop, the new run
 restores that one (the latest); the history names both. Each rescale is a row of the
 snapshot path's ``_rescales`` table (:mod:`barriered.statestore.rescales_table`;
-``barriered rescales PATH``). Refusals (:class:`~barriered.errors.RescaleError`: a
+``barriered rescales PATH``). A script's handle also rescales at the request of
+``barriered rescale PATH --partitions N`` from another process (:mod:`barriered.managed_watch`,
+:mod:`barriered.control.rescale_mailbox`). Refusals (:class:`~barriered.errors.RescaleError`: a
 partition count below 1 or above ``maxParallelism``, the current one, a rescale while
 another runs, a query whose source is not barriered, a savepoint that fails) stop nothing
 and write nothing. If the new run cannot start, the old run is resumed on its own
@@ -45,11 +47,11 @@ from typing import Any
 
 from barriered import wall_time
 from barriered.api import await_termination, query_coordinator
-from barriered.autoscale import AutoscalePolicy, backlog_of
 from barriered.config.source_options import RESTORE_FROM
 from barriered.errors import ConfigError, RescaleError
 from barriered.files.fileio import exists, join, list_names, read_json
-from barriered.statestore import checkpoints_table, rescales_table
+from barriered.managed_watch import watch
+from barriered.statestore import rescales_table
 from barriered.statestore.layout import SnapshotLayout
 from barriered.statestore.restore_point import resolve
 
@@ -193,51 +195,19 @@ class ManagedQuery:
         if self._watcher is not None and self._watcher is not threading.current_thread():
             self._watcher.join(timeout=60)
 
-    # -- autoscaling ----------------------------------------------------------------------
+    # -- the watch ----------------------------------------------------------------------
 
     def watch(self, every: float = 1.0) -> None:
-        """Start the thread that applies the snapshot path's ``autoscale.*`` policy
-        (:mod:`barriered.autoscale`; it does nothing while ``autoscale.enabled`` is not
-        set): once per completed checkpoint it measures the source's backlog, and rescales
-        when the policy says so. Its rescales are in ``_rescales`` with the policy's
-        reason; a refused one (e.g. a savepoint aborted) is logged and tried again later."""
+        """Start the thread that answers ``barriered rescale`` and applies the snapshot
+        path's ``autoscale.*`` policy (:mod:`barriered.managed_watch`)."""
         if self._watcher is None:
             self._watcher = threading.Thread(
-                target=self._watch, args=(every,), name="barriered-autoscale", daemon=True
+                target=watch,
+                args=(self, self._stopped, every),
+                name="barriered-managed",
+                daemon=True,
             )
             self._watcher.start()
-
-    def _watch(self, every: float) -> None:
-        policy: AutoscalePolicy | None = None
-        while not self._stopped.wait(every):
-            query = self.query
-            if self.rescaling or query is None or not query.isActive:
-                continue
-            try:
-                layout = query_coordinator(query, timeout=every)[1].layout
-                if policy is None:
-                    conf = (read_json(layout.config_file, default={}) or {}).get("conf") or {}
-                    policy = AutoscalePolicy.from_record(conf)
-                if not policy.enabled:
-                    return
-                decision = self._observe(policy, layout, query)
-                if decision is not None:
-                    self.rescale(decision.partitions, reason=decision.reason)
-                    policy.rescaled(wall_time.now_ms())
-            except Exception as exc:  # the watch goes on: a refusal or a failed read
-                log.warning("autoscale of query %s: %s", query.id, exc, exc_info=True)
-
-    def _observe(self, policy: AutoscalePolicy, layout: SnapshotLayout, query: Any) -> Any:
-        done = checkpoints_table.completed(layout)
-        progress = query.lastProgress
-        partitions = self._partitions(layout)
-        if not done or progress is None or partitions is None:
-            return None
-        backlog = backlog_of(progress.sources[0].latestOffset if progress.sources else None)
-        if backlog is None:
-            return None
-        last = int(done[-1]["checkpoint_id"])
-        return policy.observe(last, backlog, partitions, wall_time.now_ms())
 
     def history(self) -> list[dict[str, Any]]:
         """The rescales recorded on the query's snapshot path (``_rescales``)."""
@@ -320,7 +290,7 @@ class ManagedQuery:
                 "partitions its keyed state can be split into. Rescale its savepoint first "
                 "(barriered savepoint rescale --max-parallelism N); nothing was stopped"
             )
-        before = self._partitions(layout)
+        before = self.partitions_of(layout)
         if before == partitions:
             raise RescaleError(
                 f"rescale refused: query {self.query.id} runs at {partitions} partitions "
@@ -369,7 +339,7 @@ class ManagedQuery:
         log.info("rescale %d of %s: %s", row["rescale_id"], layout.root, row)
         return row
 
-    def _partitions(self, layout: SnapshotLayout) -> int | None:
+    def partitions_of(self, layout: SnapshotLayout) -> int | None:
         """The partitions the query runs at: its keyed operators' recorded ones, else the
         run's."""
         recorded = {

@@ -6,15 +6,22 @@ the ``barriered-delta`` sink (and, in the full suite, the ``barriered-kafka`` si
 files keep arriving: the n-th record of a user is
 written as ``(user, n)``, so the output table holds every record exactly once only if
 nothing was lost or doubled across the savepoint, the stop and the restored run at the
-new partition count. Refusals leave the query running as it was, and write nothing.
+new partition count. The Delta sink's run asks for the rescale from the command line
+(``barriered rescale PATH --partitions N`` in its own process, as for a query a script
+started), the Kafka sink's through the API. Refusals leave the query running as it was,
+and write nothing.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +129,9 @@ def _refused(handle: ManagedQuery, partitions: Any, message: str) -> None:
 def test_a_running_query_rescales_exactly_once_into_the_delta_sink(
     session: Any, tmp_path: Path
 ) -> None:
-    _rescaled_exactly_once(session, tmp_path, DeltaOutput(tmp_path))
+    """The rescale is asked for from the command line (``barriered rescale``), as for a
+    query a script started."""
+    _rescaled_exactly_once(session, tmp_path, DeltaOutput(tmp_path), _by_the_command_line)
 
 
 @pytest.mark.full
@@ -136,7 +145,59 @@ def test_a_running_query_rescales_exactly_once_into_the_kafka_sink(
         publisher.close()
 
 
-def _rescaled_exactly_once(session: Any, tmp_path: Path, output: Any) -> None:
+def _by_the_api(handle: ManagedQuery, partitions: int) -> Callable[[], dict[str, Any]]:
+    """``handle.rescale(partitions)`` started in a thread; the function waits for it."""
+    done: dict[str, Any] = {}
+    rescaling = threading.Thread(target=lambda: done.update(row=handle.rescale(partitions)))
+    rescaling.start()
+
+    def result() -> dict[str, Any]:
+        rescaling.join(300)
+        return dict(done["row"])
+
+    return result
+
+
+def _command(*words: str) -> list[str]:
+    return [sys.executable, "-m", "barriered", *words]
+
+
+def _by_the_command_line(handle: ManagedQuery, partitions: int) -> Callable[[], dict[str, Any]]:
+    """``barriered rescale SNAPSHOT --partitions N --json`` in its own process (as from a
+    shell, for the query a script started); the function waits for it."""
+    path = str(_layout(handle).root)
+    # a refusal the handle answers: the command fails with the handle's reason
+    refused = subprocess.run(
+        _command("rescale", path, "--partitions", "9"), capture_output=True, text=True
+    )
+    assert refused.returncode == 1 and "has maxParallelism 8 key groups" in refused.stderr
+    process = subprocess.Popen(
+        _command("rescale", path, "--partitions", str(partitions), "--json"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def result() -> dict[str, Any]:
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+        row: dict[str, Any] = json.loads(out)
+        assert row["reason"] == "requested by barriered rescale (command line)"
+        return row
+
+    return result
+
+
+def _layout(handle: ManagedQuery) -> SnapshotLayout:
+    return barriered.api.query_coordinator(handle.query, timeout=30.0)[1].layout
+
+
+def _rescaled_exactly_once(
+    session: Any,
+    tmp_path: Path,
+    output: Any,
+    rescale: Callable[[ManagedQuery, int], Callable[[], dict[str, Any]]] = _by_the_api,
+) -> None:
     """Rescale 2 -> 3 partitions while files arrive; refusals first; the sink's output
     and the keyed state then hold every record exactly once."""
     for key, value in CONF.items():
@@ -157,18 +218,25 @@ def _rescaled_exactly_once(session: Any, tmp_path: Path, output: Any) -> None:
         counts += write_records(
             tmp_path / "data", "second", 200, 13
         )  # records flow during the rescale
-        done: dict[str, Any] = {}
-        rescaling = threading.Thread(target=lambda: done.update(row=handle.rescale(3)))
-        rescaling.start()
+        rescaled = rescale(handle, 3)
         _wait("rescaling", lambda: handle.rescaling, 10)
         with pytest.raises(RescaleError, match=r"a rescale of query .* is running"):
             handle.rescale(4)
-        rescaling.join(300)
-        row = done["row"]
+        row = rescaled()
         counts += write_records(tmp_path / "data", "third", 100, 13)
         _wait("all records written once", lambda: output.rows() == _numbered(counts))
     finally:
         handle.stop()
+    # no handle runs any more: the command refuses, and writes nothing
+    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "snap").rglob("*"))
+    refused = subprocess.run(
+        _command("rescale", str(tmp_path / "snap"), "--partitions", "4"),
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 1, refused.stderr
+    assert "no query started by barriered.managed(start, ...) runs on" in refused.stderr
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "snap").rglob("*")) == before
     assert (row["from_partitions"], row["to_partitions"], row["max_parallelism"]) == (2, 3, 8)
     assert row["to_checkpoint_location"].endswith("/run-1")
     assert 0 <= row["pause_ms"] < 60_000

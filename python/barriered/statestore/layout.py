@@ -20,6 +20,8 @@
       _sink/<sink>/e<epoch>/<batch>.json  output of a batch staged by the barriered-delta sink
       _savepoint.json          only in a savepoint: which checkpoint it holds
       _rescales/               Delta: one row per rescale of a managed query (barriered.managed)
+      _coordinator/managed.json  the managed handle's sign of life (barriered rescale PATH)
+      _coordinator/rescale/request.json, <request id>.json  a CLI's rescale request, its answer
 
 The JVM provider writes ``operators/``, ``_coordinator/stores/`` and its ``_acks`` with the
 names ``jvm-shim/.../SnapshotPaths.java`` gives them; ``tests/unit/test_snapshot_paths.py``
@@ -229,6 +231,20 @@ class SnapshotLayout:
     def rescales_table(self) -> str:
         """The ``_rescales`` Delta table: the rescales of a managed query."""
         return join(self.root, "_rescales")
+
+    @property
+    def managed_file(self) -> str:
+        """The managed handle's sign of life (:mod:`barriered.control.rescale_mailbox`)."""
+        return join(self.root, "_coordinator", "managed.json")
+
+    @property
+    def rescale_request_file(self) -> str:
+        """The pending rescale request of ``barriered rescale``."""
+        return join(self.root, "_coordinator", "rescale", "request.json")
+
+    def rescale_answer_file(self, request_id: str) -> str:
+        """The managed handle's answer to rescale request ``request_id``."""
+        return join(self.root, "_coordinator", "rescale", f"{request_id}.json")
 
     @property
     def savepoint_file(self) -> str:

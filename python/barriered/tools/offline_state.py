@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from barriered.config.source_options import RESTORE_FROM
 from barriered.errors import ConfigError
+from barriered.tools.progress import reporting
 
 
 def pairs(items: list[str] | None, what: str) -> dict[str, str]:
@@ -212,10 +213,35 @@ def cmd_transform(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rescale(args: argparse.Namespace) -> int:
+    """Write a savepoint again with another maxParallelism."""
+    from barriered.state_processor.rescale import rescale
+
+    with reporting() as progress:
+        progress.step(f"rewriting {args.path} for {args.max_parallelism} key groups")
+        saved = rescale(args.path, args.out, args.max_parallelism, option="--max-parallelism")
+    print(
+        f"savepoint of checkpoint {saved.checkpoint_id} written to {saved.path} with "
+        f"maxParallelism {args.max_parallelism} ({saved.state_files} state files, "
+        f"{saved.state_bytes} bytes); restore it with .option({RESTORE_FROM.name!r}, "
+        f"{saved.path!r}) and maxParallelism={args.max_parallelism} on a new snapshot path, "
+        f"at up to {args.max_parallelism} shuffle partitions"
+    )
+    return 0
+
+
+def _whole_number(raw: str) -> int | str:
+    """An int, or the text as given: the command checks the range and names the option."""
+    try:
+        return int(raw)
+    except ValueError:
+        return raw
+
+
 def add_parsers(sub: Any, checkpoint_option: Callable[[argparse.ArgumentParser], None]) -> None:
-    """Register ``savepoint-bootstrap`` and ``savepoint-transform``, typed as
-    ``savepoint bootstrap`` and ``savepoint transform`` (so ``--help`` lists them under
-    ``savepoint``, not as commands of their own)."""
+    """Register ``savepoint-bootstrap``, ``savepoint-transform`` and
+    ``savepoint-rescale``, typed as ``savepoint bootstrap`` (etc.; so ``--help`` lists
+    them under ``savepoint``, not as commands of their own)."""
     conf_help = "a Spark or spark.sql.streaming.barriered.* key of the local session"
     bs = sub.add_parser(
         "savepoint-bootstrap",
@@ -262,3 +288,22 @@ def add_parsers(sub: Any, checkpoint_option: Callable[[argparse.ArgumentParser],
     tf.add_argument("--cast", action="append", metavar="NAME=TYPE", help="cast a state field")
     tf.add_argument("--conf", action="append", metavar="KEY=VALUE", help=conf_help)
     tf.set_defaults(run=cmd_transform)
+
+    rs = sub.add_parser(
+        "savepoint-rescale",
+        prog="barriered savepoint rescale",
+        description="Write a savepoint again with another maxParallelism (number of key "
+        "groups): each key moves to its new key group.",
+        # no help: --help lists it under "savepoint" (typed "savepoint rescale")
+    )
+    rs.add_argument("path", help="the savepoint folder (only read)")
+    rs.add_argument("-o", "--out", required=True, help="the new savepoint folder (must not exist)")
+    rs.add_argument(
+        "--max-parallelism",
+        required=True,
+        type=_whole_number,
+        metavar="N",
+        help="the new number of key groups (1 to 32768): the most shuffle partitions a "
+        "restore of the result can use",
+    )
+    rs.set_defaults(run=cmd_rescale)
