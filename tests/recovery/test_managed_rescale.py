@@ -18,9 +18,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
-import uuid
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,51 +31,13 @@ from barriered.managed_query import ManagedQuery, Run
 from barriered.sink.kafka import publisher
 from barriered.statestore import checkpoints_table, rescales_table
 from barriered.statestore.layout import SnapshotLayout
-from kafka_sink_runs import FORMAT, as_records, published
-from runs import FILES_SOURCE, PREFIX, output_rows, state_counts, write_records
+from rescale_runs import DeltaOutput, KafkaOutput, numbered, wait_for
+from runs import FILES_SOURCE, PREFIX, state_counts, write_records
 
 pytestmark = pytest.mark.spark
 
 SOURCE = {**FILES_SOURCE, "maxRowsPerChannel": "40"}
 CONF = {"checkpointInterval": "200ms", "unaligned.enabled": "false", "maxParallelism": "8"}
-
-
-class DeltaOutput:
-    """The ``barriered-delta`` sink: a Delta table of ``(user_id, n)`` rows."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.table = tmp / "out"
-
-    def writer(self, out: Any) -> Any:
-        return out.writeStream.format("barriered-delta").option("path", str(self.table))
-
-    def started(self) -> bool:
-        return (self.table / "_delta_log").exists()
-
-    def rows(self) -> list[tuple[str, int]]:
-        return output_rows(str(self.table)) if self.started() else []
-
-
-class KafkaOutput:
-    """The ``barriered-kafka`` sink: key = user, value = n, read ``read_committed``."""
-
-    def __init__(self, broker: Any) -> None:
-        self.broker = broker
-        self.topic = f"out-{uuid.uuid4().hex[:8]}"
-        broker.create_topic(self.topic, 2)
-
-    def writer(self, out: Any) -> Any:
-        return (
-            as_records(out)
-            .writeStream.format(FORMAT)
-            .options(**{"kafka.bootstrap.servers": self.broker.bootstrap, "topic": self.topic})
-        )
-
-    def started(self) -> bool:
-        return bool(self.rows())
-
-    def rows(self) -> list[tuple[str, int]]:
-        return published(self.broker, self.topic, "append")
 
 
 def _starter(session: Any, tmp: Path, output: Any, source: dict[str, str] = SOURCE) -> Any:
@@ -98,19 +57,6 @@ def _starter(session: Any, tmp: Path, output: Any, source: dict[str, str] = SOUR
         )
 
     return start
-
-
-def _wait(what: str, ready: Any, timeout: float = 180.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := ready()):
-        assert time.monotonic() < deadline, f"not {what} in {timeout} s"
-        time.sleep(0.2)
-    return found
-
-
-def _numbered(counts: Counter[str]) -> list[tuple[str, int]]:
-    """Every record once: ``(user, n)`` for n = 1..count."""
-    return sorted((u, n) for u, c in counts.items() for n in range(1, c + 1))
 
 
 def _refused(handle: ManagedQuery, partitions: Any, message: str) -> None:
@@ -207,7 +153,7 @@ def _rescaled_exactly_once(
     handle = barriered.managed(start, str(tmp_path / "ck"), session, 2)
     try:
         layout = SnapshotLayout.configured(str(tmp_path / "snap"))
-        _wait("a checkpoint with output", output.started)
+        wait_for("a checkpoint with output", output.started)
         _refused(handle, 0, "partitions must be a whole number >= 1, got 0")
         _refused(handle, 9, "has maxParallelism 8 key groups")
         _refused(handle, 2, "runs at 2 partitions already")
@@ -219,12 +165,12 @@ def _rescaled_exactly_once(
             tmp_path / "data", "second", 200, 13
         )  # records flow during the rescale
         rescaled = rescale(handle, 3)
-        _wait("rescaling", lambda: handle.rescaling, 10)
+        wait_for("rescaling", lambda: handle.rescaling, 10)
         with pytest.raises(RescaleError, match=r"a rescale of query .* is running"):
             handle.rescale(4)
         row = rescaled()
         counts += write_records(tmp_path / "data", "third", 100, 13)
-        _wait("all records written once", lambda: output.rows() == _numbered(counts))
+        wait_for("all records written once", lambda: output.rows() == numbered(counts))
     finally:
         handle.stop()
     # no handle runs any more: the command refuses, and writes nothing
@@ -248,7 +194,7 @@ def _rescaled_exactly_once(
     assert layout.registrations()["record_numbers"]["partitions"] == 3
     last = history[-1]
     assert state_counts(layout, last["state_table_version"]) == dict(counts)
-    assert output.rows() == _numbered(counts)
+    assert output.rows() == numbered(counts)
 
 
 class _Plain:
@@ -279,8 +225,8 @@ def test_autoscaling_doubles_the_partitions_while_the_backlog_stays_high(
     handle = barriered.managed(start, str(tmp_path / "ck"), session, 1)
     try:
         layout = SnapshotLayout.configured(str(tmp_path / "snap"))
-        (row,) = _wait("an autoscaling rescale", lambda: rescales_table.read_rows(layout))
-        _wait("all records written once", lambda: output.rows() == _numbered(counts))
+        (row,) = wait_for("an autoscaling rescale", lambda: rescales_table.read_rows(layout))
+        wait_for("all records written once", lambda: output.rows() == numbered(counts))
     finally:
         handle.stop()
     assert (row["from_partitions"], row["to_partitions"]) == (1, 2)
