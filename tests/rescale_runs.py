@@ -7,9 +7,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import barriered
+from barriered.examples import RecordNumbers
+from barriered.managed_query import Run
 from kafka_sink_runs import FORMAT, as_records, published
 from runs import output_rows
 
@@ -64,3 +68,19 @@ def wait_for(what: str, ready: Any, timeout: float = 180.0) -> Any:
 def numbered(counts: Counter[str]) -> list[tuple[str, int]]:
     """Every record once: ``(user, n)`` for n = 1..count."""
     return sorted((u, n) for u, c in counts.items() for n in range(1, c + 1))
+
+
+def numbering(events: Callable[[Run], Any], snap: Path, output: Any) -> Callable[[Run], Any]:
+    """The start function of a managed query that numbers the records ``events(run)``
+    reads (``RecordNumbers``) into ``output`` on snapshot path ``snap``."""
+
+    def start(run: Run) -> Any:
+        out = barriered.keyed(events(run), "user_id").process(RecordNumbers())
+        return (
+            output.writer(out)
+            .option("snapshotPath", str(snap))
+            .option("checkpointLocation", run.checkpoint_location)
+            .start()
+        )
+
+    return start

@@ -66,7 +66,8 @@ def _options(data: str) -> dict[str, str]:
     }
 
 
-def _count(ctx: Context, snap: str, data: str, extra: dict[str, str] | None = None) -> Any:
+def count_by_user(ctx: Context, snap: str, data: str, extra: dict[str, str] | None = None) -> Any:
+    """Spark's ``groupBy("user_id").count()`` over the files of ``data`` (barriered source)."""
     stream = barriered_stream(ctx.spark, snap, {**_options(data), **(extra or {})})
     return records(stream).groupBy("user_id").count()
 
@@ -96,7 +97,10 @@ def _provider_restore(ctx: Context, keys: int, data: Path, small: Path) -> dict[
     snap = ctx.path("restore", "snap")
     began = time.time()
     seeding = start(
-        _count(ctx, snap, str(data)), ctx.path("restore", "ck-seed"), "update", available_now=True
+        count_by_user(ctx, snap, str(data)),
+        ctx.path("restore", "ck-seed"),
+        "update",
+        available_now=True,
     )
     seeding.awaitTermination()
     if seeding.exception() is not None:
@@ -105,9 +109,9 @@ def _provider_restore(ctx: Context, keys: int, data: Path, small: Path) -> dict[
     out: dict[str, Any] = {"seed_seconds": round(time.time() - began, 1)}
     drop_file(data / "c0", "01-more", SMALL)
     ctx.spark.conf.set("spark.sql.shuffle.partitions", str(RESTORE_PARTITIONS))
-    baseline = _count(ctx, ctx.path("restore", "snap-baseline"), str(small))
+    baseline = count_by_user(ctx, ctx.path("restore", "snap-baseline"), str(small))
     out["baseline"] = _timed_start(baseline, ctx.path("restore", "ck-baseline"))
-    restored = _count(ctx, snap, str(data), {"restoreFrom": "latest"})
+    restored = count_by_user(ctx, snap, str(data), {"restoreFrom": "latest"})
     out["restored"] = _timed_start(restored, ctx.path("restore", "ck-restored"))
     out["restore_seconds"] = round(
         out["restored"]["seconds_to_first_batch"] - out["baseline"]["seconds_to_first_batch"], 2
@@ -121,7 +125,7 @@ def _offline_repartition(ctx: Context, keys: int, data: Path) -> dict[str, Any]:
     configure(ctx.spark, {"checkpointInterval": "1d"})
     ck = ctx.path("repartition", "ck")
     with without_coordinator(ctx.spark):
-        df = _count(ctx, ctx.path("repartition", "snap"), str(data), NATIVE_OPTIONS)
+        df = count_by_user(ctx, ctx.path("repartition", "snap"), str(data), NATIVE_OPTIONS)
         seeded = _timed_start(df, ck)
     out: dict[str, Any] = {"seed": seeded}
     began = time.time()

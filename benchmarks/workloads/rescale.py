@@ -30,14 +30,12 @@ from pathlib import Path
 from typing import Any
 
 import barriered
-from barriered.api import records
 from barriered.managed_query import Run
 from barriered.provider import PROVIDER_CLASS
 from barriered.session import ROCKSDB_PROVIDER, STATE_STORE_PROVIDER
 from benchmarks.harness import (
     NATIVE_OPTIONS,
     Context,
-    barriered_stream,
     configure,
     error_line,
     percentile,
@@ -49,6 +47,7 @@ from benchmarks.harness import (
     without_coordinator,
 )
 from benchmarks.markdown import table
+from benchmarks.workloads.provider_restore import count_by_user
 from benchmarks.workloads.snapshot import drop_file, wait_for_checkpoint
 
 SIZES = {"quick": 100_000, "full": 1_000_000}
@@ -57,21 +56,6 @@ SMALL_ROWS, FEED_EVERY_S = 200, 0.5
 #: Batches with records the query runs before the rescale (its ordinary batches).
 BEFORE = 8
 TARGET_BATCHES, TARGET_OFFLINE = 3, 0.5
-
-
-def _options(data: Path) -> dict[str, str]:
-    return {
-        "upstream": "files",
-        "path": str(data),
-        "format": "parquet",
-        "channelBy": "folder",
-        "schema": "user_id string, amount long",
-    }
-
-
-def _count(ctx: Context, snap: str, data: Path, extra: dict[str, str] | None = None) -> Any:
-    stream = barriered_stream(ctx.spark, snap, {**_options(data), **(extra or {})})
-    return records(stream).groupBy("user_id").count()
 
 
 class Feed:
@@ -115,7 +99,7 @@ def _managed(ctx: Context, keys: int, data: Path) -> dict[str, Any]:
     snap = ctx.path("managed", "snap")
 
     def begin(run: Run) -> Any:
-        df = _count(ctx, snap, data, run.source_options)
+        df = count_by_user(ctx, snap, str(data), run.source_options)
         return start(df, run.checkpoint_location, output_mode="update")
 
     began = time.time()
@@ -148,7 +132,7 @@ def _offline(ctx: Context, keys: int, data: Path) -> dict[str, Any]:
     ck, snap = ctx.path("offline", "ck"), ctx.path("offline", "snap")
     out: dict[str, Any] = {}
     with without_coordinator(ctx.spark):
-        query = start(_count(ctx, snap, data, NATIVE_OPTIONS), ck, output_mode="update")
+        query = start(count_by_user(ctx, snap, str(data), NATIVE_OPTIONS), ck, output_mode="update")
         feed = None
         try:
             run_until(query, lambda seen: bool(_with_records(seen)), timeout=1800)
@@ -163,7 +147,9 @@ def _offline(ctx: Context, keys: int, data: Path) -> dict[str, Any]:
             except Exception as exc:  # an older Spark, a Connect session: reported
                 out["error"] = error_line(exc)
                 return out
-            query = start(_count(ctx, snap, data, NATIVE_OPTIONS), ck, output_mode="update")
+            query = start(
+                count_by_user(ctx, snap, str(data), NATIVE_OPTIONS), ck, output_mode="update"
+            )
             first = _with_records(_wait_batches(query, 1))[0]
             query.stop()
         finally:
@@ -180,7 +166,9 @@ def _start_time(ctx: Context, small: Path) -> float:
     ctx.spark.conf.set(STATE_STORE_PROVIDER, PROVIDER_CLASS)
     ctx.spark.conf.set("spark.sql.shuffle.partitions", str(TO_PARTITIONS))
     began = time.time()
-    query = start(_count(ctx, ctx.path("fresh", "snap"), small), ctx.path("fresh", "ck"), "update")
+    query = start(
+        count_by_user(ctx, ctx.path("fresh", "snap"), str(small)), ctx.path("fresh", "ck"), "update"
+    )
     try:
         run_until(query, lambda seen: bool(seen), timeout=600)
         return round(time.time() - began, 2)

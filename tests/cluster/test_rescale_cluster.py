@@ -23,12 +23,11 @@ import pytest
 from pyspark.sql import functions as F
 
 import barriered
-from barriered.examples import RecordNumbers
 from barriered.managed_query import Run
 from barriered.statestore import checkpoints_table, rescales_table
 from barriered.statestore.layout import SnapshotLayout
 from kafka_queries import reader, records
-from rescale_runs import DeltaOutput, KafkaOutput, numbered, wait_for
+from rescale_runs import DeltaOutput, KafkaOutput, numbered, numbering, wait_for
 from runs import PREFIX, state_counts
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.kafka, pytest.mark.full]
@@ -58,22 +57,15 @@ class Producer:
 
 
 def _start(spark: Any, broker: Any, topic: str, tmp: Path, output: Any) -> Any:
-    def start(run: Run) -> Any:
-        events = (
+    def events(run: Run) -> Any:
+        return (
             reader(spark, broker.bootstrap, topic, maxRowsPerChannel="100", **run.source_options)
             .option("snapshotPath", str(tmp / "snap"))
             .load()
             .withColumn("user_id", F.col("key").cast("string"))
         )
-        out = barriered.keyed(events, "user_id").process(RecordNumbers())
-        return (
-            output.writer(out)
-            .option("snapshotPath", str(tmp / "snap"))
-            .option("checkpointLocation", run.checkpoint_location)
-            .start()
-        )
 
-    return start
+    return numbering(events, tmp / "snap", output)
 
 
 def _last_state(layout: SnapshotLayout) -> dict[str, int]:

@@ -26,12 +26,11 @@ import pytest
 
 import barriered
 from barriered.errors import RescaleError
-from barriered.examples import RecordNumbers
 from barriered.managed_query import ManagedQuery, Run
 from barriered.sink.kafka import publisher
 from barriered.statestore import checkpoints_table, rescales_table
 from barriered.statestore.layout import SnapshotLayout
-from rescale_runs import DeltaOutput, KafkaOutput, numbered, wait_for
+from rescale_runs import DeltaOutput, KafkaOutput, numbered, numbering, wait_for
 from runs import FILES_SOURCE, PREFIX, state_counts, write_records
 
 pytestmark = pytest.mark.spark
@@ -41,22 +40,15 @@ CONF = {"checkpointInterval": "200ms", "unaligned.enabled": "false", "maxParalle
 
 
 def _starter(session: Any, tmp: Path, output: Any, source: dict[str, str] = SOURCE) -> Any:
-    def start(run: Run) -> Any:
-        events = (
+    def events(run: Run) -> Any:
+        return (
             session.readStream.format("barriered")
             .options(**source, path=str(tmp / "data"), **run.source_options)
             .option("snapshotPath", str(tmp / "snap"))
             .load()
         )
-        out = barriered.keyed(events, "user_id").process(RecordNumbers())
-        return (
-            output.writer(out)
-            .option("snapshotPath", str(tmp / "snap"))
-            .option("checkpointLocation", run.checkpoint_location)
-            .start()
-        )
 
-    return start
+    return numbering(events, tmp / "snap", output)
 
 
 def _refused(handle: ManagedQuery, partitions: Any, message: str) -> None:
