@@ -170,9 +170,12 @@ class ManagedQuery:
 
     def start(self, partitions: int | None = None) -> Any:
         """Start the newest run under the checkpoint folder (Spark resumes it with the
-        partitions it recorded), or the first (at ``partitions``)."""
+        partitions it recorded: ``partitions`` is ignored), or the first (at
+        ``partitions``)."""
         runs = self._runs()
-        return self._launch(Run(self._location(runs[-1] if runs else 0), None, partitions))
+        if runs:
+            return self._launch(Run(self._location(runs[-1]), None, None))
+        return self._launch(Run(self._location(0), None, partitions))
 
     def restart(self) -> Any:
         """Start the query again on its current checkpoint location (after a failure or a
@@ -340,15 +343,17 @@ class ManagedQuery:
         return row
 
     def partitions_of(self, layout: SnapshotLayout) -> int | None:
-        """The partitions the query runs at: its keyed operators' recorded ones, else the
-        run's."""
+        """The partitions the query runs at: those the handle started its run with, else
+        (a resumed run: Spark keeps the ones its checkpoint recorded) its keyed operators'
+        recorded ones, else the session's. A rescaled run's operators record theirs only
+        once its first batch ran, so the run's own come first."""
+        if self.run is not None and self.run.partitions is not None:
+            return self.run.partitions
         recorded = {
             int(r["partitions"]) for r in layout.registrations().values() if "partitions" in r
         }
         if len(recorded) == 1:
             return recorded.pop()
-        if self.run is not None and self.run.partitions is not None:
-            return self.run.partitions
         raw = None if self.spark is None else self.spark.conf.get(SHUFFLE_PARTITIONS)
         return None if raw is None else int(raw)
 

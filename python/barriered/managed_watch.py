@@ -20,7 +20,7 @@ from barriered import wall_time
 from barriered.api import query_coordinator
 from barriered.autoscale import AutoscalePolicy, backlog_of
 from barriered.control import rescale_mailbox as mailbox
-from barriered.errors import RescaleError
+from barriered.errors import ConfigError, RescaleError
 from barriered.files.fileio import delete_file, read_json
 from barriered.statestore import checkpoints_table
 from barriered.statestore.layout import SnapshotLayout
@@ -68,6 +68,8 @@ def watch(handle: Watched, stopped: threading.Event, every: float = 1.0) -> None
             if policy.enabled and (decision := _observe(handle, policy, layout)) is not None:
                 handle.rescale(decision.partitions, reason=decision.reason)
                 policy.rescaled(wall_time.now_ms())
+        except ConfigError as exc:  # no batch of this run finished yet
+            log.debug("watch of managed query %s: %s", query.id, exc)
         except Exception as exc:  # the watch goes on: a refusal or a failed read
             log.warning("watch of managed query %s: %s", query.id, exc, exc_info=True)
     if layout is not None:  # no handle answers any more
