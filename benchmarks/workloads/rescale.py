@@ -12,8 +12,10 @@ a. ``managed``: the query on the barriered provider, started through
    ``barriered.managed``; ``handle.rescale(4)`` (savepoint, stop, restore at 4
    partitions into a new checkpoint location). Its ``_rescales`` row's ``pause_ms``.
 b. ``offline``: the query on Spark's plain RocksDB provider (no coordinator); by hand:
-   ``query.stop()``, ``spark._streamingCheckpointManager.repartition(checkpoint, 4)``
-   (Spark 4.2+, classic sessions), the query started again on its checkpoint location.
+   ``query.stop()`` once idle (Spark repartitions a checkpoint whose last batch committed
+   only: files stop arriving until then, and arrive again from the stop on),
+   ``spark._streamingCheckpointManager.repartition(checkpoint, 4)`` (Spark 4.2+, classic
+   sessions), the query started again on its checkpoint location.
 
 Next to them: the managed run's ordinary micro-batch (p50 of its batches with records
 before the rescale) and the query's own start time (``start()`` to the end of the first
@@ -63,12 +65,14 @@ class Feed:
 
     def __init__(self, folder: Path, keys: int) -> None:
         self.folder, self.keys, self.files = folder, keys, 0
-        self._stop = threading.Event()
+        self._stop, self.paused = threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._run, name="feed", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.wait(FEED_EVERY_S):
+            if self.paused.is_set():
+                continue
             first = (self.files * SMALL_ROWS) % self.keys
             users = [f"user-{(first + i) % self.keys}" for i in range(SMALL_ROWS)]
             drop_file(self.folder, f"10-feed-{self.files:06d}", users)
@@ -138,7 +142,13 @@ def _offline(ctx: Context, keys: int, data: Path) -> dict[str, Any]:
             run_until(query, lambda seen: bool(_with_records(seen)), timeout=1800)
             feed = Feed(data / "c0", keys)
             before = _with_records(_wait_batches(query, BEFORE + 1))
+            # Spark repartitions a checkpoint whose last batch committed only: files stop
+            # arriving until the query is idle, then it is stopped (arriving again after)
+            feed.paused.set()
+            while query.status["isTriggerActive"] or query.status["isDataAvailable"]:
+                time.sleep(0.05)
             query.stop()
+            feed.paused.clear()
             last = _end_ms(_with_records(progress(query))[-1])
             try:
                 began = time.time()
