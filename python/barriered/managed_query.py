@@ -191,10 +191,15 @@ class ManagedQuery:
         return self._lock.locked()
 
     def stop(self) -> None:
-        """Stop the query (and the autoscaling watch)."""
+        """Stop the query and wait for its coordinator to finish with it (its last
+        checkpoint recorded, retention done), then the watch."""
         self._stopped.set()
         if self.query is not None:
             self.query.stop()
+            try:
+                await_termination(self.query, timeout=60)
+            except Exception as exc:  # a failed run's error is the query's, not stop()'s
+                log.debug("managed query %s stopped: %s", self.query.id, exc)
         if self._watcher is not None and self._watcher is not threading.current_thread():
             self._watcher.join(timeout=60)
 
