@@ -247,13 +247,13 @@ def test_backfill_then_stream(spark: Any, tmp_path: Path, monkeypatch: pytest.Mo
     assert ns["BASE"].startswith(str(tmp_path))
 
 
-#: The notebooks run with plain python: the quickstart in the default suite, the others
-#: behind ``full`` (30 to 60 s each with their own session), Kafka's on the test broker.
+#: The notebooks run with plain python, behind ``full`` (30 to 60 s each with their own
+#: session), Kafka's on the test broker.
 PLAIN = [
-    "01_quickstart.py",
     *(
         pytest.param(name, marks=pytest.mark.full)
         for name in (
+            "01_quickstart.py",  # make test under 20 min: test_quickstart runs it in-session
             "02_aligned_vs_unaligned.py",
             "03_crash_restore_rescale.py",
             "04_state_with_sql.py",
