@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from barriered.session import ROCKSDB_PROVIDER, STATE_STORE_PROVIDER
 from benchmarks.harness import (
     NATIVE_OPTIONS,
     Context,
+    batch_window_ms,
     configure,
     error_line,
     percentile,
@@ -69,7 +69,7 @@ _RESTORE = (
     "partitions, or the old run's stores handed over where a partition keeps its key groups, "
     "would close it."
 )
-WHY_MISSED = {"rescale pause / (": _RESTORE, "rescale pause, managed": _RESTORE}
+WHY_MISSED = {"rescale pause": _RESTORE}
 
 
 class Feed:
@@ -97,12 +97,6 @@ class Feed:
 
 def _with_records(batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [b for b in batches if b["numInputRows"] > 0]
-
-
-def _end_ms(batch: dict[str, Any]) -> float:
-    """When a micro-batch ended (epoch ms)."""
-    began = datetime.fromisoformat(batch["timestamp"].replace("Z", "+00:00"))
-    return began.timestamp() * 1000 + float(batch["batchDuration"])
 
 
 def _wait_batches(query: Any, count: int) -> list[dict[str, Any]]:
@@ -161,7 +155,7 @@ def _offline(ctx: Context, keys: int, data: Path) -> dict[str, Any]:
                 time.sleep(0.05)
             query.stop()
             feed.paused.clear()
-            last = _end_ms(_with_records(progress(query))[-1])
+            last = batch_window_ms(_with_records(progress(query))[-1])[1]
             try:
                 began = time.time()
                 ctx.spark._streamingCheckpointManager.repartition(ck, TO_PARTITIONS)
@@ -179,7 +173,7 @@ def _offline(ctx: Context, keys: int, data: Path) -> dict[str, Any]:
                 feed.stop()
             query.stop()
     out["ordinary_batch_ms_p50"] = percentile([b["batchDuration"] for b in before[1:]], 50)
-    out["pause_ms"] = round(_end_ms(first) - last)
+    out["pause_ms"] = round(batch_window_ms(first)[1] - last)
     return out
 
 
