@@ -27,13 +27,20 @@ pytestmark = pytest.mark.spark
 SIZES = {"a": 30, "b": 12}
 
 
-def test_a_path_of_the_earlier_layout_restores_elsewhere_and_converts(
-    session: Any, tmp_path: Path
-) -> None:
+def _first_run(session: Any, tmp_path: Path) -> tuple[Path, dict[str, str], Any, SnapshotLayout]:
+    """An aligned run over one file per channel into ``snap``: the input folder, the
+    source options, the records per user and the snapshot path."""
     data = tmp_path / "data"
     source = {**FILES_SOURCE, "path": str(data)}
     first = write_files(data, SIZES, tag="first")
     _, layout = run(session, tmp_path, MODES["aligned"], source, str(tmp_path / "snap"), (30, 12))
+    return data, source, first, layout
+
+
+def test_a_path_of_the_earlier_layout_restores_elsewhere_and_converts(
+    session: Any, tmp_path: Path
+) -> None:
+    data, source, first, layout = _first_run(session, tmp_path)
     earlier = to_earlier_layout(layout, tmp_path / "earlier")
     assert DeltaTable(earlier.state_table).metadata().partition_columns == [
         "operator",
@@ -69,10 +76,7 @@ def test_a_path_of_the_earlier_layout_restores_elsewhere_and_converts(
 def test_a_path_of_the_version_before_the_control_record_restores_in_place_and_goes_on(
     session: Any, tmp_path: Path
 ) -> None:
-    data = tmp_path / "data"
-    source = {**FILES_SOURCE, "path": str(data)}
-    first = write_files(data, SIZES, tag="first")
-    _, layout = run(session, tmp_path, MODES["aligned"], source, str(tmp_path / "snap"), (30, 12))
+    data, source, first, layout = _first_run(session, tmp_path)
     last = int(checkpoints_table.completed(layout)[-1]["checkpoint_id"])
     to_earlier_control(layout)
     assert ControlRecord.read(layout).last_completed == last  # from triggers.json
