@@ -109,6 +109,8 @@ def _by_the_command_line(handle: ManagedQuery, partitions: int) -> Callable[[], 
         _command("rescale", path, "--partitions", "9"), capture_output=True, text=True
     )
     assert refused.returncode == 1 and "has maxParallelism 8 key groups" in refused.stderr
+    mailbox = Path(path) / "_coordinator" / "rescale"  # no request or answer stays behind
+    assert not list(mailbox.iterdir()) and rescales_table.read_rows(_layout(handle)) == []
     process = subprocess.Popen(
         _command("rescale", path, "--partitions", str(partitions), "--json"),
         stdout=subprocess.PIPE,

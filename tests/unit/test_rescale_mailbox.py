@@ -58,7 +58,7 @@ def test_a_pending_request_refuses_another_and_is_kept(
     assert kept is not None and kept.partitions == 3
 
 
-def test_an_answer_is_read_by_its_request_id_and_removes_the_request(
+def test_an_answer_is_read_once_by_its_request_id_and_nothing_stays_behind(
     layout: SnapshotLayout,
 ) -> None:
     request = mailbox.RescaleRequest.new(3, wall_time.now_ms(), 60_000)
@@ -68,4 +68,6 @@ def test_an_answer_is_read_by_its_request_id_and_removes_the_request(
     mailbox.answer(layout, reply)
     assert mailbox.pending(layout) is None
     assert mailbox.answer_of(layout, request.request_id) == reply
+    assert mailbox.answer_of(layout, request.request_id) is None  # read once, then removed
     assert mailbox.answer_of(layout, "other") is None
+    assert not list((Path(layout.root) / "_coordinator" / "rescale").iterdir())

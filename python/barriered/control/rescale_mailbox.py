@@ -13,7 +13,7 @@ path, as the coordinator's control record does, with one writer per file:
   and until when it is valid), written by the requester when none is pending and removed
   by the handle once answered, or by the requester when it gave up;
 * ``_coordinator/rescale/<request id>.json``: the handle's answer (the ``_rescales`` row,
-  or the refusal's message), written once.
+  or the refusal's message), written once and removed by the requester as it reads it.
 """
 
 from __future__ import annotations
@@ -126,6 +126,11 @@ def answer(files: RescaleFiles, reply: Answer) -> None:
 
 
 def answer_of(files: RescaleFiles, request_id: str) -> Answer | None:
-    """The answer to request ``request_id``, once written."""
-    raw = read_json(files.rescale_answer_file(request_id), default=None)
-    return None if not raw else Answer(**raw)
+    """The answer to request ``request_id``, once written; it is removed as it is read
+    (the requester reads it once: no answer stays behind)."""
+    uri = files.rescale_answer_file(request_id)
+    raw = read_json(uri, default=None)
+    if not raw:
+        return None
+    delete_file(uri)
+    return Answer(**raw)
